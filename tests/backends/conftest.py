@@ -1,0 +1,101 @@
+"""Session-wide real models for the backend tests: each loads once per run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no model hub here: never download
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+QUESTION = "What is the capital of France?"
+
+
+def resample(audio: np.ndarray, src_rate: int, dst_rate: int) -> np.ndarray:
+    """Linear-interpolation resampling; good enough to feed test speech to Whisper."""
+    duration = len(audio) / src_rate
+    n_out = int(round(duration * dst_rate))
+    t_out = np.arange(n_out) / dst_rate
+    t_in = np.arange(len(audio)) / src_rate
+    return np.interp(t_out, t_in, audio).astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def piper_engine():
+    from pipelines.backends.piper_tts import PiperEngine
+
+    return PiperEngine()
+
+
+@pytest.fixture(scope="session")
+def question_audio_16k(piper_engine) -> np.ndarray:
+    """The question spoken by the packaged Piper voice, as 16 kHz float32 mono."""
+    audio = np.concatenate(list(piper_engine.synthesize(QUESTION)))
+    return resample(audio, piper_engine.sample_rate, 16000)
+
+
+@pytest.fixture(scope="session")
+def whisper_engine():
+    from pipelines.backends.faster_whisper_stt import WhisperEngine
+
+    return WhisperEngine(cpu_threads=2)
+
+
+@pytest.fixture(scope="session")
+def silero_model():
+    from pipelines.backends.silero import SileroVadModel
+
+    return SileroVadModel()
+
+
+@pytest.fixture(scope="session")
+def lm_cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("lm_cache")
+
+
+@pytest.fixture(scope="session")
+def lm(lm_cache_dir):
+    """The packaged SmolLM2 GGUF; the first load fills ``lm_cache_dir``."""
+    from pipelines.backends.transformers_lm import TransformersLM
+
+    return TransformersLM(cache_dir=str(lm_cache_dir))
+
+
+@pytest.fixture(scope="session")
+def tiny_vits_files(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny randomly initialised VITS checkpoint + config, as an operator would ship one."""
+    import torch
+    from TTS.tts.configs.vits_config import VitsArgs, VitsConfig
+    from TTS.tts.models.vits import Vits
+
+    folder = tmp_path_factory.mktemp("tiny_vits")
+    args = VitsArgs(
+        hidden_channels=32,
+        hidden_channels_ffn_text_encoder=64,
+        num_layers_text_encoder=1,
+        num_layers_posterior_encoder=1,
+        num_layers_flow=1,
+        upsample_initial_channel_decoder=32,
+        resblock_kernel_sizes_decoder=[3],
+        resblock_dilation_sizes_decoder=[[1, 3, 5]],
+        use_sdp=False,
+        init_discriminator=False,
+    )
+    config = VitsConfig(model_args=args, use_phonemes=False, text_cleaner="basic_cleaners")
+    torch.manual_seed(0)
+    model = Vits(config)
+    checkpoint, config_path = folder / "model.pth", folder / "config.json"
+    torch.save({"model": model.state_dict()}, checkpoint)
+    config.save_json(str(config_path))
+    return checkpoint, config_path
+
+
+@pytest.fixture(scope="session")
+def coqui_engine(tiny_vits_files):
+    from pipelines.backends.coqui_tts import CoquiEngine
+
+    checkpoint, config_path = tiny_vits_files
+    return CoquiEngine(model_path=str(checkpoint), config_path=str(config_path))
