@@ -1,0 +1,109 @@
+"""The ``loopback`` profile: FAKE engines for protocol and pool tests and transport benchmarks.
+
+Nothing here is a model. The fake VAD calls loud frames speech; the fake STT
+describes the turn's length; the fake LM answers with a fixed rule
+("You said: ..."); the fake TTS plays the user's last turn back (an echo), or
+a tone as long as the text when there is nothing to echo.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from pipelines import audio
+
+
+class _Memory:
+    """The last user turn of one unit, shared by that unit's fake STT and fake TTS."""
+
+    def __init__(self) -> None:
+        self.last_turn: np.ndarray | None = None
+
+
+class FakeEnergyVadState:
+    def prob(self, frame: np.ndarray) -> float:
+        rms = float(np.sqrt(np.mean(np.square(frame)))) if len(frame) else 0.0
+        return min(1.0, rms * 20.0)  # threshold 0.5 = RMS 0.025, about -32 dBFS
+
+    def reset(self) -> None:
+        pass
+
+
+class FakeEnergyVad:
+    def new_state(self) -> FakeEnergyVadState:
+        return FakeEnergyVadState()
+
+
+class FakeTranscriber:
+    def __init__(self, memory: _Memory) -> None:
+        self.memory = memory
+
+    def transcribe(self, audio_16k: np.ndarray, language: str | None = None) -> str:
+        self.memory.last_turn = audio_16k
+        return f"audio of {len(audio_16k) / audio.PIPELINE_RATE:.2f} seconds"
+
+
+class FakeStream:
+    def __init__(self, words: list[str], input_tokens: int, cancel: object | None, delay_s: float) -> None:
+        self.words, self.input_tokens, self.output_tokens = words, input_tokens, 0
+        self.cancel, self.delay_s = cancel, delay_s
+
+    def __iter__(self) -> Iterator[str]:
+        for i, word in enumerate(self.words):
+            if self.cancel is not None and self.cancel.is_set():  # type: ignore[attr-defined]
+                return
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            self.output_tokens += 1
+            yield word if i == 0 else " " + word
+
+
+class FakeLanguageModel:
+    """Replies "You said: <last user text>." one word at a time; a "slow" user text slows it down."""
+
+    context_length = 4096
+
+    def count_tokens(self, messages: list[dict[str, str]]) -> int:
+        return sum(len(m["content"].split()) + 4 for m in messages)
+
+    def generate_stream(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float,
+                        cancel: object | None = None) -> FakeStream:
+        last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        if last_user.startswith("fail"):
+            raise RuntimeError("the fake language model was asked to fail")
+        words = f"You said: {last_user}.".split()
+        delay = 0.0
+        if last_user.startswith("slow"):  # long, slow answers to test cancelling mid-response
+            words = words + ["and so on."] * 200
+            delay = 0.02
+        return FakeStream(words[:max_new_tokens], self.count_tokens(messages), cancel, delay)
+
+
+class FakeSynthesizer:
+    """Echoes the unit's last user turn once; otherwise a 440 Hz tone, 60 ms per word."""
+
+    sample_rate = audio.PIPELINE_RATE
+
+    def __init__(self, memory: _Memory) -> None:
+        self.memory = memory
+        self._lock = threading.Lock()
+
+    def synthesize(self, text: str, cancel: object | None = None) -> Iterator[np.ndarray]:
+        with self._lock:
+            echo, self.memory.last_turn = self.memory.last_turn, None
+        if echo is not None and len(echo):
+            yield echo
+            return
+        n = int(self.sample_rate * 0.06 * max(1, len(text.split())))
+        t = np.arange(n, dtype=np.float32) / self.sample_rate
+        yield (0.2 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
+
+
+def loopback_engines() -> tuple[FakeEnergyVad, FakeTranscriber, FakeLanguageModel, FakeSynthesizer]:
+    """Fresh fakes for one unit (the echo memory is per unit)."""
+    memory = _Memory()
+    return FakeEnergyVad(), FakeTranscriber(memory), FakeLanguageModel(), FakeSynthesizer(memory)

@@ -1,0 +1,132 @@
+"""The fixed pool of pipeline units held by one server process."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pipelines.unit import PipelineUnit, Sink, UnitState
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Lease:
+    """A claimed unit, for one session."""
+
+    unit: PipelineUnit
+    generation: int
+    session_id: str
+    claimed_at: float
+
+
+class PipelinePool:
+    """N units, claimed atomically and released only once every stage has let go.
+
+    ``claim`` never blocks and never awaits: it is called from the event loop and
+    finding a free unit and marking it taken happen under one lock. ``release``
+    runs the unit's drain on a thread of its own and returns a future.
+    """
+
+    def __init__(self, units: Sequence[PipelineUnit]) -> None:
+        self.units = list(units)
+        self._lock = threading.Lock()
+        self._warm = threading.Event()
+        self._closing = False
+        self.warmup_error: str | None = None
+        self.rejections = 0
+        self.started_at = time.time()
+
+    # --- start and stop ---------------------------------------------------
+
+    def start(self, warm_turn: Callable[[PipelineUnit], dict[str, float]] | None = None,
+              progress: Callable[[str], None] | None = None) -> dict[int, dict[str, float]]:
+        """Starts every unit's threads, runs ``warm_turn`` on each, then admits sessions."""
+        timings: dict[int, dict[str, float]] = {}
+        try:
+            for unit in self.units:
+                if progress:
+                    progress(f"starting unit {unit.index}")
+                unit.start(timeout=300)
+                if warm_turn is not None:
+                    if progress:
+                        progress(f"warming unit {unit.index}")
+                    timings[unit.index] = warm_turn(unit)
+                with self._lock:
+                    unit.set_state(UnitState.IDLE)
+        except Exception as exc:
+            self.warmup_error = f"{type(exc).__name__}: {exc}"
+            raise
+        self._warm.set()
+        return timings
+
+    @property
+    def warm(self) -> bool:
+        return self._warm.is_set()
+
+    def wait_warm(self, timeout: float | None = None) -> bool:
+        return self._warm.wait(timeout)
+
+    def stop_admitting(self) -> None:
+        self._closing = True
+
+    @property
+    def admitting(self) -> bool:
+        return self.warm and not self._closing
+
+    def shutdown(self) -> None:
+        self._closing = True
+        for unit in self.units:
+            unit.stop()
+
+    # --- sessions ---------------------------------------------------------
+
+    def claim(self, sink: Sink, session_id: str) -> Lease | None:
+        """Takes a free unit for a session, or returns None when all are in use."""
+        with self._lock:
+            if not self.admitting:
+                return None
+            for unit in self.units:
+                if unit.state is UnitState.IDLE:
+                    generation = unit.begin(sink, session_id)
+                    return Lease(unit, generation, session_id, time.time())
+            self.rejections += 1
+            return None
+
+    def release(self, lease: Lease) -> concurrent.futures.Future[bool]:
+        """Ends the lease's session on a thread; the future resolves once the unit is free again."""
+        future: concurrent.futures.Future[bool] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                clean = lease.unit.end()
+            except Exception as exc:
+                logger.exception("unit %s: release failed", lease.unit.index)
+                lease.unit.set_state(UnitState.QUARANTINED)
+                try:
+                    lease.unit.rebuild()
+                    clean = False
+                except Exception:
+                    logger.exception("unit %s: rebuild failed; it stays quarantined", lease.unit.index)
+                    future.set_exception(exc)
+                    return
+            with self._lock:
+                lease.unit.set_state(UnitState.IDLE)
+            future.set_result(clean)
+
+        threading.Thread(target=run, name=f"release-unit{lease.unit.index}", daemon=True).start()
+        return future
+
+    # --- what the admin and the probes see --------------------------------
+
+    def free_units(self) -> int:
+        with self._lock:
+            return sum(1 for unit in self.units if unit.state is UnitState.IDLE)
+
+    def snapshot(self) -> list[dict[str, object]]:
+        with self._lock:
+            return [unit.snapshot() for unit in self.units]

@@ -1,0 +1,165 @@
+"""The language model stage: holds the conversation and streams responses."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+from pipelines.ids import new_id
+from pipelines.messages import (
+    AddItem,
+    DeleteItem,
+    Downstream,
+    HistoryItem,
+    Message,
+    ResponseEnd,
+    ResponseRequest,
+    ResponseStarted,
+    TextDelta,
+    TextForSpeech,
+    TruncateItem,
+    UserTurn,
+)
+from pipelines.stages.base import CancelFlag, SessionContext, Stage
+from pipelines.text import SentenceSplitter
+
+logger = logging.getLogger(__name__)
+
+
+class LMStream(Protocol):
+    input_tokens: int
+    output_tokens: int
+
+    def __iter__(self) -> Iterator[str]: ...
+
+
+class LanguageModel(Protocol):
+    context_length: int
+
+    def count_tokens(self, messages: list[dict[str, str]]) -> int: ...
+
+    def generate_stream(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float,
+                        cancel: object | None = None) -> LMStream: ...
+
+
+def request_from_settings(context: SessionContext, generation: int) -> ResponseRequest:
+    s = context.settings
+    return ResponseRequest(
+        generation=generation,
+        response_id=new_id("resp"),
+        instructions=s.instructions,
+        output_modalities=s.output_modalities,
+        max_output_tokens=s.max_output_tokens,
+        voice=s.voice,
+        output_format=s.output_format,
+        temperature=s.temperature,
+    )
+
+
+class LmStage(Stage):
+    name = "lm"
+
+    def __init__(self, context: SessionContext, model: LanguageModel, max_new_tokens: int = 128) -> None:
+        super().__init__(context)
+        self.model = model
+        self.max_new_tokens = max_new_tokens
+        self.history: dict[str, HistoryItem] = {}
+
+    def on_session_end(self) -> None:
+        self.history = {}
+
+    def process(self, msg: Downstream) -> Iterator[Message]:
+        if isinstance(msg, UserTurn):
+            if msg.text:
+                self.history[msg.item_id] = HistoryItem(msg.item_id, "user", msg.text)
+            if msg.create_response or msg.response is not None:
+                yield from self._respond(msg.response or request_from_settings(self.context, msg.generation))
+        elif isinstance(msg, ResponseRequest):
+            yield from self._respond(msg)
+        elif isinstance(msg, AddItem):
+            self._add(msg)
+        elif isinstance(msg, DeleteItem):
+            self.history.pop(msg.item_id, None)
+        elif isinstance(msg, TruncateItem):
+            item = self.history.get(msg.item_id)
+            if item is not None:
+                self.history[msg.item_id] = HistoryItem(item.item_id, item.role, msg.text)
+        else:
+            yield msg
+
+    def _add(self, msg: AddItem) -> None:
+        if msg.previous_item_id is None or msg.previous_item_id not in self.history:
+            self.history[msg.item.item_id] = msg.item
+            return
+        items = list(self.history.items())
+        at = [key for key, _ in items].index(msg.previous_item_id) + 1
+        items.insert(at, (msg.item.item_id, msg.item))
+        self.history = dict(items)
+
+    def _messages(self, req: ResponseRequest) -> list[dict[str, str]]:
+        turns = req.extra_input if req.out_of_band and req.extra_input else tuple(self.history.values())
+        system = [{"role": "system", "content": req.instructions}] if req.instructions else []
+        messages = [{"role": item.role, "content": item.text} for item in turns if item.text]
+        budget = self.model.context_length - self._max_tokens(req)
+        # Oldest turns go first when the conversation outgrows the model's context.
+        while len(messages) > 1 and self.model.count_tokens(system + messages) > budget:
+            messages.pop(0)
+        return system + messages
+
+    def _max_tokens(self, req: ResponseRequest) -> int:
+        if req.max_output_tokens is None:
+            return self.max_new_tokens
+        return max(1, min(req.max_output_tokens, self.max_new_tokens))
+
+    def _respond(self, req: ResponseRequest) -> Iterator[Message]:
+        gen = req.generation
+        item_id = req.item_id or new_id("item")
+        yield ResponseStarted(generation=gen, response_id=req.response_id, item_id=item_id,
+                              output_modalities=req.output_modalities, output_format=req.output_format,
+                              voice=req.voice, out_of_band=req.out_of_band)
+        speak = "audio" in req.output_modalities
+        cancel = CancelFlag(self.context, req.response_id, gen)
+        started = time.perf_counter()
+        first_token_s: float | None = None
+        text_parts: list[str] = []
+        status, reason = "completed", None
+        stream = None
+        try:
+            stream = self.model.generate_stream(self._messages(req), self._max_tokens(req), req.temperature, cancel)
+            splitter = SentenceSplitter()
+            for piece in self._pieces(stream, cancel):
+                if first_token_s is None:
+                    first_token_s = time.perf_counter() - started
+                text_parts.append(piece)
+                if speak:
+                    for sentence in splitter.feed(piece):
+                        yield TextForSpeech(generation=gen, response_id=req.response_id, text=sentence,
+                                            voice=req.voice, output_format=req.output_format)
+                else:
+                    yield TextDelta(generation=gen, response_id=req.response_id, delta=piece)
+            if cancel.is_set():
+                status, reason = "cancelled", "turn_detected"
+            elif speak and (rest := splitter.flush()):
+                yield TextForSpeech(generation=gen, response_id=req.response_id, text=rest,
+                                    voice=req.voice, output_format=req.output_format)
+            if status == "completed" and stream.output_tokens >= self._max_tokens(req):
+                status, reason = "incomplete", "max_output_tokens"
+        except Exception as exc:
+            logger.exception("generation failed")
+            status, reason = "failed", f"{type(exc).__name__}: {exc}"
+        text = "".join(text_parts).strip()
+        if text and not req.out_of_band:
+            self.history[item_id] = HistoryItem(item_id, "assistant", text)
+        yield ResponseEnd(generation=gen, response_id=req.response_id, status=status, reason=reason,
+                          input_tokens=getattr(stream, "input_tokens", 0), output_tokens=getattr(stream, "output_tokens", 0),
+                          lm_first_token_s=first_token_s)
+
+    @staticmethod
+    def _pieces(stream: Iterable[str], cancel: CancelFlag) -> Iterator[str]:
+        for piece in stream:
+            if cancel.is_set():
+                return
+            if piece:
+                yield piece

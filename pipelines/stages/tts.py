@@ -1,0 +1,100 @@
+"""Text to speech: speaks the response sentence by sentence, in the session's output format."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Protocol
+
+import numpy as np
+
+from pipelines import audio
+from pipelines.messages import AudioOut, Downstream, Message, ResponseEnd, ResponseFinished, TextForSpeech
+from pipelines.stages.base import CancelFlag, SessionContext, Stage
+
+logger = logging.getLogger(__name__)
+
+DELTA_MS = 100  # size of each audio delta sent to the client
+
+
+class Synthesizer(Protocol):
+    sample_rate: int
+
+    def synthesize(self, text: str, cancel: object | None = None) -> Iterator[np.ndarray]: ...
+
+
+class TtsStage(Stage):
+    """Looks up the voice, synthesizes, resamples, and cuts the audio into small deltas."""
+
+    name = "tts"
+
+    def __init__(self, context: SessionContext, voices: dict[str, Synthesizer]) -> None:
+        super().__init__(context)
+        self.voices = voices
+        self._started: dict[str, float] = {}
+        self._first_audio: dict[str, float] = {}
+        self._failed: dict[str, str] = {}
+
+    def on_session_end(self) -> None:
+        self._started.clear()
+        self._first_audio.clear()
+        self._failed.clear()
+
+    def process(self, msg: Downstream) -> Iterator[Message]:
+        if isinstance(msg, TextForSpeech):
+            yield from self._speak(msg)
+        elif isinstance(msg, ResponseEnd):
+            yield self._finish(msg)
+        else:
+            yield msg
+
+    def _speak(self, msg: TextForSpeech) -> Iterator[Message]:
+        cancel = CancelFlag(self.context, msg.response_id, msg.generation)
+        if cancel.is_set() or msg.response_id in self._failed:
+            return
+        self._started.setdefault(msg.response_id, time.perf_counter())
+        try:
+            voice = self.voices[msg.voice]
+        except KeyError:
+            self._failed[msg.response_id] = f"unknown voice {msg.voice!r}"
+            return
+        out_rate = audio.RATES[msg.output_format]
+        step = out_rate * DELTA_MS // 1000
+        transcript_pending = msg.text
+        try:
+            for chunk in voice.synthesize(msg.text, cancel):
+                if cancel.is_set():
+                    return
+                samples = audio.resample(np.asarray(chunk, dtype=np.float32), voice.sample_rate, out_rate)
+                for at in range(0, len(samples), step):
+                    if cancel.is_set():
+                        return
+                    first = msg.response_id not in self._first_audio
+                    if first:
+                        self._first_audio[msg.response_id] = time.perf_counter()
+                    yield AudioOut(generation=msg.generation, response_id=msg.response_id,
+                                   data=audio.encode(samples[at:at + step], msg.output_format),
+                                   transcript=transcript_pending, first=first)
+                    transcript_pending = ""
+        except Exception as exc:
+            logger.exception("synthesis failed")
+            self._failed[msg.response_id] = f"{type(exc).__name__}: {exc}"
+
+    def _finish(self, msg: ResponseEnd) -> ResponseFinished:
+        status, reason = msg.status, msg.reason
+        failure = self._failed.pop(msg.response_id, None)
+        if failure and status == "completed":
+            status, reason = "failed", f"text to speech failed: {failure}"
+        if status == "completed" and self.context.is_cancelled(msg.response_id, msg.generation):
+            status, reason = "cancelled", "client_cancelled"
+        latencies: dict[str, float] = {}
+        if msg.lm_first_token_s is not None:
+            latencies["lm_first_token_s"] = msg.lm_first_token_s
+        started = self._started.pop(msg.response_id, None)
+        first = self._first_audio.pop(msg.response_id, None)
+        if started is not None and first is not None:
+            latencies["tts_first_audio_s"] = first - started
+        return ResponseFinished(generation=msg.generation, response_id=msg.response_id, status=status,
+                                input_tokens=msg.input_tokens, output_tokens=msg.output_tokens,
+                                reason=reason, latencies=latencies)

@@ -1,0 +1,255 @@
+"""A pipeline unit: its stages, one worker thread each, the queues between them."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from pipelines.messages import Downstream, Outbound, PipelineError, SessionEnd, Shutdown
+from pipelines.stages.base import SessionContext, Stage
+
+logger = logging.getLogger(__name__)
+
+Sink = Callable[[Outbound], None]
+StageFactory = Callable[[SessionContext], Sequence[Stage]]
+
+
+class UnitState(str, enum.Enum):
+    WARMING = "warming"
+    IDLE = "idle"
+    BUSY = "busy"
+    DRAINING = "draining"
+    QUARANTINED = "quarantined"
+
+
+class _Wiring:
+    """One set of stages, queues and threads. A quarantined unit gets a new one."""
+
+    def __init__(self, unit: PipelineUnit, stages: Sequence[Stage], queue_size: int) -> None:
+        self.unit = unit
+        self.stages = list(stages)
+        self.queues: list[queue.Queue[Downstream]] = [queue.Queue(maxsize=queue_size) for _ in self.stages]
+        self.acks = [threading.Event() for _ in self.stages]
+        self.ready = [threading.Event() for _ in self.stages]
+        self.retired = False
+        self.dead: list[str] = []
+        self.threads = [
+            threading.Thread(
+                target=self._run, args=(i,), name=f"unit{unit.index}-{stage.name}", daemon=True
+            )
+            for i, stage in enumerate(self.stages)
+        ]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def _forward(self, index: int, msg: Downstream) -> None:
+        if index + 1 < len(self.queues):
+            self.queues[index + 1].put(msg)
+
+    def _run(self, index: int) -> None:
+        stage = self.stages[index]
+        context = self.unit.context
+        try:
+            stage.setup()
+        except Exception:
+            logger.exception("unit %s: %s failed to set up", self.unit.index, stage.name)
+            self.dead.append(stage.name)
+            return
+        finally:
+            self.ready[index].set()
+        inbox = self.queues[index]
+        while True:
+            msg = inbox.get()
+            if isinstance(msg, Shutdown):
+                break
+            if isinstance(msg, SessionEnd):
+                try:
+                    stage.on_session_end()
+                except Exception:
+                    logger.exception("unit %s: %s failed to reset", self.unit.index, stage.name)
+                    continue  # no ack: the unit will be quarantined and rebuilt
+                self.acks[index].set()
+                self._forward(index, msg)
+                continue
+            if self.retired or not context.is_current(msg.generation):
+                continue
+            try:
+                for out in stage.process(msg):
+                    if isinstance(out, Outbound):
+                        self.unit.emit(out)
+                    elif not self.retired:
+                        self._forward(index, out)
+            except Exception as exc:
+                logger.exception("unit %s: %s failed", self.unit.index, stage.name)
+                self.unit.emit(
+                    PipelineError(
+                        generation=msg.generation,
+                        code="stage_error",
+                        message=f"{stage.name} failed: {type(exc).__name__}: {exc}",
+                        stage=stage.name,
+                        response_id=getattr(msg, "response_id", None),
+                    )
+                )
+        try:
+            stage.cleanup()
+        except Exception:
+            logger.exception("unit %s: %s failed to clean up", self.unit.index, stage.name)
+
+    def drain(self) -> None:
+        for inbox in self.queues:
+            while True:
+                try:
+                    inbox.get_nowait()
+                except queue.Empty:
+                    break
+
+    def retire(self) -> None:
+        """Lets the threads finish what they are doing and stop; nothing of theirs is kept."""
+        self.retired = True
+        self.drain()
+        for inbox in self.queues:
+            try:
+                inbox.put_nowait(Shutdown(generation=-1))
+            except queue.Full:
+                logger.warning("unit %s: queue full while retiring", self.unit.index)
+
+    def alive(self) -> bool:
+        return not self.dead and all(t.is_alive() for t in self.threads)
+
+
+class PipelineUnit:
+    """A complete VAD -> STT -> LM -> TTS pipeline serving one session at a time.
+
+    The pool claims and releases units; a unit itself only knows how to start a
+    session, pass messages in, send what comes out to the session's sink, and
+    end a session cleanly (or be rebuilt when it cannot).
+    """
+
+    def __init__(
+        self,
+        index: int,
+        build_stages: StageFactory,
+        release_timeout_s: float = 5.0,
+        queue_size: int = 1000,
+    ) -> None:
+        self.index = index
+        self.context = SessionContext()
+        self._build_stages = build_stages
+        self._release_timeout_s = release_timeout_s
+        self._queue_size = queue_size
+        self._sink: Sink | None = None
+        self._sink_lock = threading.Lock()
+        self.state = UnitState.WARMING
+        self.session_id: str | None = None
+        self.since = time.time()
+        self.sessions_served = 0
+        self.rebuilds = 0
+        self._wiring = _Wiring(self, build_stages(self.context), queue_size)
+
+    # --- life cycle -------------------------------------------------------
+
+    def start(self, timeout: float | None = None) -> None:
+        self._wiring.start()
+        for ready in self._wiring.ready:
+            ready.wait(timeout)
+        if self._wiring.dead:
+            raise RuntimeError(f"unit {self.index}: stages failed to set up: {self._wiring.dead}")
+
+    def stop(self) -> None:
+        self.context.cancel_everything()
+        self._wiring.retire()
+        for thread in self._wiring.threads:
+            thread.join(timeout=5)
+
+    def set_state(self, state: UnitState, session_id: str | None = None) -> None:
+        self.state = state
+        self.session_id = session_id
+        self.since = time.time()
+
+    # --- sessions ---------------------------------------------------------
+
+    def begin(self, sink: Sink, session_id: str) -> int:
+        """Starts a session (the pool has already marked this unit taken). Returns its generation."""
+        with self._sink_lock:
+            self.context.reset(self.context.generation + 1)
+            self._sink = sink
+        self.sessions_served += 1
+        self.set_state(UnitState.BUSY, session_id)
+        return self.context.generation
+
+    def submit(self, msg: Downstream) -> None:
+        """Hands a message from the session to the head stage; every stage passes on what it does not handle."""
+        if not self.context.is_current(msg.generation):
+            return
+        self._wiring.queues[0].put(msg)
+
+    def cancel(self, response_id: str) -> None:
+        self.context.cancel(response_id)
+
+    def emit(self, out: Outbound) -> None:
+        """Called by stage threads. Output of an older generation never reaches a sink."""
+        with self._sink_lock:
+            sink = self._sink if self.context.is_current(out.generation) else None
+        if sink is None:
+            return
+        try:
+            sink(out)
+        except Exception:
+            logger.exception("unit %s: session sink failed", self.index)
+
+    def end(self) -> bool:
+        """Ends the session: drain, pass a session-end marker through every stage, wait for all.
+
+        Blocks (run it off the event loop). Returns False when the unit did not
+        drain in time and was rebuilt instead.
+        """
+        self.set_state(UnitState.DRAINING, self.session_id)
+        with self._sink_lock:
+            self._sink = None
+            ended = self.context.generation
+            self.context.generation = ended + 1  # everything of the old session is stale now
+        self.context.cancel_everything()
+        wiring = self._wiring
+        wiring.drain()
+        for ack in wiring.acks:
+            ack.clear()
+        wiring.queues[0].put(SessionEnd(generation=ended))
+        deadline = time.monotonic() + self._release_timeout_s
+        clean = all(ack.wait(max(0.0, deadline - time.monotonic())) for ack in wiring.acks)
+        clean = clean and wiring.alive()
+        if not clean:
+            logger.error("unit %s did not drain within %.1fs: quarantined and rebuilt", self.index, self._release_timeout_s)
+            self.set_state(UnitState.QUARANTINED)
+            self.rebuild()
+        self.context.reset(self.context.generation + 1)
+        return clean
+
+    def rebuild(self) -> None:
+        """Replaces every stage thread; the old ones finish their current message and stop."""
+        old = self._wiring
+        old.retire()
+        self._wiring = _Wiring(self, self._build_stages(self.context), self._queue_size)
+        self.rebuilds += 1
+        self.start(timeout=60)
+
+    def stages(self) -> list[Stage]:
+        return list(self._wiring.stages)
+
+    def healthy(self) -> bool:
+        return self._wiring.alive()
+
+    def snapshot(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "state": self.state.value,
+            "session_id": self.session_id,
+            "since": self.since,
+            "sessions_served": self.sessions_served,
+            "rebuilds": self.rebuilds,
+        }

@@ -1,0 +1,221 @@
+"""The Realtime WebSocket endpoint: claims a unit, translates events both ways, releases the unit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.utils import timezone
+
+from pipelines import audio, messages as m
+from pipelines.ids import new_id
+from pipelines.pool import Lease, PipelinePool
+from realtime import records, runtime
+from realtime.conversation import Conversation, Port
+from realtime.events import EventError, error_event, parse, server_event, to_beta
+from realtime.models import EndReason
+from realtime.session import SessionConfig
+
+logger = logging.getLogger(__name__)
+
+SESSION_LIMIT_REASON = "All session slots are in use"
+CLOSE_POLICY = 1008
+CLOSE_TRY_AGAIN = 1013
+CLOSE_INTERNAL = 1011
+
+
+class RealtimeConsumer(AsyncWebsocketConsumer):
+    """One Realtime session per socket.
+
+    Stage threads hand pipeline output to the event loop with
+    ``call_soon_threadsafe``; a send task owned by this consumer turns it into
+    server events. Nothing here polls.
+    """
+
+    # Client event type -> Conversation method (the dispatch table of the protocol).
+    HANDLERS = {
+        "input_audio_buffer.append": "append_audio",
+        "input_audio_buffer.commit": "commit_audio",
+        "input_audio_buffer.clear": "clear_audio",
+        "conversation.item.create": "create_item",
+        "conversation.item.retrieve": "retrieve_item",
+        "conversation.item.delete": "delete_item",
+        "conversation.item.truncate": "truncate_item",
+        "response.create": "create_response",
+        "response.cancel": "cancel_response",
+    }
+
+    lease: Lease | None = None
+    pool: PipelinePool | None = None
+    conversation: Conversation | None = None
+    session: SessionConfig | None = None
+    _send_task: asyncio.Task[None] | None = None
+    _released = False
+
+    async def connect(self) -> None:
+        self.session_id = new_id("sess")
+        self.beta = self._header("openai-beta").replace(" ", "").lower().find("realtime=v1") >= 0
+        self.end_reason = EndReason.CLIENT_CLOSED
+        self.close_code: int | None = None
+        self.started = timezone.now()
+        offered = self.scope.get("subprotocols") or []
+        await self.accept(subprotocol="realtime" if "realtime" in offered else None)
+
+        pool = runtime.get_pool()
+        if pool is None or not pool.warm:
+            message = ("The server is starting: its models are still loading. Try again shortly."
+                       if runtime.start_error is None else f"The server failed to start its pipeline: {runtime.start_error}")
+            await self._refuse("server_not_ready", message, CLOSE_TRY_AGAIN, "Server is warming up")
+            return
+        loop = asyncio.get_running_loop()
+        self._outbox: asyncio.Queue[m.Outbound] = asyncio.Queue(maxsize=settings.S2S_SEND_BUFFER_EVENTS)
+
+        def sink(out: m.Outbound) -> None:  # called on stage threads
+            loop.call_soon_threadsafe(self._deliver, out)
+
+        lease = pool.claim(sink, self.session_id)  # atomic: no await between finding and taking
+        if lease is None:
+            await self._refuse("session_limit_reached", SESSION_LIMIT_REASON, CLOSE_POLICY, SESSION_LIMIT_REASON)
+            return
+        self.pool, self.lease = pool, lease
+        try:
+            self._start_session(lease)
+            await self._send_event(server_event("session.created", session=self._session_obj()))
+        except Exception:
+            logger.exception("session %s failed to start", self.session_id)
+            await self._release(EndReason.ERROR)
+            raise
+
+    def _start_session(self, lease: Lease) -> None:
+        model = parse_qs(self.scope.get("query_string", b"").decode()).get("model", [settings.S2S_DEFAULT_MODEL])[0]
+        self.session = SessionConfig(self.session_id, model, settings.S2S_POOL.engines.voices)
+        port = Port(lease.generation, lease.unit.submit, lease.unit.cancel)
+        self.conversation = Conversation(self.session, port, settings.S2S_MAX_EVENT_BYTES)
+        lease.unit.context.settings = self.session.settings()
+        self._send_task = asyncio.create_task(self._send_loop(), name=f"send-{self.session_id}")
+        records.session_started(self.session_id, node=settings.S2S_NODE_NAME, unit_index=lease.unit.index,
+                                model=model, started_at=self.started, **self._client())
+
+    async def _refuse(self, code: str, message: str, close_code: int, reason: str) -> None:
+        self.end_reason = EndReason.REJECTED
+        records.session_started(self.session_id, node=settings.S2S_NODE_NAME, model="", started_at=self.started,
+                                ended_at=timezone.now(), end_reason=EndReason.REJECTED, close_code=close_code,
+                                **self._client())
+        await self._send_event(error_event(code, message))
+        await self.close(code=close_code, reason=reason)
+
+    async def disconnect(self, code: int) -> None:
+        if self.close_code is None:
+            self.close_code = code
+        await self._release(self.end_reason)
+
+    async def _release(self, reason: str) -> None:
+        """Gives the unit back exactly once, whatever ended the session."""
+        if self._released or self.lease is None or self.pool is None:
+            return
+        self._released = True
+        if self._send_task is not None:
+            self._send_task.cancel()
+        lease, conversation = self.lease, self.conversation
+        try:
+            await asyncio.wrap_future(self.pool.release(lease))
+        finally:
+            fields: dict[str, Any] = {"ended_at": timezone.now(), "end_reason": reason, "close_code": self.close_code}
+            if conversation is not None and self.session is not None:
+                fields.update(turns=conversation.turns, errors=conversation.errors,
+                              audio_in_seconds=audio.duration_ms(conversation.audio_in_bytes, self.session.input_format) / 1000)
+            records.session_ended(self.session_id, **fields)
+
+    # --- client -> server ---------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.conversation is None or self._released:
+            return
+        event_id = None
+        try:
+            event = parse(text_data)
+            event_id = event.get("event_id")
+            for reply in self._dispatch(event):
+                await self._send_event(reply)
+        except EventError as exc:
+            self.conversation.errors += 1
+            await self._send_event(error_event(exc.code, exc.message, exc.param, event_id, exc.error_type))
+
+    def _dispatch(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        kind = event["type"]
+        assert self.conversation is not None and self.session is not None
+        if kind in ("session.update", "transcription_session.update"):
+            return self._session_update(event)
+        if kind == "output_audio_buffer.clear":
+            raise EventError("invalid_value", "output_audio_buffer.clear is only supported for WebRTC and SIP connections; "
+                             "over WebSocket the client owns playback (use conversation.item.truncate).", "type")
+        return getattr(self.conversation, self.HANDLERS[kind])(event)
+
+    def _session_update(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        assert self.session is not None and self.lease is not None
+        if "session" not in event:
+            raise EventError("missing_required_parameter", "Missing required parameter: 'session'.", "session")
+        self.session.update(event["session"], beta=self.beta)
+        self.lease.unit.context.settings = self.session.settings()
+        return [server_event("session.updated", session=self._session_obj())]
+
+    # --- server -> client ---------------------------------------------------
+
+    def _deliver(self, out: m.Outbound) -> None:
+        """On the event loop: queue pipeline output for the send task (bounded)."""
+        if self._released:
+            return
+        try:
+            self._outbox.put_nowait(out)
+        except asyncio.QueueFull:
+            logger.warning("session %s: send buffer full (%s events); closing", self.session_id, self._outbox.maxsize)
+            self._overflow_task = asyncio.ensure_future(self._overflow())
+
+    async def _overflow(self) -> None:
+        if self._released:
+            return
+        self.end_reason = EndReason.SERVER_CLOSED
+        self.close_code = CLOSE_POLICY
+        await self._release(EndReason.SERVER_CLOSED)
+        await self.close(code=CLOSE_POLICY, reason="Send buffer full: the client reads too slowly")
+
+    async def _send_loop(self) -> None:
+        assert self.conversation is not None
+        while True:
+            out = await self._outbox.get()
+            try:
+                events = self.conversation.on_output(out)
+            except Exception:
+                logger.exception("session %s: could not translate %s", self.session_id, type(out).__name__)
+                continue
+            for event in events:
+                await self._send_event(event)
+
+    async def _send_event(self, event: dict[str, Any]) -> None:
+        if self.beta:
+            event = to_beta(event)
+            if event is None:
+                return
+        await self.send(text_data=json.dumps(event))
+
+    # --- helpers --------------------------------------------------------------
+
+    def _session_obj(self) -> dict[str, Any]:
+        assert self.session is not None
+        return self.session.as_beta() if self.beta else self.session.as_ga()
+
+    def _header(self, name: str) -> str:
+        for key, value in self.scope.get("headers", []):
+            if key.decode("latin1").lower() == name:
+                return value.decode("latin1")
+        return ""
+
+    def _client(self) -> dict[str, str]:
+        client = self.scope.get("client") or ("", 0)
+        return {"client_addr": str(client[0] or ""), "user_agent": self._header("user-agent")[:500]}
+

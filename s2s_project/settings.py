@@ -1,0 +1,129 @@
+"""Settings, read from the environment. Embedded defaults need no services at all.
+
+``DATABASE_URL`` switches to PostgreSQL, ``REDIS_URL`` to the channels-redis
+layer, ``CELERY_BROKER_URL`` to a real Celery worker.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import dj_database_url
+
+from pipelines.config import EngineConfig, PoolConfig
+from s2s_project.env import envbool, envchoice, envfloat, envint, envlist, envstr
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = envbool("DJANGO_DEBUG", False)
+SECRET_KEY = envstr("DJANGO_SECRET_KEY", "insecure-local-development-key-change-me-in-production")
+ALLOWED_HOSTS = list(envlist("DJANGO_ALLOWED_HOSTS", ("127.0.0.1", "localhost", "[::1]")))
+CSRF_TRUSTED_ORIGINS = list(envlist("DJANGO_CSRF_TRUSTED_ORIGINS", ()))
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "realtime",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "s2s_project.urls"
+ASGI_APPLICATION = "s2s_project.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        envstr("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"), conn_max_age=60
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = envstr("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "")
+CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", "")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_IGNORE_RESULT = True
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envchoice("S2S_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()},
+}
+
+# --- the speech-to-speech server -------------------------------------------
+
+S2S_NODE_NAME = envstr("S2S_NODE_NAME", f"{socket.gethostname()}:{os.getpid()}")
+S2S_SEND_BUFFER_EVENTS = envint("S2S_SEND_BUFFER_EVENTS", 2048, minimum=16)
+S2S_MAX_EVENT_BYTES = envint("S2S_MAX_EVENT_BYTES", 15 * 1024 * 1024, minimum=1024)
+S2S_DEFAULT_MODEL = envstr("S2S_DEFAULT_MODEL", "gpt-realtime")
+
+S2S_POOL = PoolConfig(
+    size=envint("S2S_POOL_SIZE", 2, minimum=1, maximum=256),
+    profile=envchoice("S2S_PIPELINE", "real", ("real", "loopback")),
+    release_timeout_s=envfloat("S2S_RELEASE_TIMEOUT_S", 5.0, minimum=0.1),
+    engines=EngineConfig(
+        device=envchoice("S2S_DEVICE", "auto", ("auto", "cpu", "cuda")),
+        vad_model=envstr("S2S_VAD_MODEL", "") or None,
+        stt_model=envstr("S2S_STT_MODEL", "") or None,
+        lm_model=envstr("S2S_LM_MODEL", "") or None,
+        lm_gguf_file=envstr("S2S_LM_GGUF_FILE", "") or None,
+        lm_cache_dir=envstr("S2S_LM_CACHE_DIR", "") or None,
+        lm_max_new_tokens=envint("S2S_LM_MAX_NEW_TOKENS", 96, minimum=1),
+        tts_backend=envchoice("S2S_TTS_BACKEND", "piper", ("piper", "coqui")),
+        tts_model=envstr("S2S_TTS_MODEL", "") or None,
+        tts_config=envstr("S2S_TTS_CONFIG", "") or None,
+        tts_model_name=envstr("S2S_TTS_MODEL_NAME", "") or None,
+        torch_threads=envint("S2S_TORCH_THREADS", 0, minimum=0),
+    ),
+)
