@@ -1,8 +1,10 @@
 """Writes session records off the audio path, on a thread of its own.
 
 The consumer only enqueues; a slow or unavailable database delays the records,
-never an audio delta. Writes that fail are retried until they succeed, so
-nothing is lost while the database is down.
+never an audio delta. Writes that fail because the database is unreachable are
+retried until they succeed, in order, so nothing is lost while it is down; a
+write the database refuses for good (a constraint, a bug) is logged and dropped
+so it cannot hold up every record behind it.
 """
 
 from __future__ import annotations
@@ -12,13 +14,22 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections
+from django.db.models import F
+from django.utils import timezone
+
+from pipelines import messages as m
+from realtime import metrics
+
+if TYPE_CHECKING:
+    from realtime.conversation import Conversation
 
 logger = logging.getLogger(__name__)
 
 Write = Callable[[], None]
+RETRYABLE = (OperationalError, InterfaceError)
 
 
 class RecordWriter:
@@ -30,6 +41,7 @@ class RecordWriter:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.failures = 0
+        self.dropped = 0
 
     def submit(self, write: Write) -> None:
         with self._lock:
@@ -38,6 +50,10 @@ class RecordWriter:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="record-writer", daemon=True)
                 self._thread.start()
+
+    @property
+    def backlog(self) -> int:
+        return self._queue.qsize()
 
     def _run(self) -> None:
         while True:
@@ -54,10 +70,14 @@ class RecordWriter:
                     close_old_connections()
                     write()
                     break
-                except Exception:
+                except RETRYABLE:
                     self.failures += 1
                     logger.exception("writing a session record failed; retrying in %.1fs", self._retry_s)
                     time.sleep(self._retry_s)
+                except Exception:
+                    self.dropped += 1
+                    logger.exception("a session record was refused by the database; dropped")
+                    break
             if self._queue.empty():
                 self._idle.set()
 
@@ -69,13 +89,130 @@ class RecordWriter:
 writer = RecordWriter()
 
 
+def _nudge() -> None:
+    from realtime import cluster
+
+    cluster.nudge()
+
+
 def session_started(session_id: str, **fields: Any) -> None:
     from realtime.models import RealtimeSession
 
     writer.submit(lambda: RealtimeSession.objects.update_or_create(id=session_id, defaults=fields))
+    _nudge()
 
 
 def session_ended(session_id: str, **fields: Any) -> None:
+    """Closes the record, then queues the post-session summary (a Celery task)."""
     from realtime.models import RealtimeSession
 
     writer.submit(lambda: RealtimeSession.objects.filter(id=session_id).update(**fields))
+    writer.submit(lambda: _queue_summary(session_id))
+    _nudge()
+
+
+def _queue_summary(session_id: str) -> None:
+    from realtime import tasks
+
+    try:
+        tasks.summarize_session.delay(session_id)
+    except Exception:
+        # A broker that is down must not hold up the records behind it; the summary can be recomputed.
+        logger.exception("session %s: could not queue its summary", session_id)
+
+
+def principal_of(scope: dict[str, Any]) -> str:
+    """Who opened a session: the API key or client secret the auth layer put in the scope, else the Django user."""
+    principal = scope.get("s2s_principal")
+    if principal:
+        return str(principal)[:200]
+    user = scope.get("user")
+    if user is not None and getattr(user, "is_authenticated", False):
+        return f"user:{user.get_username()}"[:200]
+    return ""
+
+
+class SessionRecorder:
+    """Turns one session's conversation into item and response records, and feeds the latency metrics.
+
+    Called on the event loop after the conversation has handled a client event
+    or a pipeline message; it only reads what the conversation already tracks
+    and enqueues writes.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self._seq = 0
+        self._speech_end: float | None = None  # monotonic time the user's last turn ended
+        self._stt_s: float | None = None
+        self._committed_ms: dict[str, int] = {}
+
+    def client_event(self, event: dict[str, Any], conversation: Conversation) -> None:
+        """Records an item the client added (``conversation.item.create``) once it is accepted."""
+        if event.get("type") != "conversation.item.create":
+            return
+        item_id = (event.get("item") or {}).get("id")
+        item = conversation.items.get(item_id) if item_id else next(reversed(conversation.items.values()), None)
+        if item is None or item.get("type") != "message":
+            return
+        text = " ".join(p.get("text") or "" for p in item.get("content", []) if p.get("text"))
+        self._item(item["id"], item.get("role", "user"), text, None)
+
+    def output(self, msg: m.Outbound, conversation: Conversation) -> None:
+        if isinstance(msg, m.SpeechStopped):
+            self._speech_end = time.monotonic()
+        elif isinstance(msg, m.AudioCommitted):
+            self._committed_ms[msg.item_id] = msg.duration_ms
+            if self._speech_end is None:
+                self._speech_end = time.monotonic()  # a manual commit ends the turn
+        elif isinstance(msg, m.TranscriptCompleted):
+            self._stt_s = msg.stt_s
+            if msg.stt_s is not None:
+                metrics.observe("stt", msg.stt_s)
+            self._item(msg.item_id, "user", msg.transcript, self._committed_ms.pop(msg.item_id, None))
+        elif isinstance(msg, m.ResponseFinished):
+            state = next((s for s in reversed(conversation.finished) if s.id == msg.response_id), None)
+            if state is not None:
+                self._response(msg, state)
+
+    def _response(self, msg: m.ResponseFinished, state: Any) -> None:
+        voice_to_voice = None
+        if self._speech_end is not None and state.first_audio_at is not None and state.first_audio_at >= self._speech_end:
+            voice_to_voice = state.first_audio_at - self._speech_end
+        lat = msg.latencies
+        fields = {
+            "item_id": state.item_id, "status": msg.status, "reason": (msg.reason or "")[:200],
+            "input_tokens": msg.input_tokens, "output_tokens": msg.output_tokens, "audio_ms": state.audio_ms,
+            "stt_s": self._stt_s if self._speech_end is not None else None,
+            "lm_first_token_s": lat.get("lm_first_token_s"), "tts_first_audio_s": lat.get("tts_first_audio_s"),
+            "voice_to_voice_s": voice_to_voice, "finished_at": timezone.now(),
+        }
+        for stage, key in (("lm_first_token", "lm_first_token_s"), ("tts_first_audio", "tts_first_audio_s"),
+                           ("voice_to_voice", "voice_to_voice_s")):
+            if fields[key] is not None:
+                metrics.observe(stage, fields[key])
+        metrics.count_response(msg.status)
+        self._speech_end, self._stt_s = None, None
+        if not state.out_of_band:
+            self._item(state.item_id, "assistant", state.text, state.audio_ms)
+        session_id, audio_s = self.session_id, state.audio_ms / 1000
+
+        def write() -> None:
+            from realtime.models import RealtimeSession, ResponseRecord
+
+            ResponseRecord.objects.update_or_create(session_id=session_id, response_id=msg.response_id, defaults=fields)
+            RealtimeSession.objects.filter(id=session_id).update(audio_out_seconds=F("audio_out_seconds") + audio_s)
+
+        writer.submit(write)
+
+    def _item(self, item_id: str, role: str, text: str, audio_ms: int | None) -> None:
+        self._seq += 1
+        session_id = self.session_id
+        fields = {"seq": self._seq, "role": role, "text": text, "audio_ms": audio_ms, "created_at": timezone.now()}
+
+        def write() -> None:
+            from realtime.models import ConversationItem
+
+            ConversationItem.objects.update_or_create(session_id=session_id, item_id=item_id, defaults=fields)
+
+        writer.submit(write)

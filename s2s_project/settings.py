@@ -127,3 +127,17 @@ S2S_POOL = PoolConfig(
         torch_threads=envint("S2S_TORCH_THREADS", 0, minimum=0),
     ),
 )
+
+# --- audit, cluster and background jobs (issue 4) ---------------------------
+
+S2S_HEARTBEAT_S = envfloat("S2S_HEARTBEAT_S", 2.0, minimum=0.2)
+S2S_NODE_TIMEOUT_S = envfloat("S2S_NODE_TIMEOUT_S", max(10.0, 5 * S2S_HEARTBEAT_S), minimum=1.0)
+S2S_RETENTION_DAYS = envint("S2S_RETENTION_DAYS", 30, minimum=1)
+S2S_SLOT_BOARD_REFRESH_S = envfloat("S2S_SLOT_BOARD_REFRESH_S", 2.0, minimum=0.5)
+CELERY_TASK_DEFAULT_QUEUE = envstr("CELERY_TASK_DEFAULT_QUEUE", "celery")
+CELERY_BEAT_SCHEDULE = {
+    "reap-dead-nodes": {"task": "realtime.tasks.reap_dead_nodes", "schedule": S2S_NODE_TIMEOUT_S},
+    "purge-old-sessions": {"task": "realtime.tasks.purge_old_sessions", "schedule": 3600.0},
+}
+# Without a broker no beat runs: each server process runs the schedule above itself, on its heartbeat thread.
+S2S_EMBEDDED_BEAT = envbool("S2S_EMBEDDED_BEAT", CELERY_TASK_ALWAYS_EAGER)

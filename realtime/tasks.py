@@ -1,0 +1,89 @@
+"""Background work (Celery): never on the audio path. Each task is a small function tests can call directly."""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import timedelta
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from realtime import cluster
+
+logger = logging.getLogger(__name__)
+
+LATENCY_FIELDS = ("stt_s", "lm_first_token_s", "tts_first_audio_s", "voice_to_voice_s")
+FORGET_NODES_AFTER = timedelta(days=1)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0-100) by linear interpolation between closest ranks."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summarize(session_id: str) -> dict[str, Any] | None:
+    """Latency percentiles per stage and word counts per role, from the session's records."""
+    from realtime.models import RealtimeSession
+
+    session = RealtimeSession.objects.filter(id=session_id).first()
+    if session is None:
+        return None
+    responses = list(session.responses.all())
+    latency: dict[str, dict[str, float | int | None]] = {}
+    for field in LATENCY_FIELDS:
+        values = [getattr(r, field) for r in responses if getattr(r, field) is not None]
+        latency[field.removesuffix("_s")] = {
+            "count": len(values), "p50": _round(percentile(values, 50)), "p90": _round(percentile(values, 90)),
+            "p99": _round(percentile(values, 99)), "max": _round(max(values) if values else None)}
+    words: dict[str, int] = {}
+    for role, text in session.items.values_list("role", "text"):
+        words[role] = words.get(role, 0) + len(text.split())
+    statuses: dict[str, int] = {}
+    for response in responses:
+        statuses[response.status] = statuses.get(response.status, 0) + 1
+    return {"latency_s": latency, "words": words, "responses": statuses,
+            "output_tokens": sum(r.output_tokens for r in responses), "input_tokens": sum(r.input_tokens for r in responses)}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+@shared_task(name="realtime.tasks.summarize_session", autoretry_for=(Exception,), max_retries=3, retry_backoff=True)
+def summarize_session(session_id: str) -> dict[str, Any] | None:
+    """After a session ends: computes its summary onto the record."""
+    from realtime.models import RealtimeSession
+
+    summary = summarize(session_id)
+    if summary is not None:
+        RealtimeSession.objects.filter(id=session_id).update(summary=summary, summarized_at=timezone.now())
+    return summary
+
+
+@shared_task(name="realtime.tasks.purge_old_sessions")
+def purge_old_sessions() -> int:
+    """Deletes sessions (with their items and responses) older than S2S_RETENTION_DAYS, and long-gone nodes."""
+    from realtime.models import Node, RealtimeSession
+
+    now = timezone.now()
+    _, per_model = RealtimeSession.objects.filter(
+        started_at__lt=now - timedelta(days=settings.S2S_RETENTION_DAYS)).delete()
+    deleted = per_model.get(RealtimeSession._meta.label, 0)
+    Node.objects.filter(heartbeat_at__lt=now - FORGET_NODES_AFTER).delete()
+    if deleted:
+        logger.info("retention: deleted %s sessions older than %s days", deleted, settings.S2S_RETENTION_DAYS)
+    return deleted
+
+
+@shared_task(name="realtime.tasks.reap_dead_nodes")
+def reap_dead_nodes() -> list[str]:
+    """Nodes whose heartbeat stopped: marked gone, their sessions interrupted."""
+    return cluster.reap_dead_nodes()
