@@ -49,9 +49,22 @@ class EngineConfig:
     tts_model: str | None = None
     tts_config: str | None = None
     tts_model_name: str | None = None
+    tts_speaker: str | None = None
+    tts_language: str | None = None
+    tts_piper_cuda: bool = False
+    # Extra voices: (name, model path) pairs, each loaded once like the default voice.
+    extra_voices: tuple[tuple[str, str], ...] = ()
+    # Partial transcripts while the user speaks, every this many ms of speech (0: none).
+    partial_every_ms: int = 1000
+    # Start STT, LM and TTS after this much silence, before the silence window closes (0: never).
+    speculate_after_ms: int = 160
     # OpenAI voice name -> configured voice name; "default" is the configured voice.
     voices: tuple[str, ...] = ("alloy", "ash", "ballad", "cedar", "coral", "echo", "marin", "sage", "shimmer", "verse")
     torch_threads: int = 0
+
+    @property
+    def all_voices(self) -> tuple[str, ...]:
+        return self.voices + tuple(name for name, _ in self.extra_voices if name not in self.voices)
 
 
 @dataclass(frozen=True)

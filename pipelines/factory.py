@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 
 from pipelines.config import PoolConfig
 from pipelines.ids import new_id
 from pipelines.loopback import loopback_engines
-from pipelines.messages import AddItem, HistoryItem, Outbound, ResponseFinished, ResponseRequest, TranscriptCompleted
+from pipelines import audio
+from pipelines.messages import (
+    AddItem,
+    AudioIn,
+    AudioOut,
+    HistoryItem,
+    Outbound,
+    PipelineError,
+    ResponseFinished,
+    ResponseRequest,
+    TranscriptCompleted,
+)
 from pipelines.pool import PipelinePool
 from pipelines.stages.base import SessionContext, Stage
 from pipelines.stages.lm import LmStage
@@ -39,7 +51,7 @@ def stage_factory(config: PoolConfig, progress: Callable[[str], None] | None = N
     if config.profile == "real":
         from pipelines.engines import load_engines
 
-        engines = load_engines(config.engines, progress)
+        engines = load_engines(config.engines, config.size, progress)
         return engines.build_stages
     raise ValueError(f"unknown pipeline profile {config.profile!r}")
 
@@ -54,40 +66,80 @@ def build_pool(config: PoolConfig, progress: Callable[[str], None] | None = None
 
 
 def synthetic_turn(unit: PipelineUnit, timeout: float = 300.0) -> dict[str, float]:
-    """Runs one text turn through every stage of an idle unit and returns its timings.
+    """Runs one spoken turn through every stage of an idle unit and returns per-stage timings.
 
-    Used to warm a unit (first-call costs of every engine) before it takes a session.
+    The unit first answers a text question (LM and TTS); that spoken answer is then
+    fed back as the user's audio (VAD and STT) with server turn detection, so every
+    engine has run once before a client arrives.
     """
-    import threading
-
-    done = threading.Event()
-    result: dict[str, object] = {}
-
-    def sink(out: Outbound) -> None:
-        if isinstance(out, ResponseFinished):
-            result["finished"] = out
-            done.set()
-        elif isinstance(out, TranscriptCompleted):
-            result["stt_s"] = out.stt_s
-
+    timings: dict[str, float] = {}
     started = time.perf_counter()
-    generation = unit.begin(sink, new_id("warmup"))
+    collector = _Collector()
+    generation = unit.begin(collector.add, new_id("warmup"))
     try:
+        voice = next(iter(unit_voices(unit)), "alloy")
         unit.submit(AddItem(generation=generation, item=HistoryItem(new_id("item"), "user", "Hello, who are you?")))
         unit.submit(ResponseRequest(generation=generation, response_id=new_id("resp"), instructions="Answer in one short sentence.",
-                                    output_modalities=("audio",), max_output_tokens=16, voice=next(iter(unit_voices(unit)), "alloy"),
-                                    output_format="audio/pcm", temperature=0.0))
-        if not done.wait(timeout):
-            raise TimeoutError(f"unit {unit.index}: warm-up turn did not finish in {timeout:.0f}s")
+                                    output_modalities=("audio",), max_output_tokens=24, voice=voice,
+                                    output_format=audio.PCM, temperature=0.0))
+        first = collector.wait_finished(timeout, unit.index)
+        timings.update(first.latencies)
+        spoken = b"".join(out.data for out in collector.outputs if isinstance(out, AudioOut))
+        collector.reset()
+        silence = bytes(audio.RATES[audio.PCM] * 2)  # one second of PCM16 silence
+        chunk = audio.RATES[audio.PCM] * 2 // 50  # 20 ms
+        stream = silence[: len(silence) // 2] + spoken + silence
+        for at in range(0, len(stream), chunk):
+            unit.submit(AudioIn(generation=generation, data=stream[at:at + chunk], audio_format=audio.PCM))
+        transcript = collector.wait_transcript(timeout, unit.index)
+        if transcript.stt_s is not None:
+            timings["stt_s"] = transcript.stt_s
+        second = collector.wait_finished(timeout, unit.index)
+        for key, value in second.latencies.items():
+            timings[f"spoken_turn_{key}"] = value
     finally:
         unit.end()
-    finished = result["finished"]
-    assert isinstance(finished, ResponseFinished)
-    if finished.status != "completed" and finished.status != "incomplete":
-        raise RuntimeError(f"unit {unit.index}: warm-up turn {finished.status}: {finished.reason}")
-    timings = dict(finished.latencies)
-    timings["turn_s"] = time.perf_counter() - started
+    timings["warmup_s"] = time.perf_counter() - started
     return timings
+
+
+class _Collector:
+    """Gathers a warm-up turn's output."""
+
+    def __init__(self) -> None:
+        self.outputs: list[Outbound] = []
+        self._changed = threading.Condition()
+
+    def add(self, out: Outbound) -> None:
+        with self._changed:
+            self.outputs.append(out)
+            self._changed.notify_all()
+
+    def reset(self) -> None:
+        with self._changed:
+            self.outputs.clear()
+
+    def _wait(self, kind: type, timeout: float, index: int) -> Outbound:
+        with self._changed:
+            found = self._changed.wait_for(lambda: any(isinstance(o, (kind, PipelineError)) for o in self.outputs), timeout)
+            if not found:
+                raise TimeoutError(f"unit {index}: warm-up got no {kind.__name__} within {timeout:.0f}s")
+            out = next(o for o in self.outputs if isinstance(o, (kind, PipelineError)))
+        if isinstance(out, PipelineError):
+            raise RuntimeError(f"unit {index}: warm-up failed: {out.message}")
+        return out
+
+    def wait_finished(self, timeout: float, index: int) -> ResponseFinished:
+        out = self._wait(ResponseFinished, timeout, index)
+        assert isinstance(out, ResponseFinished)
+        if out.status not in ("completed", "incomplete"):
+            raise RuntimeError(f"unit {index}: warm-up response {out.status}: {out.reason}")
+        return out
+
+    def wait_transcript(self, timeout: float, index: int) -> TranscriptCompleted:
+        out = self._wait(TranscriptCompleted, timeout, index)
+        assert isinstance(out, TranscriptCompleted)
+        return out
 
 
 def unit_voices(unit: PipelineUnit) -> list[str]:

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Message:
     generation: int
+    # The speculative turn this belongs to ("" when it is not speculative): output of a
+    # speculative turn is held until the turn is confirmed, and dropped if it is abandoned.
+    turn: str = field(default="", kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -259,6 +262,16 @@ class ResponseFinished(Outbound):
     output_tokens: int = 0
     reason: str | None = None
     latencies: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TurnConfirmed(Outbound):
+    """The silence window closed: the speculative turn's held output may go out."""
+
+
+@dataclass(frozen=True)
+class TurnAbandoned(Outbound):
+    """The user spoke again: the speculative turn's output is dropped and its work cancelled."""
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,7 @@ class _Wiring:
                 self.unit.emit(
                     PipelineError(
                         generation=msg.generation,
+                        turn=msg.turn,
                         code="stage_error",
                         message=f"{stage.name} failed: {type(exc).__name__}: {exc}",
                         stage=stage.name,
@@ -195,13 +196,14 @@ class PipelineUnit:
     def emit(self, out: Outbound) -> None:
         """Called by stage threads. Output of an older generation never reaches a sink."""
         with self._sink_lock:
-            sink = self._sink if self.context.is_current(out.generation) else None
-        if sink is None:
-            return
-        try:
-            sink(out)
-        except Exception:
-            logger.exception("unit %s: session sink failed", self.index)
+            if self._sink is None or not self.context.is_current(out.generation):
+                return
+            # Inside the lock: held output of a confirmed turn keeps its place in the stream.
+            for ready in self.context.admit(out):
+                try:
+                    self._sink(ready)
+                except Exception:
+                    logger.exception("unit %s: session sink failed", self.index)
 
     def end(self) -> bool:
         """Ends the session: drain, pass a session-end marker through every stage, wait for all.

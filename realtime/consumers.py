@@ -15,7 +15,7 @@ from django.utils import timezone
 from pipelines import audio, messages as m
 from pipelines.ids import new_id
 from pipelines.pool import Lease, PipelinePool
-from realtime import records, runtime
+from realtime import cluster, records, runtime
 from realtime.conversation import Conversation, Port
 from realtime.events import EventError, error_event, parse, server_event, to_beta
 from realtime.models import EndReason
@@ -27,6 +27,8 @@ SESSION_LIMIT_REASON = "All session slots are in use"
 CLOSE_POLICY = 1008
 CLOSE_TRY_AGAIN = 1013
 CLOSE_INTERNAL = 1011
+ADMIN_ENDED_REASON = "Session ended by an administrator"
+GROUP_TIMEOUT_S = 2.0
 
 
 class RealtimeConsumer(AsyncWebsocketConsumer):
@@ -56,6 +58,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     session: SessionConfig | None = None
     _send_task: asyncio.Task[None] | None = None
     _released = False
+    _group: str | None = None
 
     async def connect(self) -> None:
         self.session_id = new_id("sess")
@@ -85,6 +88,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.pool, self.lease = pool, lease
         try:
             self._start_session(lease)
+            await self._join_group()
             await self._send_event(server_event("session.created", session=self._session_obj()))
         except Exception:
             logger.exception("session %s failed to start", self.session_id)
@@ -93,10 +97,11 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
 
     def _start_session(self, lease: Lease) -> None:
         model = parse_qs(self.scope.get("query_string", b"").decode()).get("model", [settings.S2S_DEFAULT_MODEL])[0]
-        self.session = SessionConfig(self.session_id, model, settings.S2S_POOL.engines.voices)
+        self.session = SessionConfig(self.session_id, model, settings.S2S_POOL.engines.all_voices)
         port = Port(lease.generation, lease.unit.submit, lease.unit.cancel)
         self.conversation = Conversation(self.session, port, settings.S2S_MAX_EVENT_BYTES)
         lease.unit.context.settings = self.session.settings()
+        self.recorder = records.SessionRecorder(self.session_id)
         self._send_task = asyncio.create_task(self._send_loop(), name=f"send-{self.session_id}")
         records.session_started(self.session_id, node=settings.S2S_NODE_NAME, unit_index=lease.unit.index,
                                 model=model, started_at=self.started, **self._client())
@@ -113,6 +118,39 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         if self.close_code is None:
             self.close_code = code
         await self._release(self.end_reason)
+        await self._leave_group()
+
+    # --- the session's channel-layer group (admin actions from any process) ---
+
+    async def _join_group(self) -> None:
+        """Joins the group an admin's "end session" is sent to; without a channel layer the session still runs."""
+        group = cluster.session_group(self.session_id)
+        try:
+            await asyncio.wait_for(self.channel_layer.group_add(group, self.channel_name), GROUP_TIMEOUT_S)
+            self._group = group
+        except Exception:
+            logger.exception("session %s: could not join its channel-layer group; admin actions cannot reach it",
+                             self.session_id)
+
+    async def _leave_group(self) -> None:
+        if self._group is None:
+            return
+        group, self._group = self._group, None
+        try:
+            await asyncio.wait_for(self.channel_layer.group_discard(group, self.channel_name), GROUP_TIMEOUT_S)
+        except Exception:
+            logger.exception("session %s: could not leave its channel-layer group", self.session_id)
+
+    async def session_end(self, message: dict[str, Any]) -> None:
+        """``session.end`` from the admin: tell the client, free the unit, close with 1008."""
+        if self._released or self.lease is None:
+            return
+        logger.info("session %s: ended by an administrator", self.session_id)
+        self.end_reason, self.close_code = EndReason.ADMIN_ENDED, CLOSE_POLICY
+        await self._send_event(error_event("session_ended_by_admin", "An administrator ended this session.",
+                                           error_type="server_error"))
+        await self._release(EndReason.ADMIN_ENDED)
+        await self.close(code=CLOSE_POLICY, reason=ADMIN_ENDED_REASON)
 
     async def _release(self, reason: str) -> None:
         """Gives the unit back exactly once, whatever ended the session."""
@@ -142,6 +180,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             event_id = event.get("event_id")
             for reply in self._dispatch(event):
                 await self._send_event(reply)
+            self.recorder.client_event(event, self.conversation)
         except EventError as exc:
             self.conversation.errors += 1
             await self._send_event(error_event(exc.code, exc.message, exc.param, event_id, exc.error_type))
@@ -193,6 +232,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             except Exception:
                 logger.exception("session %s: could not translate %s", self.session_id, type(out).__name__)
                 continue
+            self.recorder.output(out, self.conversation)
             for event in events:
                 await self._send_event(event)
 
@@ -217,5 +257,6 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
 
     def _client(self) -> dict[str, str]:
         client = self.scope.get("client") or ("", 0)
-        return {"client_addr": str(client[0] or ""), "user_agent": self._header("user-agent")[:500]}
+        return {"client_addr": str(client[0] or ""), "user_agent": self._header("user-agent")[:500],
+                "principal": records.principal_of(self.scope)}
 

@@ -76,3 +76,17 @@ def envpath(name: str) -> str | None:
     if not os.path.exists(raw):
         raise ImproperlyConfigured(f"{name}={raw!r}: no such file or directory")
     return raw
+
+
+def envpairs(name: str) -> tuple[tuple[str, str], ...]:
+    """``name=value,name=value`` pairs, e.g. voice names and their model paths."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ()
+    pairs = []
+    for part in raw.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ImproperlyConfigured(f"{name}: {part!r} is not of the form name=value")
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)

@@ -11,9 +11,10 @@ import socket
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from pipelines.config import EngineConfig, PoolConfig
-from s2s_project.env import envbool, envchoice, envfloat, envint, envlist, envstr
+from s2s_project.env import envbool, envchoice, envfloat, envint, envlist, envpairs, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -92,6 +93,11 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# --- browser client static files (issue 5) ---
+# WhiteNoise serves the client's few plain ES modules straight from the finders, so the
+# server needs no collectstatic step; a collected STATIC_ROOT is served as well when present.
+WHITENOISE_USE_FINDERS = True
+# --- end browser client static files ---
 
 LOGGING = {
     "version": 1,
@@ -99,6 +105,8 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envchoice("S2S_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()},
+    # faster-whisper logs every transcription at INFO: too chatty for partial transcripts.
+    "loggers": {"faster_whisper": {"level": "WARNING"}},
 }
 
 # --- the speech-to-speech server -------------------------------------------
@@ -124,6 +132,12 @@ S2S_POOL = PoolConfig(
         tts_model=envstr("S2S_TTS_MODEL", "") or None,
         tts_config=envstr("S2S_TTS_CONFIG", "") or None,
         tts_model_name=envstr("S2S_TTS_MODEL_NAME", "") or None,
+        tts_speaker=envstr("S2S_TTS_SPEAKER", "") or None,
+        tts_language=envstr("S2S_TTS_LANGUAGE", "") or None,
+        tts_piper_cuda=envbool("S2S_TTS_PIPER_CUDA", False),
+        extra_voices=envpairs("S2S_TTS_VOICES"),
+        partial_every_ms=envint("S2S_PARTIAL_TRANSCRIPT_MS", 1000, minimum=0),
+        speculate_after_ms=envint("S2S_SPECULATE_AFTER_MS", 160, minimum=0),
         torch_threads=envint("S2S_TORCH_THREADS", 0, minimum=0),
     ),
 )
@@ -141,3 +155,36 @@ CELERY_BEAT_SCHEDULE = {
 }
 # Without a broker no beat runs: each server process runs the schedule above itself, on its heartbeat thread.
 S2S_EMBEDDED_BEAT = envbool("S2S_EMBEDDED_BEAT", CELERY_TASK_ALWAYS_EAGER)
+
+# --- authentication, limits, shutdown, production hardening (issue 6) -------
+
+# Sessions and client secrets need an API key (``manage.py create_api_key NAME``).
+# Off only for a trusted local setup: ``make run`` turns it off when it binds to loopback.
+S2S_AUTH_REQUIRED = envbool("S2S_AUTH_REQUIRED", True)
+S2S_CLIENT_SECRET_TTL_S = envint("S2S_CLIENT_SECRET_TTL_S", 600, minimum=10, maximum=7200)
+S2S_AUTH_CACHE_S = envfloat("S2S_AUTH_CACHE_S", 60.0, minimum=0.0)
+S2S_MAX_SESSION_SECONDS = envint("S2S_MAX_SESSION_SECONDS", 3600, minimum=1)
+S2S_IDLE_TIMEOUT_S = envint("S2S_IDLE_TIMEOUT_S", 600, minimum=0)  # 0: no idle limit
+S2S_MAX_EVENTS_PER_SECOND = envint("S2S_MAX_EVENTS_PER_SECOND", 200, minimum=1)
+S2S_EVENTS_BURST = envint("S2S_EVENTS_BURST", 2 * S2S_MAX_EVENTS_PER_SECOND, minimum=1)
+S2S_MAX_INPUT_BUFFER_SECONDS = envint("S2S_MAX_INPUT_BUFFER_SECONDS", 900, minimum=1)
+S2S_MAX_SEND_BUFFER_BYTES = envint("S2S_MAX_SEND_BUFFER_BYTES", 16 * 1024 * 1024, minimum=64 * 1024)
+S2S_SHUTDOWN_GRACE_S = envfloat("S2S_SHUTDOWN_GRACE_S", 30.0, minimum=0.0)
+
+# Production mode: HTTPS-only cookies, HSTS, redirect to HTTPS (``check --deploy`` passes).
+# Off by default so that the local run command keeps working over plain http.
+S2S_PRODUCTION = envbool("S2S_PRODUCTION", False)
+if S2S_PRODUCTION:
+    if DEBUG:
+        raise ImproperlyConfigured("S2S_PRODUCTION=1 needs DJANGO_DEBUG=0")
+    if SECRET_KEY.startswith("insecure-") or len(SECRET_KEY) < 50:
+        raise ImproperlyConfigured("S2S_PRODUCTION=1 needs DJANGO_SECRET_KEY: 50 or more random characters")
+    SECURE_SSL_REDIRECT = envbool("S2S_SSL_REDIRECT", True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]  # probes of a load balancer speak plain http
+    SECURE_HSTS_SECONDS = envint("S2S_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("S2S_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = envbool("S2S_HSTS_PRELOAD", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    if envbool("S2S_BEHIND_TLS_PROXY", False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

@@ -66,16 +66,24 @@ class LmStage(Stage):
         self.model = model
         self.max_new_tokens = max_new_tokens
         self.history: dict[str, HistoryItem] = {}
+        # speculative turn -> the item ids it added, taken back if the turn is abandoned
+        self._speculative: dict[str, list[str]] = {}
 
     def on_session_end(self) -> None:
         self.history = {}
+        self._speculative = {}
 
     def process(self, msg: Downstream) -> Iterator[Message]:
+        self._settle_speculation()
         if isinstance(msg, UserTurn):
             if msg.text:
+                self.history.pop(msg.item_id, None)  # a later round of the same turn replaces it
                 self.history[msg.item_id] = HistoryItem(msg.item_id, "user", msg.text)
+                if msg.turn:
+                    self._speculative[msg.turn] = [msg.item_id]
             if msg.create_response or msg.response is not None:
-                yield from self._respond(msg.response or request_from_settings(self.context, msg.generation))
+                req = msg.response or request_from_settings(self.context, msg.generation)
+                yield from self._respond(req, msg.turn)
         elif isinstance(msg, ResponseRequest):
             yield from self._respond(msg)
         elif isinstance(msg, AddItem):
@@ -88,6 +96,15 @@ class LmStage(Stage):
                 self.history[msg.item_id] = HistoryItem(item.item_id, item.role, msg.text)
         else:
             yield msg
+
+    def _settle_speculation(self) -> None:
+        """Forgets confirmed speculative turns and takes back the items of abandoned ones."""
+        for turn in list(self._speculative):
+            if self.context.turn_abandoned(turn):
+                for item_id in self._speculative.pop(turn):
+                    self.history.pop(item_id, None)
+            elif self.context.turn_confirmed(turn):
+                del self._speculative[turn]
 
     def _add(self, msg: AddItem) -> None:
         if msg.previous_item_id is None or msg.previous_item_id not in self.history:
@@ -113,14 +130,14 @@ class LmStage(Stage):
             return self.max_new_tokens
         return max(1, min(req.max_output_tokens, self.max_new_tokens))
 
-    def _respond(self, req: ResponseRequest) -> Iterator[Message]:
+    def _respond(self, req: ResponseRequest, turn: str = "") -> Iterator[Message]:
         gen = req.generation
         item_id = req.item_id or new_id("item")
         yield ResponseStarted(generation=gen, response_id=req.response_id, item_id=item_id,
                               output_modalities=req.output_modalities, output_format=req.output_format,
-                              voice=req.voice, out_of_band=req.out_of_band)
+                              voice=req.voice, out_of_band=req.out_of_band, turn=turn)
         speak = "audio" in req.output_modalities
-        cancel = CancelFlag(self.context, req.response_id, gen)
+        cancel = CancelFlag(self.context, req.response_id, gen, turn)
         started = time.perf_counter()
         first_token_s: float | None = None
         text_parts: list[str] = []
@@ -136,25 +153,27 @@ class LmStage(Stage):
                 if speak:
                     for sentence in splitter.feed(piece):
                         yield TextForSpeech(generation=gen, response_id=req.response_id, text=sentence,
-                                            voice=req.voice, output_format=req.output_format)
+                                            voice=req.voice, output_format=req.output_format, turn=turn)
                 else:
-                    yield TextDelta(generation=gen, response_id=req.response_id, delta=piece)
+                    yield TextDelta(generation=gen, response_id=req.response_id, delta=piece, turn=turn)
             if cancel.is_set():
                 status, reason = "cancelled", "turn_detected"
             elif speak and (rest := splitter.flush()):
                 yield TextForSpeech(generation=gen, response_id=req.response_id, text=rest,
-                                    voice=req.voice, output_format=req.output_format)
+                                    voice=req.voice, output_format=req.output_format, turn=turn)
             if status == "completed" and stream.output_tokens >= self._max_tokens(req):
                 status, reason = "incomplete", "max_output_tokens"
         except Exception as exc:
             logger.exception("generation failed")
             status, reason = "failed", f"{type(exc).__name__}: {exc}"
         text = "".join(text_parts).strip()
-        if text and not req.out_of_band:
+        if text and not req.out_of_band and not (turn and self.context.turn_abandoned(turn)):
             self.history[item_id] = HistoryItem(item_id, "assistant", text)
+            if turn in self._speculative:
+                self._speculative[turn].append(item_id)
         yield ResponseEnd(generation=gen, response_id=req.response_id, status=status, reason=reason,
                           input_tokens=getattr(stream, "input_tokens", 0), output_tokens=getattr(stream, "output_tokens", 0),
-                          lm_first_token_s=first_token_s)
+                          lm_first_token_s=first_token_s, turn=turn)
 
     @staticmethod
     def _pieces(stream: Iterable[str], cancel: CancelFlag) -> Iterator[str]:

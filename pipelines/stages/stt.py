@@ -64,25 +64,27 @@ class SttStage(Stage):
             yield TranscriptDelta(generation=msg.generation, item_id=msg.item_id, delta=delta)
 
     def _final(self, msg: Utterance) -> Iterator[Message]:
+        """A finished turn, or a speculative one (``msg.turn``) whose output is held until confirmed."""
         started = time.perf_counter()
         try:
             text = self._transcribe(msg.samples)
         except Exception as exc:
             logger.exception("transcription failed")
-            yield TranscriptFailed(generation=msg.generation, item_id=msg.item_id, message=f"{type(exc).__name__}: {exc}")
+            yield TranscriptFailed(generation=msg.generation, item_id=msg.item_id,
+                                   message=f"{type(exc).__name__}: {exc}", turn=msg.turn)
             return
         elapsed = time.perf_counter() - started
-        if msg.item_id == self._partial_item:
-            if text.startswith(self._partial_text) and len(text) > len(self._partial_text):
-                yield TranscriptDelta(generation=msg.generation, item_id=msg.item_id, delta=text[len(self._partial_text):])
+        said = self._partial_text if msg.item_id == self._partial_item else ""
+        if text.startswith(said) and len(text) > len(said):
+            yield TranscriptDelta(generation=msg.generation, item_id=msg.item_id, delta=text[len(said):], turn=msg.turn)
+        if not msg.turn:  # a speculative turn may yet be abandoned: partials go on from here
             self._partial_item, self._partial_text = "", ""
-        elif text:
-            yield TranscriptDelta(generation=msg.generation, item_id=msg.item_id, delta=text)
-        yield TranscriptCompleted(generation=msg.generation, item_id=msg.item_id, transcript=text, stt_s=elapsed)
+        yield TranscriptCompleted(generation=msg.generation, item_id=msg.item_id, transcript=text, stt_s=elapsed, turn=msg.turn)
         yield UserTurn(
             generation=msg.generation,
             item_id=msg.item_id,
             text=text,
             create_response=msg.create_response and bool(text),
             response=msg.response,
+            turn=msg.turn,
         )

@@ -50,7 +50,7 @@ class TtsStage(Stage):
             yield msg
 
     def _speak(self, msg: TextForSpeech) -> Iterator[Message]:
-        cancel = CancelFlag(self.context, msg.response_id, msg.generation)
+        cancel = CancelFlag(self.context, msg.response_id, msg.generation, msg.turn)
         if cancel.is_set() or msg.response_id in self._failed:
             return
         self._started.setdefault(msg.response_id, time.perf_counter())
@@ -75,7 +75,7 @@ class TtsStage(Stage):
                         self._first_audio[msg.response_id] = time.perf_counter()
                     yield AudioOut(generation=msg.generation, response_id=msg.response_id,
                                    data=audio.encode(samples[at:at + step], msg.output_format),
-                                   transcript=transcript_pending, first=first)
+                                   transcript=transcript_pending, first=first, turn=msg.turn)
                     transcript_pending = ""
         except Exception as exc:
             logger.exception("synthesis failed")
@@ -86,7 +86,7 @@ class TtsStage(Stage):
         failure = self._failed.pop(msg.response_id, None)
         if failure and status == "completed":
             status, reason = "failed", f"text to speech failed: {failure}"
-        if status == "completed" and self.context.is_cancelled(msg.response_id, msg.generation):
+        if status == "completed" and self.context.is_cancelled(msg.response_id, msg.generation, msg.turn):
             status, reason = "cancelled", "client_cancelled"
         latencies: dict[str, float] = {}
         if msg.lm_first_token_s is not None:
@@ -97,4 +97,4 @@ class TtsStage(Stage):
             latencies["tts_first_audio_s"] = first - started
         return ResponseFinished(generation=msg.generation, response_id=msg.response_id, status=status,
                                 input_tokens=msg.input_tokens, output_tokens=msg.output_tokens,
-                                reason=reason, latencies=latencies)
+                                reason=reason, latencies=latencies, turn=msg.turn)

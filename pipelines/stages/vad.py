@@ -23,6 +23,8 @@ from pipelines.messages import (
     PipelineError,
     SpeechStarted,
     SpeechStopped,
+    TurnAbandoned,
+    TurnConfirmed,
     Utterance,
 )
 from pipelines.stages.base import SessionContext, Stage
@@ -47,10 +49,12 @@ class VadStage(Stage):
 
     name = "vad"
 
-    def __init__(self, context: SessionContext, model: VadModel, partial_every_ms: int = 0) -> None:
+    def __init__(self, context: SessionContext, model: VadModel, partial_every_ms: int = 0,
+                 speculate_after_ms: int = 0) -> None:
         super().__init__(context)
         self.model = model
         self.partial_every_ms = partial_every_ms
+        self.speculate_after_ms = speculate_after_ms
         self._state: VadState | None = None
         self._reset_session()
 
@@ -68,6 +72,8 @@ class VadStage(Stage):
         self._silence_ms = 0
         self._item_id = ""
         self._since_partial_ms = 0
+        self._speculation = ""  # the turn sent ahead while the silence window is still open
+        self._rounds = 0
         if self._state is not None:
             self._state.reset()
 
@@ -87,6 +93,9 @@ class VadStage(Stage):
             self._buffer.clear()
             self._speaking = False
             self._silence_ms = 0
+            if self._speculation:
+                yield TurnAbandoned(generation=msg.generation, turn=self._speculation)
+                self._speculation = ""
             yield AudioCleared(generation=msg.generation)
         else:
             yield msg
@@ -131,10 +140,20 @@ class VadStage(Stage):
         self._since_partial_ms += FRAME_MS
         if prob >= max(0.0, detection.threshold - 0.15):
             self._silence_ms = 0
+            if self._speculation:  # the user goes on: drop the work started ahead
+                yield TurnAbandoned(generation=generation, turn=self._speculation)
+                self._speculation = ""
         else:
             self._silence_ms += FRAME_MS
         if self._silence_ms >= detection.silence_duration_ms:
             yield from self._end_turn(generation)
+        elif (self.speculate_after_ms and not self._speculation
+              and self.speculate_after_ms <= self._silence_ms < detection.silence_duration_ms):
+            # Start STT, LM and TTS now; their output is held until the window closes.
+            self._rounds += 1
+            self._speculation = f"{self._item_id}#{self._rounds}"
+            yield Utterance(generation=generation, item_id=self._item_id, samples=self._samples(),
+                            create_response=detection.create_response, turn=self._speculation)
         elif self.partial_every_ms and self._since_partial_ms >= self.partial_every_ms:
             self._since_partial_ms = 0
             yield PartialUtterance(generation=generation, item_id=self._item_id, samples=self._samples())
@@ -147,9 +166,13 @@ class VadStage(Stage):
         self._speaking = False
         self._speech_frames = 0
         self._buffer = []
+        speculation, self._speculation = self._speculation, ""
         yield SpeechStopped(generation=generation, item_id=item_id, audio_end_ms=end_ms)
         yield AudioCommitted(generation=generation, item_id=item_id, duration_ms=len(samples) // 4 * 1000 // audio.PIPELINE_RATE)
-        yield Utterance(generation=generation, item_id=item_id, samples=samples, create_response=detection.create_response)
+        if speculation:
+            yield TurnConfirmed(generation=generation, turn=speculation)
+        else:
+            yield Utterance(generation=generation, item_id=item_id, samples=samples, create_response=detection.create_response)
 
     def _commit(self, msg: CommitAudio) -> Iterator[Message]:
         samples = self._samples() + self._pending.tobytes()
@@ -165,6 +188,9 @@ class VadStage(Stage):
         self._pending = np.zeros(0, dtype=np.float32)
         self._speaking = False
         self._speech_frames = 0
+        if self._speculation:
+            yield TurnAbandoned(generation=msg.generation, turn=self._speculation)
+            self._speculation = ""
         yield AudioCommitted(generation=msg.generation, item_id=msg.item_id, duration_ms=duration)
         yield Utterance(generation=msg.generation, item_id=msg.item_id, samples=samples,
                         create_response=msg.create_response, response=msg.response)
