@@ -2,14 +2,38 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.urls import Resolver404, resolve
 
 from realtime import runtime
 
+REALTIME_PATH = "/v1/realtime"
+CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
+
 
 def index(request: HttpRequest) -> HttpResponse:
-    return render(request, "realtime/index.html")
+    """The browser client. No key is put in the page: it asks for a short-lived client secret.
+
+    The page skips that request (and connects without a secret) when authentication is off
+    or this server has no client-secrets endpoint; it also copes with a 404 from it.
+    """
+    secrets_url = CLIENT_SECRETS_PATH if settings.S2S_AUTH_REQUIRED and _routed(CLIENT_SECRETS_PATH) else ""
+    context = {
+        "realtime_path": REALTIME_PATH,
+        "client_secrets_url": secrets_url,
+        "voices": settings.S2S_POOL.engines.all_voices,
+    }
+    return render(request, "realtime/index.html", context)
+
+
+def _routed(path: str) -> bool:
+    try:
+        resolve(path)
+    except Resolver404:
+        return False
+    return True
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -29,3 +53,4 @@ def readyz(request: HttpRequest) -> JsonResponse:
         body["status"] = "warming" if not pool.warm else ("draining" if not pool.admitting else "full")
         return JsonResponse(body, status=503)
     return JsonResponse(body)
+
