@@ -275,6 +275,14 @@ class TurnAbandoned(Outbound):
 
 
 @dataclass(frozen=True)
+class UnitFailed(Outbound):
+    """A stage thread died: the session cannot go on, and the unit must be rebuilt."""
+
+    stage: str
+    message: str
+
+
+@dataclass(frozen=True)
 class PipelineError(Outbound):
     """A problem to report to the client as an ``error`` event."""
 

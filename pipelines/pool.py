@@ -91,7 +91,9 @@ class PipelinePool:
             if not self.admitting:
                 return None
             for unit in self.units:
-                if unit.state is UnitState.IDLE:
+                if unit.state is UnitState.IDLE and not unit.healthy():
+                    self._rebuild_later(unit)  # a stage thread died while the unit was idle
+                elif unit.state is UnitState.IDLE:
                     generation = unit.begin(sink, session_id)
                     return Lease(unit, generation, session_id, time.time())
             self.rejections += 1
@@ -120,6 +122,21 @@ class PipelinePool:
 
         threading.Thread(target=run, name=f"release-unit{lease.unit.index}", daemon=True).start()
         return future
+
+    def _rebuild_later(self, unit: PipelineUnit) -> None:
+        """Quarantines an unhealthy idle unit (under the lock) and rebuilds it on a thread of its own."""
+        unit.set_state(UnitState.QUARANTINED)
+
+        def run() -> None:
+            try:
+                unit.rebuild()
+            except Exception:
+                logger.exception("unit %s: rebuild failed; it stays quarantined", unit.index)
+                return
+            with self._lock:
+                unit.set_state(UnitState.IDLE)
+
+        threading.Thread(target=run, name=f"rebuild-unit{unit.index}", daemon=True).start()
 
     # --- what the admin and the probes see --------------------------------
 

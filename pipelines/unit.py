@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from pipelines.messages import Downstream, Outbound, PipelineError, SessionEnd, Shutdown
+from pipelines.messages import Downstream, Outbound, PipelineError, SessionEnd, Shutdown, UnitFailed
 from pipelines.stages.base import SessionContext, Stage
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,17 @@ class _Wiring:
             self.queues[index + 1].put(msg)
 
     def _run(self, index: int) -> None:
+        """The stage thread. Should it die all the same, the session is told and the unit is marked unhealthy."""
+        try:
+            self._serve(index)
+        except BaseException as exc:  # noqa: BLE001 (the thread ends here either way; say why)
+            name = self.stages[index].name
+            logger.critical("unit %s: the %s thread died: %s: %s", self.unit.index, name, type(exc).__name__, exc)
+            self.dead.append(name)
+            if not self.retired:
+                self.unit.stage_died(name, f"{name} thread died: {type(exc).__name__}: {exc}")
+
+    def _serve(self, index: int) -> None:
         stage = self.stages[index]
         context = self.unit.context
         try:
@@ -205,6 +216,10 @@ class PipelineUnit:
                 except Exception:
                     logger.exception("unit %s: session sink failed", self.index)
 
+    def stage_died(self, stage: str, message: str) -> None:
+        """Called on a dying stage thread: the current session (if any) must end; ``healthy()`` is now False."""
+        self.emit(UnitFailed(generation=self.context.generation, stage=stage, message=message))
+
     def end(self) -> bool:
         """Ends the session: drain, pass a session-end marker through every stage, wait for all.
 
@@ -223,7 +238,8 @@ class PipelineUnit:
             ack.clear()
         wiring.queues[0].put(SessionEnd(generation=ended))
         deadline = time.monotonic() + self._release_timeout_s
-        clean = all(ack.wait(max(0.0, deadline - time.monotonic())) for ack in wiring.acks)
+        # A dead stage thread never acknowledges: do not wait for it.
+        clean = wiring.alive() and all(ack.wait(max(0.0, deadline - time.monotonic())) for ack in wiring.acks)
         clean = clean and wiring.alive()
         if not clean:
             logger.error("unit %s did not drain within %.1fs: quarantined and rebuilt", self.index, self._release_timeout_s)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
+import weakref
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -15,7 +17,7 @@ from django.utils import timezone
 from pipelines import audio, messages as m
 from pipelines.ids import new_id
 from pipelines.pool import Lease, PipelinePool
-from realtime import cluster, records, runtime
+from realtime import auth, cluster, limits, records, runtime
 from realtime.conversation import Conversation, Port
 from realtime.events import EventError, error_event, parse, server_event, to_beta
 from realtime.models import EndReason
@@ -28,6 +30,12 @@ CLOSE_POLICY = 1008
 CLOSE_TRY_AGAIN = 1013
 CLOSE_INTERNAL = 1011
 ADMIN_ENDED_REASON = "Session ended by an administrator"
+CLOSE_GOING_AWAY = 1001
+SHUTDOWN_REASON = "The server is shutting down"
+SEND_BUFFER_FULL_REASON = "Send buffer full: the client reads too slowly"
+
+# Consumers holding a unit, for the graceful shutdown (``close_all``).
+LIVE: weakref.WeakSet[RealtimeConsumer] = weakref.WeakSet()
 GROUP_TIMEOUT_S = 2.0
 
 
@@ -59,6 +67,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     _send_task: asyncio.Task[None] | None = None
     _released = False
     _group: str | None = None
+    principal: auth.Principal | None = None
+    _limit_task: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         self.session_id = new_id("sess")
@@ -67,7 +77,16 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.close_code: int | None = None
         self.started = timezone.now()
         offered = self.scope.get("subprotocols") or []
+        # Only "realtime" is ever echoed: never the "openai-insecure-api-key.KEY" subprotocol.
         await self.accept(subprotocol="realtime" if "realtime" in offered else None)
+        try:  # before any claim: a connection without valid credentials never holds a unit
+            self.principal = await auth.authenticate(self.scope, self.session_id)
+        except auth.AuthError as exc:
+            logger.info("session %s refused: %s", self.session_id, exc.code)
+            await self._refuse(exc.code, exc.message, exc.close_code, exc.reason, exc.error_type)
+            return
+        if self.principal.name:
+            self.scope["s2s_principal"] = f"{self.principal.kind}:{self.principal.name}"
 
         pool = runtime.get_pool()
         if pool is None or not pool.warm:
@@ -86,6 +105,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await self._refuse("session_limit_reached", SESSION_LIMIT_REASON, CLOSE_POLICY, SESSION_LIMIT_REASON)
             return
         self.pool, self.lease = pool, lease
+        LIVE.add(self)
         try:
             self._start_session(lease)
             await self._join_group()
@@ -100,18 +120,31 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.session = SessionConfig(self.session_id, model, settings.S2S_POOL.engines.all_voices)
         port = Port(lease.generation, lease.unit.submit, lease.unit.cancel)
         self.conversation = Conversation(self.session, port, settings.S2S_MAX_EVENT_BYTES)
+        if self.principal is not None and self.principal.session_config:
+            try:  # the settings the client secret was minted with (validated then)
+                self.session.update(self.principal.session_config, beta=False)
+            except EventError:
+                logger.exception("session %s: the client secret's session settings no longer apply", self.session_id)
         lease.unit.context.settings = self.session.settings()
+        self.limits = limits.Limits.from_settings()
+        self.bucket = limits.TokenBucket(self.limits.events_per_second, self.limits.burst)
+        self.input_buffer = limits.InputBuffer(self.limits.max_input_buffer_ms)
+        self._active_at = self._rate_reported_at = time.monotonic()
+        self._limit_task = asyncio.create_task(self._watch_limits(), name=f"limits-{self.session_id}")
         self.recorder = records.SessionRecorder(self.session_id)
         self._send_task = asyncio.create_task(self._send_loop(), name=f"send-{self.session_id}")
         records.session_started(self.session_id, node=settings.S2S_NODE_NAME, unit_index=lease.unit.index,
                                 model=model, started_at=self.started, **self._client())
 
-    async def _refuse(self, code: str, message: str, close_code: int, reason: str) -> None:
+    async def _refuse(self, code: str, message: str, close_code: int, reason: str,
+                      error_type: str = "invalid_request_error") -> None:
+        if self.principal is not None:
+            auth.give_back_secret(self.principal)  # its session never started
         self.end_reason = EndReason.REJECTED
         records.session_started(self.session_id, node=settings.S2S_NODE_NAME, model="", started_at=self.started,
                                 ended_at=timezone.now(), end_reason=EndReason.REJECTED, close_code=close_code,
                                 **self._client())
-        await self._send_event(error_event(code, message))
+        await self._send_event(error_event(code, message, error_type=error_type))
         await self.close(code=close_code, reason=reason)
 
     async def disconnect(self, code: int) -> None:
@@ -157,8 +190,10 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         if self._released or self.lease is None or self.pool is None:
             return
         self._released = True
-        if self._send_task is not None:
-            self._send_task.cancel()
+        LIVE.discard(self)
+        for task in (self._send_task, self._limit_task):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
         lease, conversation = self.lease, self.conversation
         try:
             await asyncio.wrap_future(self.pool.release(lease))
@@ -174,16 +209,98 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.conversation is None or self._released:
             return
+        self._active_at = time.monotonic()
+        if not self.bucket.take():
+            await self._rate_limited()
+            return
         event_id = None
         try:
+            limits.check_frame(len(text_data) if text_data is not None else len(bytes_data or b""), self.limits)
             event = parse(text_data)
             event_id = event.get("event_id")
+            audio_ms = self._check_input_buffer(event)
             for reply in self._dispatch(event):
                 await self._send_event(reply)
             self.recorder.client_event(event, self.conversation)
+            if audio_ms:
+                self.input_buffer.add(audio_ms, self._server_vad())
         except EventError as exc:
             self.conversation.errors += 1
             await self._send_event(error_event(exc.code, exc.message, exc.param, event_id, exc.error_type))
+
+    # --- limits -------------------------------------------------------------------
+
+    async def _rate_limited(self) -> None:
+        """Drops the event; reports at most once a second, so a flood cannot make the server flood back."""
+        assert self.conversation is not None
+        self.conversation.errors += 1
+        now = time.monotonic()
+        if self.bucket.dropped == 1 or now - self._rate_reported_at >= 1.0:
+            self._rate_reported_at = now
+            exc = limits.rate_limited(self.bucket)
+            await self._send_event(error_event(exc.code, exc.message, exc.param, None, exc.error_type))
+
+    def _server_vad(self) -> bool:
+        return self.session is not None and self.session.turn_detection is not None
+
+    def _check_input_buffer(self, event: dict[str, Any]) -> int:
+        """The ms an append adds to the input buffer; raises ``input_audio_buffer_full`` past the limit."""
+        if event["type"] != "input_audio_buffer.append" or not isinstance(event.get("audio"), str):
+            return 0
+        assert self.session is not None
+        ms = audio.duration_ms(len(event["audio"]) * 3 // 4, self.session.input_format)
+        self.input_buffer.check(ms, self._server_vad())
+        return ms
+
+    def _track_input_buffer(self, out: m.Outbound) -> None:
+        if isinstance(out, m.SpeechStarted):
+            self.input_buffer.speech_started()
+        elif isinstance(out, (m.AudioCommitted, m.AudioCleared)):
+            self.input_buffer.emptied()
+
+    async def _watch_limits(self) -> None:
+        """Sleeps until the session's length or idle limit is due; ends the session when one is reached."""
+        started = time.monotonic()
+        while True:
+            now = time.monotonic()
+            ends_at = started + self.limits.max_session_s
+            if now >= ends_at:
+                await self._end_by_limit(limits.expired(self.limits))
+                return
+            if self.limits.idle_timeout_s:
+                idle_at = self._active_at + self.limits.idle_timeout_s
+                if now >= idle_at:
+                    await self._end_by_limit(limits.idle(self.limits))
+                    return
+                ends_at = min(ends_at, idle_at)
+            await asyncio.sleep(ends_at - now)
+
+    async def _end_by_limit(self, exc: EventError) -> None:
+        logger.info("session %s: %s", self.session_id, exc.code)
+        self.end_reason, self.close_code = EndReason.SERVER_CLOSED, CLOSE_POLICY
+        await self._send_event(error_event(exc.code, exc.message, exc.param, None, exc.error_type))
+        await self._release(EndReason.SERVER_CLOSED)
+        await self.close(code=CLOSE_POLICY, reason=exc.code)
+
+    async def going_away(self) -> None:
+        """The server is shutting down and the grace period is over: free the unit, close with 1001."""
+        if self._released or self.lease is None:
+            return
+        self.end_reason, self.close_code = EndReason.SERVER_CLOSED, CLOSE_GOING_AWAY
+        await self._send_event(error_event("server_shutting_down", "The server is shutting down.", error_type="server_error"))
+        await self._release(EndReason.SERVER_CLOSED)
+        await self.close(code=CLOSE_GOING_AWAY, reason=SHUTDOWN_REASON)
+
+    async def _unit_failed(self, out: m.UnitFailed) -> None:
+        """A stage thread died: the session cannot go on. Close with 1011; the release rebuilds the unit."""
+        if self._released:
+            return
+        logger.error("session %s: unit failed (%s): closing with 1011", self.session_id, out.stage)
+        self.end_reason, self.close_code = EndReason.ERROR, CLOSE_INTERNAL
+        await self._send_event(error_event("server_error", f"The server's pipeline failed ({out.message}). "
+                                           "Reconnect to start a new session.", error_type="server_error"))
+        await self._release(EndReason.ERROR)
+        await self.close(code=CLOSE_INTERNAL, reason="Internal error: the pipeline failed")
 
     def _dispatch(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         kind = event["type"]
@@ -221,12 +338,17 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.end_reason = EndReason.SERVER_CLOSED
         self.close_code = CLOSE_POLICY
         await self._release(EndReason.SERVER_CLOSED)
-        await self.close(code=CLOSE_POLICY, reason="Send buffer full: the client reads too slowly")
+        await self.close(code=CLOSE_POLICY, reason=SEND_BUFFER_FULL_REASON)
 
     async def _send_loop(self) -> None:
         assert self.conversation is not None
         while True:
             out = await self._outbox.get()
+            self._active_at = time.monotonic()
+            if isinstance(out, m.UnitFailed):
+                self._failure_task = asyncio.ensure_future(self._unit_failed(out))
+                continue
+            self._track_input_buffer(out)
             try:
                 events = self.conversation.on_output(out)
             except Exception:
@@ -260,3 +382,10 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         return {"client_addr": str(client[0] or ""), "user_agent": self._header("user-agent")[:500],
                 "principal": records.principal_of(self.scope)}
 
+
+
+async def close_all() -> int:
+    """Closes every live session with 1001 (the end of a graceful shutdown); returns how many there were."""
+    consumers = list(LIVE)
+    await asyncio.gather(*(consumer.going_away() for consumer in consumers), return_exceptions=True)
+    return len(consumers)

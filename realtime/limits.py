@@ -85,14 +85,19 @@ class InputBuffer:
         self.held_ms = 0
         self.speaking = False
 
-    def append(self, ms: int, server_vad: bool) -> None:
-        """Counts a chunk, or raises ``input_audio_buffer_full`` (the chunk must then be dropped)."""
+    def check(self, ms: int, server_vad: bool) -> None:
+        """Raises ``input_audio_buffer_full`` when a chunk of ``ms`` would pass the limit (it must be dropped)."""
         if server_vad and not self.speaking:
             return
         if self.held_ms + ms > self.max_ms:
             raise EventError("input_audio_buffer_full",
                              f"The input audio buffer holds {self.held_ms} ms, the limit is {self.max_ms} ms: "
                              "the chunk was dropped. Commit or clear the buffer.", "audio")
+
+    def add(self, ms: int, server_vad: bool) -> None:
+        """Counts a chunk the pipeline accepted."""
+        if server_vad and not self.speaking:
+            return
         self.held_ms += ms
 
     def speech_started(self) -> None:

@@ -58,6 +58,15 @@ def postgres_url() -> str:
     return url
 
 
+@pytest.fixture(autouse=True)
+def _auth_off_in_process(settings) -> None:
+    """In-process tests connect without credentials, as a trusted local setup does (S2S_AUTH_REQUIRED=0).
+
+    The default stays on; tests of authentication (tests/security/) turn it back on themselves.
+    """
+    settings.S2S_AUTH_REQUIRED = False
+
+
 def make_loopback_pool(size: int = 2, release_timeout_s: float = 5.0) -> PipelinePool:
     pool = build_pool(PoolConfig(size=size, profile="loopback", release_timeout_s=release_timeout_s))
     pool.start(synthetic_turn)
