@@ -1,13 +1,163 @@
+"""The operators' view: the session audit (read-only), the live slot board of every node, and ending a live session."""
+
 from __future__ import annotations
 
-from django.contrib import admin
+import csv
+from typing import Any
 
-from realtime.models import RealtimeSession
+from django.conf import settings
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+
+from realtime import cluster
+from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, ResponseRecord
+
+CSV_FIELDS = ("id", "node", "unit_index", "principal", "client_addr", "user_agent", "model", "started_at", "ended_at",
+              "end_reason", "close_code", "turns", "errors", "audio_in_seconds", "audio_out_seconds")
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ConversationItemInline(ReadOnlyInline):
+    model = ConversationItem
+    verbose_name_plural = "Transcript"
+    fields = ("seq", "created_at", "role", "text", "audio_ms", "item_id")
+    readonly_fields = fields
+    ordering = ("seq",)
+
+
+class ResponseRecordInline(ReadOnlyInline):
+    model = ResponseRecord
+    verbose_name_plural = "Responses and latencies (seconds)"
+    fields = ("finished_at", "response_id", "status", "reason", "input_tokens", "output_tokens", "audio_ms",
+              "stt_s", "lm_first_token_s", "tts_first_audio_s", "voice_to_voice_s")
+    readonly_fields = fields
+    ordering = ("finished_at",)
 
 
 @admin.register(RealtimeSession)
 class RealtimeSessionAdmin(admin.ModelAdmin):
-    list_display = ("id", "started_at", "ended_at", "node", "unit_index", "end_reason", "close_code", "turns")
-    list_filter = ("end_reason", "node")
-    search_fields = ("id",)
+    """The audit: history is never edited here (retention deletes it); live sessions can be ended."""
+
+    list_display = ("id", "started_at", "duration", "node", "unit_index", "principal", "end_reason", "close_code",
+                    "turns", "errors", "audio_in_seconds", "audio_out_seconds", "voice_to_voice_p50")
+    list_filter = ("started_at", "end_reason", "node", "principal")
+    search_fields = ("id", "principal", "client_addr", "items__text")
+    date_hierarchy = "started_at"
     readonly_fields = [f.name for f in RealtimeSession._meta.fields]
+    inlines = [ConversationItemInline, ResponseRecordInline]
+    actions = ["export_csv", "end_live_sessions"]
+    list_per_page = 50
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_end_live_session_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("realtime.end_live_session")
+
+    @admin.display(description="duration")
+    def duration(self, obj: RealtimeSession) -> str:
+        return "" if obj.duration_s is None else f"{obj.duration_s:.1f}s"
+
+    @admin.display(description="voice-to-voice p50")
+    def voice_to_voice_p50(self, obj: RealtimeSession) -> str:
+        p50 = ((obj.summary or {}).get("latency_s", {}).get("voice_to_voice") or {}).get("p50")
+        return "" if p50 is None else f"{p50 * 1000:.0f} ms"
+
+    @admin.action(description="Export the selected sessions as CSV", permissions=["view"])
+    def export_csv(self, request: HttpRequest, queryset: QuerySet[RealtimeSession]) -> HttpResponse:
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="sessions.csv"'
+        out = csv.writer(response)
+        out.writerow([*CSV_FIELDS, "user_words", "assistant_words", "voice_to_voice_p50_s", "voice_to_voice_p90_s"])
+        for session in queryset.order_by("started_at"):
+            summary = session.summary or {}
+            v2v = summary.get("latency_s", {}).get("voice_to_voice") or {}
+            words = summary.get("words", {})
+            out.writerow([*(getattr(session, name) for name in CSV_FIELDS), words.get("user", ""),
+                          words.get("assistant", ""), v2v.get("p50", ""), v2v.get("p90", "")])
+        return response
+
+    @admin.action(description="End the selected live sessions", permissions=["end_live_session"])
+    def end_live_sessions(self, request: HttpRequest, queryset: QuerySet[RealtimeSession]) -> None:
+        live = list(queryset.filter(end_reason=EndReason.ACTIVE).values_list("id", flat=True))
+        for session_id in live:
+            cluster.end_session(session_id, reason=f"admin {request.user.get_username()}")
+        skipped = queryset.count() - len(live)
+        self.message_user(request, f"Asked {len(live)} live session(s) to end."
+                          + (f" {skipped} had already ended." if skipped else ""), messages.SUCCESS)
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    """The slot board: every node's units, refreshed by short polling of the published snapshots."""
+
+    list_display = ("name", "heartbeat_at", "gone", "free_units", "rejections")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [
+            path("board.json", wrap(self.board_json), name="realtime_node_board"),
+            path("end/<str:session_id>/", wrap(self.end_session_view), name="realtime_node_end_session"),
+            *super().get_urls(),
+        ]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            return super().changelist_view(request, extra_context)  # raises PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Slot board",
+            "opts": self.model._meta,
+            "nodes": cluster.board(),
+            "board_url": reverse("admin:realtime_node_board"),
+            "end_url": reverse("admin:realtime_node_end_session", args=["SESSION_ID"]),
+            "sessions_url": reverse("admin:realtime_realtimesession_changelist"),
+            "refresh_ms": int(settings.S2S_SLOT_BOARD_REFRESH_S * 1000),
+            "can_end": request.user.has_perm("realtime.end_live_session"),
+        }
+        return TemplateResponse(request, "admin/realtime/node/slot_board.html", context)
+
+    def board_json(self, request: HttpRequest) -> JsonResponse:
+        if not self.has_view_permission(request):
+            return JsonResponse({"error": "permission denied"}, status=403)
+        return JsonResponse({"nodes": cluster.board()})
+
+    def end_session_view(self, request: HttpRequest, session_id: str) -> JsonResponse:
+        """POST: ends a live session wherever it runs (the channel layer carries the message)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])  # type: ignore[return-value]
+        if not request.user.has_perm("realtime.end_live_session"):
+            return JsonResponse({"error": "permission denied"}, status=403)
+        if not RealtimeSession.objects.filter(id=session_id, end_reason=EndReason.ACTIVE).exists():
+            return JsonResponse({"error": f"no live session {session_id}"}, status=404)
+        cluster.end_session(session_id, reason=f"admin {request.user.get_username()}")
+        return JsonResponse({"status": "ending", "session_id": session_id})

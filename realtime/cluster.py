@@ -118,11 +118,6 @@ class Heartbeat:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        try:
-            close_old_connections()
-            publish(self.started_at, stopping=True)
-        except Exception:
-            logger.exception("node %s: could not publish its shutdown", settings.S2S_NODE_NAME)
 
     def _run(self) -> None:
         try:
@@ -144,6 +139,10 @@ class Heartbeat:
                 logger.exception("node %s: heartbeat failed", settings.S2S_NODE_NAME)
             self._wake.wait(self.interval_s)
             time.sleep(0.05)  # coalesce a burst of nudges into one write
+        try:  # on this thread: the ORM may not be called from an event loop (ASGI lifespan)
+            publish(self.started_at, stopping=True)
+        except Exception:
+            logger.exception("node %s: could not publish its shutdown", settings.S2S_NODE_NAME)
 
     def _run_due_tasks(self) -> None:
         """A minimal beat for single-process setups without a broker: runs each schedule entry when due."""

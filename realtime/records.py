@@ -151,6 +151,12 @@ class SessionRecorder:
         """Records an item the client added (``conversation.item.create``) once it is accepted."""
         if event.get("type") != "conversation.item.create":
             return
+        try:
+            self._client_item(event, conversation)
+        except Exception:
+            logger.exception("session %s: could not record a client item", self.session_id)
+
+    def _client_item(self, event: dict[str, Any], conversation: Conversation) -> None:
         item_id = (event.get("item") or {}).get("id")
         item = conversation.items.get(item_id) if item_id else next(reversed(conversation.items.values()), None)
         if item is None or item.get("type") != "message":
@@ -159,6 +165,13 @@ class SessionRecorder:
         self._item(item["id"], item.get("role", "user"), text, None)
 
     def output(self, msg: m.Outbound, conversation: Conversation) -> None:
+        """Never raises: a recording problem must not cost the client an event."""
+        try:
+            self._output(msg, conversation)
+        except Exception:
+            logger.exception("session %s: could not record %s", self.session_id, type(msg).__name__)
+
+    def _output(self, msg: m.Outbound, conversation: Conversation) -> None:
         if isinstance(msg, m.SpeechStopped):
             self._speech_end = time.monotonic()
         elif isinstance(msg, m.AudioCommitted):

@@ -9,6 +9,7 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from realtime import cluster
@@ -57,7 +58,8 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-@shared_task(name="realtime.tasks.summarize_session", autoretry_for=(Exception,), max_retries=3, retry_backoff=True)
+@shared_task(name="realtime.tasks.summarize_session", autoretry_for=(OperationalError, InterfaceError),
+             max_retries=5, retry_backoff=True)
 def summarize_session(session_id: str) -> dict[str, Any] | None:
     """After a session ends: computes its summary onto the record."""
     from realtime.models import RealtimeSession

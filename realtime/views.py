@@ -54,3 +54,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
         return JsonResponse(body, status=503)
     return JsonResponse(body)
 
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """This process's metrics in the Prometheus text format (scrape every node)."""
+    from realtime import metrics as exposition
+
+    body = exposition.render(runtime.get_pool(), settings.S2S_NODE_NAME)
+    return HttpResponse(body, content_type="text/plain; version=0.0.4; charset=utf-8")

@@ -15,7 +15,7 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from realtime import runtime  # noqa: E402
+from realtime import cluster, runtime  # noqa: E402
 from realtime.routing import websocket_urlpatterns  # noqa: E402
 
 
@@ -25,8 +25,10 @@ async def lifespan(scope, receive, send) -> None:
         if message["type"] == "lifespan.startup":
             if runtime.get_pool() is None:
                 runtime.start(background=True)
+                cluster.start_heartbeat()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            cluster.stop_heartbeat()
             runtime.stop()
             await send({"type": "lifespan.shutdown.complete"})
             return

@@ -15,7 +15,7 @@ from daphne.endpoints import build_endpoint_description_strings
 from daphne.server import Server
 from django.conf import settings
 
-from realtime import runtime
+from realtime import cluster, runtime
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
 
     install_close_code_protocol()
     runtime.start(background=True, warm=warm)
+    cluster.start_heartbeat()  # publishes this node's slots for the admin and pool_status
     max_bytes = settings.S2S_MAX_EVENT_BYTES * 4 // 3 + 64 * 1024  # base64 of the largest append, plus JSON
     server = Server(
         application=application,
@@ -57,4 +58,5 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
     try:
         server.run()
     finally:
+        cluster.stop_heartbeat()
         runtime.stop()

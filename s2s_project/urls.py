@@ -9,5 +9,6 @@ urlpatterns = [
     path("", views.index, name="index"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
+    path("metrics", views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
 ]

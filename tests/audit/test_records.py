@@ -1,0 +1,142 @@
+"""What the consumer records: sessions, transcripts, responses with latencies, rejections, admin ends.
+
+Runs on SQLite here and again on PostgreSQL (see test_admin.py's rerun).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+
+from realtime import cluster, records
+from realtime.models import ConversationItem, EndReason, RealtimeSession, ResponseRecord
+from s2s_project.asgi import application
+from tests.audit.clients import receive_until, text_turn, voice_turn
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def connect() -> tuple[WebsocketCommunicator, str]:
+    comm = WebsocketCommunicator(application, "/v1/realtime", subprotocols=["realtime"],
+                                 headers=[(b"user-agent", b"audit-test/1.0")])
+    connected, _ = await comm.connect()
+    assert connected
+    created = json.loads(await comm.receive_from(timeout=5))
+    assert created["type"] == "session.created"
+    return comm, created["session"]["id"]
+
+
+async def flushed() -> None:
+    assert await asyncio.to_thread(records.writer.flush, 15)
+
+
+async def test_it_records_the_transcript_and_the_latencies_of_each_response(loopback_pool):
+    comm, session_id = await connect()
+    await text_turn(comm, "hello there")
+    done, before = await voice_turn(comm)
+    assert done["response"]["status"] == "completed"
+    await comm.disconnect()
+    await flushed()
+
+    session = await RealtimeSession.objects.aget(id=session_id)
+    assert session.end_reason == EndReason.CLIENT_CLOSED and session.ended_at is not None
+    assert session.user_agent == "audit-test/1.0" and session.unit_index in (0, 1)
+    assert session.turns == 1 and session.audio_in_seconds == pytest.approx(1.5, abs=0.05)
+    assert session.audio_out_seconds > 0
+    items = [(i.role, i.text) async for i in ConversationItem.objects.filter(session=session).order_by("seq")]
+    assert items[:2] == [("user", "hello there"), ("assistant", "You said: hello there.")]
+    assert items[2][0] == "user" and items[2][1].startswith("audio of ")
+    assert items[3] == ("assistant", f"You said: {items[2][1]}.")
+    responses = [r async for r in ResponseRecord.objects.filter(session=session).order_by("finished_at")]
+    assert [r.status for r in responses] == ["completed", "completed"]
+    text_response, voice_response = responses
+    assert text_response.voice_to_voice_s is None and text_response.stt_s is None  # no speech in that turn
+    assert text_response.lm_first_token_s is not None and text_response.tts_first_audio_s is not None
+    assert text_response.output_tokens > 0 and text_response.audio_ms > 0
+    assert voice_response.stt_s is not None and 0 < voice_response.voice_to_voice_s < 5
+    # The post-session task ran (eagerly here) and put its summary on the record.
+    assert session.summarized_at is not None
+    words = {role: sum(len(text.split()) for r, text in items if r == role) for role in ("user", "assistant")}
+    assert session.summary["words"] == words
+    assert session.summary["latency_s"]["voice_to_voice"]["count"] == 1
+    assert session.summary["responses"] == {"completed": 2}
+
+
+async def test_a_slow_database_never_delays_an_audio_delta(loopback_pool):
+    comm, session_id = await connect()
+    gate = threading.Event()
+    records.writer.submit(lambda: gate.wait(20))  # the record writer is stuck behind a slow database
+    try:
+        started = time.monotonic()
+        await comm.send_json_to({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "while the database is slow"}]}})
+        await comm.send_json_to({"type": "response.create"})
+        await receive_until(comm, "response.output_audio.delta")
+        first_delta_s = time.monotonic() - started
+        await receive_until(comm, "response.done")
+        assert first_delta_s < 2.0
+        assert records.writer.backlog > 0  # the records wait; the audio did not
+        assert not await ConversationItem.objects.filter(session_id=session_id).aexists()
+    finally:
+        gate.set()
+    await comm.disconnect()
+    await flushed()
+    texts = [i.text async for i in ConversationItem.objects.filter(session_id=session_id).order_by("seq")]
+    assert texts == ["while the database is slow", "You said: while the database is slow."]
+
+
+async def test_a_connection_turned_away_is_recorded_as_rejected(loopback_pool):
+    held = [await connect() for _ in range(2)]
+    comm = WebsocketCommunicator(application, "/v1/realtime")
+    await comm.connect()
+    error = json.loads(await comm.receive_from(timeout=5))
+    assert error["error"]["code"] == "session_limit_reached"
+    closed = await comm.receive_output(timeout=5)
+    assert closed == {"type": "websocket.close", "code": 1008, "reason": "All session slots are in use"}
+    for other, _ in held:
+        await other.disconnect()
+    await flushed()
+    rejected = await RealtimeSession.objects.filter(end_reason=EndReason.REJECTED).alatest("started_at")
+    assert rejected.close_code == 1008 and rejected.unit_index is None and rejected.ended_at is not None
+
+
+async def test_an_admin_message_ends_the_session_frees_the_unit_and_is_recorded(loopback_pool):
+    comm, session_id = await connect()
+    await flushed()
+    assert loopback_pool.free_units() == 1
+    await get_channel_layer().group_send(cluster.session_group(session_id), {"type": cluster.END_SESSION})
+    error, _ = await receive_until(comm, "error", timeout=5)
+    assert error["error"]["code"] == "session_ended_by_admin"
+    closed = await comm.receive_output(timeout=5)
+    assert closed["type"] == "websocket.close" and closed["code"] == 1008
+    for _ in range(50):
+        if loopback_pool.free_units() == 2:
+            break
+        await asyncio.sleep(0.1)
+    assert loopback_pool.free_units() == 2
+    await comm.disconnect()
+    await flushed()
+    session = await RealtimeSession.objects.aget(id=session_id)
+    assert session.end_reason == EndReason.ADMIN_ENDED and session.close_code == 1008
+
+
+async def test_the_admin_action_ends_the_selected_live_session(loopback_pool, admin_user):
+    from django.test import Client
+
+    comm, session_id = await connect()
+    await flushed()
+    client = Client()
+    await sync_to_async(client.force_login)(admin_user)
+    response = await sync_to_async(client.post)("/admin/realtime/realtimesession/", {
+        "action": "end_live_sessions", "_selected_action": [session_id]})
+    assert response.status_code == 302
+    error, _ = await receive_until(comm, "error", timeout=5)
+    assert error["error"]["code"] == "session_ended_by_admin"
+    await comm.disconnect()
