@@ -161,3 +161,6 @@ class NodeAdmin(admin.ModelAdmin):
             return JsonResponse({"error": f"no live session {session_id}"}, status=404)
         cluster.end_session(session_id, reason=f"admin {request.user.get_username()}")
         return JsonResponse({"status": "ending", "session_id": session_id})
+
+
+from realtime import auth_admin  # noqa: E402,F401  (issue 6: API keys and client secrets)

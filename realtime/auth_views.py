@@ -1,0 +1,104 @@
+"""``POST /v1/realtime/client_secrets``: mints a short-lived ``ek_`` secret, in OpenAI's GA shape.
+
+Who may ask: a client with an API key (``Authorization: Bearer KEY``, a
+backend minting secrets for its browsers), a signed-in staff user of this
+server (the built-in browser page; CSRF-checked, as cookies are ambient), or
+anyone when ``S2S_AUTH_REQUIRED`` is off.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.views.decorators.csrf import csrf_exempt
+
+from pipelines.ids import new_id
+from realtime import auth
+from realtime.events import EventError
+from realtime.session import SessionConfig
+
+MIN_TTL_S, MAX_TTL_S = 10, 7200
+
+
+def api_error(status: int, code: str, message: str, param: str | None = None,
+              error_type: str = "invalid_request_error") -> JsonResponse:
+    return JsonResponse({"error": {"message": message, "type": error_type, "param": param, "code": code}}, status=status)
+
+
+def _caller(request: HttpRequest) -> tuple[Any | None, JsonResponse | None]:
+    """(the ApiKey that asks, or None) or an error response."""
+    from realtime.models import ApiKey
+
+    header = request.headers.get("Authorization", "")
+    if header:
+        token = auth.bearer_token(header)
+        if token is None or token.startswith(auth.SECRET_PREFIX):
+            return None, api_error(401, "invalid_api_key", "Send an API key as 'Authorization: Bearer KEY'.")
+        try:
+            principal = auth.verify_api_key(token)
+        except auth.AuthError as exc:
+            return None, api_error(401 if exc.code == "invalid_api_key" else 503, exc.code, exc.message,
+                                   error_type=exc.error_type)
+        return ApiKey.objects.filter(pk=principal.api_key_id).first(), None
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated and user.is_staff:
+        rejected = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})  # type: ignore[arg-type]
+        if rejected is not None:
+            return None, api_error(403, "csrf_failed", "CSRF check failed: send the X-CSRFToken header.")
+        return None, None
+    if not settings.S2S_AUTH_REQUIRED:
+        return None, None
+    return None, api_error(401, "invalid_api_key", "Missing credentials: send 'Authorization: Bearer KEY'.")
+
+
+def _ttl(body: dict[str, Any]) -> int:
+    expires = body.get("expires_after")
+    if expires is None:
+        return settings.S2S_CLIENT_SECRET_TTL_S
+    if not isinstance(expires, dict):
+        raise EventError("invalid_type", "Invalid type for 'expires_after': expected an object.", "expires_after")
+    if expires.get("anchor", "created_at") != "created_at":
+        raise EventError("invalid_value", "Invalid value for 'expires_after.anchor': expected 'created_at'.",
+                         "expires_after.anchor")
+    seconds = expires.get("seconds", settings.S2S_CLIENT_SECRET_TTL_S)
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not MIN_TTL_S <= seconds <= MAX_TTL_S:
+        raise EventError("invalid_value", f"'expires_after.seconds' must be an integer from {MIN_TTL_S} to {MAX_TTL_S}.",
+                         "expires_after.seconds")
+    return seconds
+
+
+@csrf_exempt  # bearer-key callers carry no ambient credentials; the cookie path is CSRF-checked in _caller
+def client_secrets(request: HttpRequest) -> JsonResponse:
+    if request.method != "POST":
+        return api_error(405, "method_not_allowed", "Use POST.")
+    api_key, rejected = _caller(request)
+    if rejected is not None:
+        return rejected
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError as exc:
+        return api_error(400, "invalid_json", f"The body is not valid JSON: {exc}")
+    if not isinstance(body, dict):
+        return api_error(400, "invalid_type", "The body must be a JSON object.")
+    try:
+        ttl = _ttl(body)
+        requested = body.get("session") or {}
+        if not isinstance(requested, dict):
+            raise EventError("invalid_type", "Invalid type for 'session': expected an object.", "session")
+        if requested.get("type", "realtime") != "realtime":
+            raise EventError("invalid_value", "Only 'realtime' sessions are supported.", "session.type")
+        model = requested.get("model") or settings.S2S_DEFAULT_MODEL
+        if not isinstance(model, str):
+            raise EventError("invalid_type", "Invalid type for 'session.model': expected a string.", "session.model")
+        session = SessionConfig(new_id("sess"), model, settings.S2S_POOL.engines.all_voices)
+        config = {key: value for key, value in requested.items() if key not in ("model", "client_secret")}
+        session.update(config, beta=False)  # validated now: a bad setting fails here, not at connect
+    except EventError as exc:
+        return api_error(400, exc.code, exc.message, exc.param)
+    secret, value = auth.create_client_secret(api_key, config, ttl)
+    return JsonResponse({"value": value, "expires_at": auth.expires_at_epoch(secret.expires_at),
+                         "session": session.as_ga()})
