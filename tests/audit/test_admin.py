@@ -1,0 +1,216 @@
+"""Models, admin, tasks and ``pool_status`` against the database (SQLite here; PostgreSQL in the rerun below)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.core.management import call_command
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
+
+from realtime import cluster, tasks
+from realtime.apps import AUDITORS_GROUP
+from realtime.management.commands.pool_status import Command as PoolStatus
+from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, ResponseRecord
+from tests.audit.conftest import with_database
+
+ROOT = Path(__file__).resolve().parents[2]
+RERUN_ENV = "S2S_AUDIT_RERUN_ON_POSTGRES"
+
+
+def make_session(session_id: str = "sess_audit1", **fields) -> RealtimeSession:
+    defaults = dict(node="node-a", unit_index=0, principal="key:ops", client_addr="10.0.0.7", user_agent="test",
+                    started_at=timezone.now() - timedelta(minutes=5), ended_at=timezone.now(),
+                    end_reason=EndReason.CLIENT_CLOSED, close_code=1000, turns=2)
+    session = RealtimeSession.objects.create(id=session_id, **{**defaults, **fields})
+    lines = [("user", "what is the weather in lisbon"), ("assistant", "It is sunny in Lisbon."),
+             ("user", "and tomorrow"), ("assistant", "Rain, I am afraid.")]
+    for seq, (role, text) in enumerate(lines, 1):
+        ConversationItem.objects.create(session=session, seq=seq, item_id=f"item_{seq}", role=role, text=text, audio_ms=900)
+    for n, v2v in enumerate((0.4, 0.8), 1):
+        ResponseRecord.objects.create(session=session, response_id=f"resp_{n}", item_id=f"item_{2 * n}", status="completed",
+                                      input_tokens=20, output_tokens=6, audio_ms=1200, stt_s=0.1 * n,
+                                      lm_first_token_s=0.05 * n, tts_first_audio_s=0.07 * n, voice_to_voice_s=v2v)
+    return session
+
+
+@pytest.fixture
+def auditor(db) -> User:
+    user = User.objects.create_user("auditor", password="pw", is_staff=True)
+    user.groups.add(Group.objects.get(name=AUDITORS_GROUP))
+    return user
+
+
+@pytest.mark.django_db
+class TestSessionAudit:
+    def test_the_list_filters_by_how_it_ended_and_searches_the_transcripts(self, admin_client):
+        make_session()
+        make_session("sess_other", end_reason=EndReason.REJECTED, close_code=1008, node="node-b")
+        ConversationItem.objects.filter(session_id="sess_other").delete()
+        page = admin_client.get("/admin/realtime/realtimesession/", {"end_reason__exact": "rejected"}).content.decode()
+        assert "sess_other" in page and "sess_audit1" not in page
+        page = admin_client.get("/admin/realtime/realtimesession/", {"q": "lisbon"}).content.decode()
+        assert "sess_audit1" in page and "sess_other" not in page
+        page = admin_client.get("/admin/realtime/realtimesession/", {"node": "node-b"}).content.decode()
+        assert "sess_other" in page
+
+    def test_the_detail_page_shows_the_transcript_in_order_and_the_latencies(self, admin_client):
+        make_session()
+        page = admin_client.get("/admin/realtime/realtimesession/sess_audit1/change/").content.decode()
+        positions = [page.index(text) for text in ("what is the weather in lisbon", "It is sunny in Lisbon.",
+                                                    "and tomorrow", "Rain, I am afraid.")]
+        assert positions == sorted(positions)
+        assert "resp_1" in page and "resp_2" in page and "0.8" in page  # voice-to-voice of the second response
+
+    def test_the_audit_role_reads_but_cannot_change_or_delete_history(self, auditor):
+        make_session()
+        client = Client()
+        client.force_login(auditor)
+        assert client.get("/admin/realtime/realtimesession/sess_audit1/change/").status_code == 200
+        response = client.post("/admin/realtime/realtimesession/sess_audit1/change/", {"turns": 99})
+        assert response.status_code == 403
+        assert client.post("/admin/realtime/realtimesession/sess_audit1/delete/", {"post": "yes"}).status_code == 403
+        assert RealtimeSession.objects.get(id="sess_audit1").turns == 2
+        response = client.post("/admin/realtime/realtimesession/", {"action": "end_live_sessions",
+                                                                    "_selected_action": ["sess_audit1"]}, follow=True)
+        assert b"No action selected" in response.content  # the action is not offered to auditors
+
+    def test_the_selected_sessions_export_as_csv(self, admin_client):
+        make_session(summary={"words": {"user": 8, "assistant": 7}, "latency_s": {"voice_to_voice": {"p50": 0.6, "p90": 0.76}}})
+        make_session("sess_two")
+        response = admin_client.post("/admin/realtime/realtimesession/", {
+            "action": "export_csv", "_selected_action": ["sess_audit1", "sess_two"]})
+        assert response["Content-Type"].startswith("text/csv")
+        rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+        assert {row["id"] for row in rows} == {"sess_audit1", "sess_two"}
+        first = next(row for row in rows if row["id"] == "sess_audit1")
+        assert first["principal"] == "key:ops" and first["user_words"] == "8" and first["voice_to_voice_p50_s"] == "0.6"
+
+
+@pytest.mark.django_db
+class TestTasks:
+    def test_the_summary_has_latency_percentiles_and_word_counts(self):
+        make_session()
+        summary = tasks.summarize_session("sess_audit1")
+        session = RealtimeSession.objects.get(id="sess_audit1")
+        assert session.summary == summary and session.summarized_at is not None
+        assert summary["words"] == {"user": 8, "assistant": 9}
+        assert summary["latency_s"]["voice_to_voice"] == {"count": 2, "p50": 0.6, "p90": 0.76, "p99": 0.796, "max": 0.8}
+        assert summary["output_tokens"] == 12 and summary["responses"] == {"completed": 2}
+
+    def test_retention_deletes_sessions_older_than_the_setting_with_their_records(self, settings):
+        settings.S2S_RETENTION_DAYS = 7
+        make_session("sess_old", started_at=timezone.now() - timedelta(days=8))
+        make_session("sess_new", started_at=timezone.now() - timedelta(days=6))
+        assert tasks.purge_old_sessions() == 1
+        assert list(RealtimeSession.objects.values_list("id", flat=True)) == ["sess_new"]
+        assert not ConversationItem.objects.filter(session_id="sess_old").exists()
+
+    def test_a_node_whose_heartbeat_stopped_is_marked_gone_and_its_sessions_interrupted(self, settings):
+        settings.S2S_NODE_TIMEOUT_S = 10
+        now = timezone.now()
+        slots = [{"index": 0, "state": "busy", "session_id": "sess_live", "since": time.time(), "sessions_served": 3, "rebuilds": 0}]
+        Node.objects.create(name="dead", started_at=now, heartbeat_at=now - timedelta(seconds=30), warm=True,
+                            admitting=True, slots=slots)
+        Node.objects.create(name="alive", started_at=now, heartbeat_at=now, warm=True, admitting=True, slots=slots)
+        make_session("sess_live", node="dead", end_reason=EndReason.ACTIVE, ended_at=None)
+        make_session("sess_live_b", node="alive", end_reason=EndReason.ACTIVE, ended_at=None)
+        assert tasks.reap_dead_nodes() == ["dead"]
+        assert tasks.reap_dead_nodes() == []  # once only
+        dead = RealtimeSession.objects.get(id="sess_live")
+        assert dead.end_reason == EndReason.INTERRUPTED and dead.ended_at == Node.objects.get(name="dead").heartbeat_at
+        assert RealtimeSession.objects.get(id="sess_live_b").end_reason == EndReason.ACTIVE
+        board = {node["name"]: node for node in cluster.board()}
+        assert board["dead"]["status"] == "gone" and board["dead"]["slots"][0]["state"] == "gone"
+        assert board["alive"]["status"] == "ready" and board["alive"]["slots"][0]["state"] == "busy"
+
+
+@pytest.mark.django_db
+class TestSlotBoard:
+    def publish_two_nodes(self) -> None:
+        now, wall = timezone.now(), time.time()
+        for name, states in (("node-a", ("busy", "idle")), ("node-b", ("quarantined", "warming"))):
+            Node.objects.create(name=name, host="h", pid=1, profile="loopback", started_at=now, heartbeat_at=now,
+                                warm=True, admitting=True, free_units=states.count("idle"), slots=[
+                                    {"index": i, "state": s, "session_id": f"sess_{name}_{i}" if s == "busy" else None,
+                                     "since": wall - 12, "sessions_served": 5, "rebuilds": 0} for i, s in enumerate(states)])
+
+    def test_pool_status_prints_every_nodes_units(self):
+        self.publish_two_nodes()
+        text = PoolStatus().table(cluster.board())
+        lines = text.splitlines()
+        assert lines[0].split() == ["node", "status", "unit", "state", "session", "for_s", "served", "rebuilds"]
+        assert any(line.split()[:5] == ["node-a", "ready", "0", "busy", "sess_node-a_0"] for line in lines)
+        assert any(line.split()[:4] == ["node-b", "ready", "0", "quarantined"] for line in lines)
+        assert "2 node(s), 2 alive; 1 of 4 units free." in text
+        out = io.StringIO()
+        call_command("pool_status", stdout=out)
+        assert "sess_node-a_0" in out.getvalue()
+
+    def test_the_board_page_and_its_snapshot_show_state_and_age(self, admin_client):
+        self.publish_two_nodes()
+        page = admin_client.get("/admin/realtime/node/")
+        assert page.status_code == 200 and b"Slot board" in page.content and b"board-initial" in page.content
+        nodes = admin_client.get("/admin/realtime/node/board.json").json()["nodes"]
+        busy = nodes[0]["slots"][0]
+        assert busy["state"] == "busy" and busy["session_id"] == "sess_node-a_0" and 11 <= busy["for_s"] < 60
+
+    def test_ending_a_session_from_the_board_needs_the_permission(self, auditor, admin_client):
+        make_session("sess_live", end_reason=EndReason.ACTIVE, ended_at=None)
+        client = Client()
+        client.force_login(auditor)
+        assert client.get("/admin/realtime/node/").status_code == 200
+        assert client.post("/admin/realtime/node/end/sess_live/").status_code == 403
+        assert admin_client.post("/admin/realtime/node/end/sess_gone/").status_code == 404
+        assert admin_client.post("/admin/realtime/node/end/sess_live/").json() == {"status": "ending", "session_id": "sess_live"}
+
+
+def test_metrics_are_in_the_prometheus_text_format(client, loopback_pool):
+    from realtime import metrics
+
+    metrics.observe("voice_to_voice", 0.3)
+    response = client.get("/metrics")
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    samples = {}
+    for line in response.content.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    assert samples["s2s_units_free"] == 2 and samples['s2s_units{state="idle"}'] == 2
+    assert samples["s2s_sessions_active"] == 0 and samples["s2s_pool_ready"] == 1
+    assert samples['s2s_latency_seconds_bucket{stage="voice_to_voice",le="+Inf"}'] >= 1
+    assert samples['s2s_latency_seconds_bucket{stage="voice_to_voice",le="0.25"}'] <= samples[
+        's2s_latency_seconds_bucket{stage="voice_to_voice",le="0.5"}']
+
+
+@pytest.mark.services
+def test_the_model_admin_and_record_tests_pass_on_postgresql(postgres_url):
+    """Reruns this module and test_records.py with PostgreSQL as the database (its own test database)."""
+    if os.environ.get(RERUN_ENV) or connection.vendor == "postgresql":
+        pytest.skip("already running on PostgreSQL")
+    import psycopg
+
+    name = f"s2s_audit_{uuid.uuid4().hex[:12]}"  # pytest-django creates and drops test_<name>: no clash with other runs
+    env = {**os.environ, RERUN_ENV: "1", "DATABASE_URL": with_database(postgres_url, name)}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not services and not browser",
+             "tests/audit/test_admin.py", "tests/audit/test_records.py"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    finally:  # the record writer's thread may still hold a connection when pytest-django drops the database
+        with psycopg.connect(postgres_url.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "test_{name}" WITH (FORCE)')
+    tail = result.stdout[-3000:] + result.stderr[-2000:]
+    assert result.returncode == 0, tail
+    assert " passed" in result.stdout and " skipped" not in result.stdout and " failed" not in result.stdout, tail
