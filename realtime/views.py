@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.urls import Resolver404, resolve
+from django.urls import Resolver404, resolve, reverse
 
 from realtime import runtime
 
@@ -16,13 +16,20 @@ CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
 def index(request: HttpRequest) -> HttpResponse:
     """The browser client. No key is put in the page: it asks for a short-lived client secret.
 
-    The page skips that request (and connects without a secret) when authentication is off
-    or this server has no client-secrets endpoint; it also copes with a 404 from it.
+    With authentication off, or no client-secrets endpoint, the page connects without a
+    secret (it also copes with a 404). With it on, only a signed-in staff user may mint
+    secrets (``realtime.auth_views``); anyone else is shown where to sign in.
     """
-    secrets_url = CLIENT_SECRETS_PATH if settings.S2S_AUTH_REQUIRED and _routed(CLIENT_SECRETS_PATH) else ""
+    secrets_url = sign_in_url = ""
+    if settings.S2S_AUTH_REQUIRED and _routed(CLIENT_SECRETS_PATH):
+        if request.user.is_authenticated and request.user.is_staff:
+            secrets_url = CLIENT_SECRETS_PATH
+        else:
+            sign_in_url = f"{reverse('admin:login')}?next={request.path}"
     context = {
         "realtime_path": REALTIME_PATH,
         "client_secrets_url": secrets_url,
+        "sign_in_url": sign_in_url,
         "voices": settings.S2S_POOL.engines.all_voices,
     }
     return render(request, "realtime/index.html", context)

@@ -94,6 +94,11 @@ function send(event) {
 async function connect() {
   clearAlert();
   notice("");
+  if (root.dataset.signInUrl) {
+    showAlert("This server requires you to sign in before you can connect. Use the Sign in link above.");
+    setState("error", "Sign in first");
+    return;
+  }
   const context = new AudioContext({ latencyHint: "interactive" }); // created in the click: allowed to play
   link = {
     context,

@@ -22,6 +22,11 @@ export async function fetchClientSecret(url, csrfToken) {
     const value = body.value || (body.client_secret && body.client_secret.value);
     if (typeof value === "string" && value) return { secret: value, status: "used" };
   }
+  if (response.status === 401 || response.status === 403) {
+    const error = new Error("This server requires you to sign in before you can connect.");
+    error.name = "SignInRequired";
+    throw error;
+  }
   return { secret: null, status: `none (HTTP ${response.status})` };
 }
 

@@ -58,6 +58,7 @@ class BrowserPage:
 
     page: object
     errors: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # HTTP responses >= 400, to explain console errors
 
     def stats(self) -> dict:
         return self.page.evaluate("window.s2sStats")  # type: ignore[attr-defined]
@@ -88,8 +89,10 @@ def open_page(tmp_path) -> Iterator[Callable[..., BrowserPage]]:
         browsers.append(context)
         page = context.pages[0] if context.pages else context.new_page()
         watched = BrowserPage(page)
-        page.on("console", lambda message: message.type == "error" and watched.errors.append(f"console: {message.text}"))
+        page.on("console", lambda message: message.type == "error" and watched.errors.append(
+            f"console: {message.text} ({message.location.get('url')} on {page.url})"))
         page.on("pageerror", lambda error: watched.errors.append(f"page error: {error}"))
+        page.on("response", lambda response: response.status >= 400 and watched.failed.append(f"{response.status} {response.url}"))
         page.goto(url)
         page.wait_for_function("document.getElementById('app').dataset.ready === 'true'", timeout=10000)
         return watched
