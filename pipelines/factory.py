@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 
 def loopback_stages(context: SessionContext, voices: Sequence[str]) -> list[Stage]:
-    vad, stt, lm, tts = loopback_engines()
+    vad, stt, lm, tts = loopback_engines(context)
     return [
         VadStage(context, vad),
         SttStage(context, stt),

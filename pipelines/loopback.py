@@ -15,13 +15,33 @@ from collections.abc import Iterator
 import numpy as np
 
 from pipelines import audio
+from pipelines.stages.base import SessionContext
 
 
 class _Memory:
-    """The last user turn of one unit, shared by that unit's fake STT and fake TTS."""
+    """The last user turn of one unit, shared by that unit's fake STT and fake TTS.
 
-    def __init__(self) -> None:
+    It remembers the session (generation) the turn came from: a turn of a session
+    that has ended is never echoed to the next one.
+    """
+
+    def __init__(self, context: SessionContext | None = None) -> None:
+        self.context = context
         self.last_turn: np.ndarray | None = None
+        self._generation: int | None = None
+        self._lock = threading.Lock()
+
+    def _current(self) -> int | None:
+        return self.context.generation if self.context is not None else None
+
+    def remember(self, turn: np.ndarray) -> None:
+        with self._lock:
+            self.last_turn, self._generation = turn, self._current()
+
+    def take(self) -> np.ndarray | None:
+        with self._lock:
+            turn, self.last_turn = self.last_turn, None
+            return turn if self._generation == self._current() else None
 
 
 class FakeEnergyVadState:
@@ -43,7 +63,7 @@ class FakeTranscriber:
         self.memory = memory
 
     def transcribe(self, audio_16k: np.ndarray, language: str | None = None) -> str:
-        self.memory.last_turn = audio_16k
+        self.memory.remember(audio_16k)
         return f"audio of {len(audio_16k) / audio.PIPELINE_RATE:.2f} seconds"
 
 
@@ -90,11 +110,9 @@ class FakeSynthesizer:
 
     def __init__(self, memory: _Memory) -> None:
         self.memory = memory
-        self._lock = threading.Lock()
 
     def synthesize(self, text: str, cancel: object | None = None) -> Iterator[np.ndarray]:
-        with self._lock:
-            echo, self.memory.last_turn = self.memory.last_turn, None
+        echo = self.memory.take()
         if echo is not None and len(echo):
             yield echo
             return
@@ -103,7 +121,9 @@ class FakeSynthesizer:
         yield (0.2 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
 
 
-def loopback_engines() -> tuple[FakeEnergyVad, FakeTranscriber, FakeLanguageModel, FakeSynthesizer]:
-    """Fresh fakes for one unit (the echo memory is per unit)."""
-    memory = _Memory()
+def loopback_engines(
+    context: SessionContext | None = None,
+) -> tuple[FakeEnergyVad, FakeTranscriber, FakeLanguageModel, FakeSynthesizer]:
+    """Fresh fakes for one unit (the echo memory is per unit and knows the unit's current session)."""
+    memory = _Memory(context)
     return FakeEnergyVad(), FakeTranscriber(memory), FakeLanguageModel(), FakeSynthesizer(memory)
