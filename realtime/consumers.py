@@ -101,6 +101,10 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             loop.call_soon_threadsafe(self._deliver, out)
 
         lease = pool.claim(sink, self.session_id)  # atomic: no await between finding and taking
+        if lease is None and not pool.admitting:
+            await self._refuse("server_shutting_down", "The server is shutting down: connect to another one.",
+                               CLOSE_TRY_AGAIN, "Server is shutting down")
+            return
         if lease is None:
             await self._refuse("session_limit_reached", SESSION_LIMIT_REASON, CLOSE_POLICY, SESSION_LIMIT_REASON)
             return
@@ -150,6 +154,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self.close_code is None:
             self.close_code = code
+            if code == CLOSE_POLICY:  # the server's protocol dropped a client that does not read (send buffer full)
+                self.end_reason = EndReason.SERVER_CLOSED
         await self._release(self.end_reason)
         await self._leave_group()
 
@@ -226,7 +232,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                 self.input_buffer.add(audio_ms, self._server_vad())
         except EventError as exc:
             self.conversation.errors += 1
-            await self._send_event(error_event(exc.code, exc.message, exc.param, event_id, exc.error_type))
+            await self._send_event(error_event(exc.code, exc.message, exc.param, event_id or exc.event_id,
+                                               exc.error_type))
 
     # --- limits -------------------------------------------------------------------
 

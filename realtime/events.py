@@ -52,6 +52,7 @@ class EventError(Exception):
         self.message = message
         self.param = param
         self.error_type = error_type
+        self.event_id: str | None = None  # the client event's id, when parsing got that far
 
 
 def error_event(code: str, message: str, param: str | None = None, event_id: str | None = None,
@@ -103,17 +104,21 @@ def parse(text: str | bytes | None) -> dict[str, Any]:
         raise EventError("invalid_json", f"The event is not valid JSON: {exc}") from None
     if not isinstance(event, dict):
         raise EventError("invalid_type", "An event must be a JSON object.")
-    kind = event.get("type")
-    if kind is None:
-        raise EventError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
-    if not isinstance(kind, str):
-        raise EventError("invalid_type", "Invalid type for 'type': expected a string.", "type")
-    if kind not in CLIENT_EVENT_TYPES:
-        supported = ", ".join(f"'{t}'" for t in CLIENT_EVENT_TYPES)
-        raise EventError("invalid_value", f"Invalid value: '{kind[:100]}'. Supported values are: {supported}.", "type")
     event_id = event.get("event_id")
     if event_id is not None and not isinstance(event_id, str):
         raise EventError("invalid_type", "Invalid type for 'event_id': expected a string.", "event_id")
+    try:
+        kind = event.get("type")
+        if kind is None:
+            raise EventError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
+        if not isinstance(kind, str):
+            raise EventError("invalid_type", "Invalid type for 'type': expected a string.", "type")
+        if kind not in CLIENT_EVENT_TYPES:
+            supported = ", ".join(f"'{t}'" for t in CLIENT_EVENT_TYPES)
+            raise EventError("invalid_value", f"Invalid value: '{kind[:100]}'. Supported values are: {supported}.", "type")
+    except EventError as exc:
+        exc.event_id = event_id  # an unknown or untyped event is still answered with its id
+        raise
     return event
 
 
