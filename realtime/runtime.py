@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+from datetime import datetime
 
 from django.conf import settings
 
 from pipelines.factory import build_pool, synthetic_turn
 from pipelines.pool import PipelinePool
+from realtime import records
 
 logger = logging.getLogger(__name__)
 
@@ -63,3 +67,32 @@ def stop() -> None:
     pool = get_pool()
     if pool is not None:
         pool.shutdown()
+
+
+def interrupt_stale_sessions(started_at: datetime) -> None:
+    """At start: marks sessions an earlier, crashed run of this node left open as interrupted.
+
+    "This node" is the same ``S2S_NODE_NAME`` (set it to something stable in a
+    deployment), or, with the default ``host:pid`` names, a process on this host
+    that no longer runs. Nodes elsewhere are reaped by their missing heartbeat
+    (``realtime.cluster.reap_dead_nodes``). The write goes through the record
+    writer, so it happens once the database answers.
+    """
+    records.writer.submit(lambda: _interrupt_stale_sessions(started_at))
+
+
+def _interrupt_stale_sessions(started_at: datetime) -> None:
+    import psutil
+
+    from realtime.cluster import interrupt_sessions
+    from realtime.models import EndReason, RealtimeSession
+
+    stale = {settings.S2S_NODE_NAME}
+    local = RealtimeSession.objects.filter(end_reason=EndReason.ACTIVE, node__startswith=f"{socket.gethostname()}:")
+    for node in local.values_list("node", flat=True).distinct():
+        pid = node.rpartition(":")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
+            stale.add(node)
+    count = sum(interrupt_sessions(node, before=started_at) for node in stale)
+    if count:
+        logger.warning("marked %s session(s) left open by a crashed run as interrupted", count)

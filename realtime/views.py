@@ -56,6 +56,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
         return JsonResponse({"status": state, "error": runtime.start_error}, status=503)
     free = pool.free_units()
     body = {"status": "ready", "warm": pool.warm, "admitting": pool.admitting, "units": len(pool.units), "free_units": free}
+    if settings.REDIS_URL:  # degraded Redis: sessions go on, so this alone does not make the node unready
+        from realtime import channel_layer
+
+        body["channel_layer"] = channel_layer.status()
     if not pool.admitting or free == 0:
         body["status"] = "warming" if not pool.warm else ("draining" if not pool.admitting else "full")
         return JsonResponse(body, status=503)

@@ -188,3 +188,5 @@ if S2S_PRODUCTION:
     CSRF_COOKIE_SECURE = True
     if envbool("S2S_BEHIND_TLS_PROXY", False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+if REDIS_URL:  # a Redis outage degrades cross-process features instead of killing live sessions
+    CHANNEL_LAYERS["default"]["BACKEND"] = "realtime.channel_layer.ResilientRedisChannelLayer"
