@@ -1,0 +1,52 @@
+"""The browser client end to end with the REAL default pipeline: a spoken question in, a spoken answer out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.browser.conftest import ARTIFACTS, write_microphone_wav
+from tests.support.server import LiveServer
+
+pytestmark = [pytest.mark.browser, pytest.mark.real_models]
+
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture
+def real_server(tmp_path):
+    server = LiveServer(tmp_path, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1"})
+    server.start(ready_timeout=300)  # loads and warms the real models
+    yield server
+    server.stop()
+
+
+def test_a_spoken_question_gets_a_transcript_a_reply_and_played_audio(real_server, open_page, tmp_path):
+    wav = tmp_path / "question.wav"
+    write_microphone_wav(wav, [QUESTION], tail_s=6.0)
+    client = open_page(real_server.http + "/", microphone=wav)
+    page = client.page
+    page.click("#connect")
+    client.wait_for("window.s2sStats.state === 'listening' && window.s2sStats.microphone === 'on'", 20)
+    try:
+        client.wait_for("window.s2sStats.playedSamples > 0 && (window.s2sStats.events['response.done'] || 0) >= 1"
+                        " && window.s2sStats.state === 'listening'", 90)
+    finally:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "browser-real-pipeline.png"), full_page=True)
+
+    user = page.locator("#chat li[data-role=user] .text").first.inner_text()
+    assert "capital" in user.lower() and "france" in user.lower(), user
+    reply = page.locator("#chat li[data-role=assistant] .text").first.inner_text()
+    assert len(reply.split()) >= 2, reply
+    stats = client.stats()
+    assert stats["playedSamples"] > 24000 * 0.5  # at least half a second of the answer was played
+    latency = stats["latencies"][0]
+    assert latency["kind"] == "voice" and latency["ms"] > 0
+    assert "voice-to-voice" in page.inner_text("#latency")
+    assert "error" not in stats["events"]
+    assert client.errors == []
+    figures = {"heard": user, "answered": reply, "voice_to_voice_ms": latency["ms"],
+               "from_speech_end_ms": latency["fromSpeechEndMs"], "played_samples": stats["playedSamples"]}
+    (ARTIFACTS / "browser-real-pipeline.json").write_text(json.dumps(figures, indent=2) + "\n")
