@@ -1,0 +1,152 @@
+"""A real ``manage.py serve`` process (daphne, loopback profile) and real clients: ``websockets`` and the openai SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+import websockets
+
+from tests.support.client import RealtimeClient, text_item
+from tests.support.server import LiveServer
+
+SESSION_LIMIT_REASON = "All session slots are in use"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[LiveServer]:
+    """One server with a pool of 2 for the tests of this module that leave it as they found it."""
+    live = LiveServer(tmp_path_factory.mktemp("live")).start()
+    yield live
+    live.stop()
+
+
+async def open_client(server: LiveServer, **kwargs) -> tuple[websockets.ClientConnection, RealtimeClient]:
+    ws = await websockets.connect(f"{server.ws}?model=gpt-realtime", subprotocols=["realtime"],
+                                  open_timeout=10, close_timeout=2, **kwargs)
+    return ws, RealtimeClient.over_websocket(ws)
+
+
+async def admitted(server: LiveServer, within_s: float) -> tuple[websockets.ClientConnection, RealtimeClient, float]:
+    """Connects until a session is admitted (at most ``within_s``); returns it and how long it took."""
+    started = time.monotonic()
+    while True:
+        ws, client = await open_client(server)
+        first = await client.recv(5)
+        if first is not None and first["type"] == "session.created":
+            return ws, client, time.monotonic() - started
+        await ws.close()
+        assert first is not None and first["error"]["code"] == "session_limit_reached", first
+        if time.monotonic() - started > within_s:
+            raise AssertionError(f"no session admitted within {within_s}s")
+        await asyncio.sleep(0.02)
+
+
+async def test_six_connections_to_a_pool_of_two_give_two_sessions_and_four_clear_refusals(server):
+    connections = await asyncio.gather(*(open_client(server) for _ in range(6)))
+    try:
+        firsts = await asyncio.gather(*(client.recv(10) for _, client in connections))
+        created = [i for i, event in enumerate(firsts) if event and event["type"] == "session.created"]
+        refused = [i for i, event in enumerate(firsts) if event and event["type"] == "error"]
+        assert len(created) == 2 and len(refused) == 4, firsts
+        for i in refused:
+            error = firsts[i]["error"]
+            assert (error["type"], error["code"], error["message"]) == (
+                "invalid_request_error", "session_limit_reached", SESSION_LIMIT_REASON)
+            close = await connections[i][1].closed(5)
+            assert (close.code, close.reason) == (1008, SESSION_LIMIT_REASON)
+        for i in created:  # the admitted sessions work
+            client = connections[i][1]
+            await client.say_text(f"hello {i}", output_modalities=["text"])
+            done = await client.until("response.done")
+            assert done["response"]["output"][0]["content"][0]["text"] == f"You said: hello {i}."
+    finally:
+        await asyncio.gather(*(ws.close() for ws, _ in connections))
+
+
+async def test_a_new_connection_is_admitted_as_soon_as_a_session_closes(server):
+    (ws1, _), (ws2, c2) = await asyncio.gather(open_client(server), open_client(server))
+    try:
+        assert {(await c2.recv(10))["type"]} == {"session.created"}
+        ws3, c3 = await open_client(server)
+        assert (await c3.error(5))["code"] == "session_limit_reached"
+        await ws3.close()
+        await ws1.close()
+        ws4, _, waited = await admitted(server, within_s=1.0)
+        await ws4.close()
+        assert waited < 1.0
+    finally:
+        await ws1.close()
+        await ws2.close()
+
+
+async def test_a_session_after_a_client_vanished_mid_response_gets_nothing_of_it(tmp_path):
+    server = LiveServer(tmp_path, env={"S2S_POOL_SIZE": "1"}).start()
+    try:
+        ws1, old = await open_client(server)
+        await old.until("session.created")
+        await old.update_session(audio={"input": {"turn_detection": None}})
+        await old.say_text("slow alphamarker story")
+        await old.until("response.output_audio.delta")
+        await old.until("response.output_audio_transcript.delta")
+        ws1.transport.abort()  # gone mid-response, without a close handshake
+
+        ws2, new, _ = await admitted(server, within_s=5.0)
+        try:
+            await new.update_session(output_modalities=["text"])
+            await new.say_text("bravomarker")
+            await new.until("response.done", timeout=10)
+            await new.say_text("charliemarker")
+            await new.until("response.done", timeout=10)
+            await new.drain(0.5)
+            received = repr(new.received)
+            assert "alphamarker" not in received and "so on" not in received
+            assert not [e for e in new.received if "audio" in e["type"] and "delta" in e["type"]]
+            answers = [e["response"]["output"][0]["content"][0]["text"] for e in new.received
+                       if e["type"] == "response.done"]
+            assert answers == ["You said: bravomarker.", "You said: charliemarker."]
+        finally:
+            await ws2.close()
+    finally:
+        server.stop()
+
+
+async def test_the_official_openai_sdk_completes_a_conversation(server):
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(api_key="test-key", base_url=f"http://127.0.0.1:{server.port}/v1")
+    seen: list[str] = []
+    async with asyncio.timeout(30):
+        async with client.realtime.connect(model="gpt-realtime") as connection:
+            await connection.session.update(session={"type": "realtime", "output_modalities": ["text"],
+                                                     "instructions": "Answer briefly."})
+            await connection.conversation.item.create(item=text_item("hello from the sdk"))
+            await connection.response.create()
+            async for event in connection:
+                seen.append(event.type)
+                if event.type == "error":
+                    raise AssertionError(event.error)
+                if event.type == "response.done":
+                    done = event.response
+                    break
+            await connection.response.create(response={"output_modalities": ["audio"]})
+            async for event in connection:
+                seen.append(event.type)
+                if event.type == "response.output_audio.delta":
+                    assert event.delta
+                if event.type == "response.done":
+                    spoken = event.response
+                    break
+    expected = ["session.created", "session.updated", "conversation.item.added", "conversation.item.done",
+                "response.created", "response.output_item.added", "response.content_part.added",
+                "response.output_text.delta", "response.output_text.done", "response.content_part.done",
+                "response.output_item.done", "response.done"]
+    it = iter(seen)
+    assert all(name in it for name in expected), seen
+    assert done.status == "completed"
+    assert done.output[0].content[0].text == "You said: hello from the sdk."
+    assert spoken.status == "completed"
+    assert "response.output_audio.delta" in seen and "response.output_audio_transcript.done" in seen
+    assert spoken.output[0].content[0].transcript == "You said: hello from the sdk."
