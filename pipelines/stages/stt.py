@@ -34,12 +34,12 @@ class SttStage(Stage):
     def __init__(self, context: SessionContext, transcriber: Transcriber) -> None:
         super().__init__(context)
         self.transcriber = transcriber
-        self._partial_item = ""
-        self._partial_text = ""
+        self.on_session_end()
 
     def on_session_end(self) -> None:
         self._partial_item = ""
-        self._partial_text = ""
+        self._said: list[str] = []  # words already sent as deltas for _partial_item
+        self._last: list[str] = []  # words of the latest partial transcript
 
     def process(self, msg: Downstream) -> Iterator[Message]:
         if isinstance(msg, PartialUtterance):
@@ -54,14 +54,18 @@ class SttStage(Stage):
         return self.transcriber.transcribe(audio, self.context.settings.transcription_language).strip()
 
     def _partial(self, msg: PartialUtterance) -> Iterator[Message]:
+        """Sends the words two partial transcripts agree on (never the newest one): deltas only append."""
         if msg.item_id != self._partial_item:
-            self._partial_item, self._partial_text = msg.item_id, ""
-        text = self._transcribe(msg.samples)
-        # Deltas only ever append: a partial that rewrites earlier words waits for the final one.
-        if text.startswith(self._partial_text) and len(text) > len(self._partial_text):
-            delta = text[len(self._partial_text):]
-            self._partial_text = text
-            yield TranscriptDelta(generation=msg.generation, item_id=msg.item_id, delta=delta)
+            self._partial_item, self._said, self._last = msg.item_id, [], []
+        words = self._transcribe(msg.samples).split()
+        stable = _common_prefix(self._last, words)
+        self._last = words
+        stable = min(stable, len(words) - 1)
+        if stable > len(self._said) and _common_prefix(self._said, words) == len(self._said):
+            new = words[len(self._said):stable]
+            yield TranscriptDelta(generation=msg.generation, item_id=msg.item_id,
+                                  delta=(" " if self._said else "") + " ".join(new))
+            self._said = words[:stable]
 
     def _final(self, msg: Utterance) -> Iterator[Message]:
         """A finished turn, or a speculative one (``msg.turn``) whose output is held until confirmed."""
@@ -74,11 +78,13 @@ class SttStage(Stage):
                                    message=f"{type(exc).__name__}: {exc}", turn=msg.turn)
             return
         elapsed = time.perf_counter() - started
-        said = self._partial_text if msg.item_id == self._partial_item else ""
-        if text.startswith(said) and len(text) > len(said):
-            yield TranscriptDelta(generation=msg.generation, item_id=msg.item_id, delta=text[len(said):], turn=msg.turn)
+        said = self._said if msg.item_id == self._partial_item else []
+        words = text.split()
+        if len(words) > len(said) and _common_prefix(said, words) == len(said):
+            delta = (" " if said else "") + " ".join(words[len(said):])
+            yield TranscriptDelta(generation=msg.generation, item_id=msg.item_id, delta=delta, turn=msg.turn)
         if not msg.turn:  # a speculative turn may yet be abandoned: partials go on from here
-            self._partial_item, self._partial_text = "", ""
+            self._partial_item, self._said, self._last = "", [], []
         yield TranscriptCompleted(generation=msg.generation, item_id=msg.item_id, transcript=text, stt_s=elapsed, turn=msg.turn)
         yield UserTurn(
             generation=msg.generation,
@@ -88,3 +94,17 @@ class SttStage(Stage):
             response=msg.response,
             turn=msg.turn,
         )
+
+
+def _norm(word: str) -> str:
+    return word.strip(".,!?;:\"'()").lower()
+
+
+def _common_prefix(a: list[str], b: list[str]) -> int:
+    """How many leading words two transcripts share, ignoring case and punctuation."""
+    n = 0
+    for x, y in zip(a, b):
+        if _norm(x) != _norm(y):
+            break
+        n += 1
+    return n

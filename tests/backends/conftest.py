@@ -67,30 +67,9 @@ def lm(lm_cache_dir):
 @pytest.fixture(scope="session")
 def tiny_vits_files(tmp_path_factory) -> tuple[Path, Path]:
     """A tiny randomly initialised VITS checkpoint + config, as an operator would ship one."""
-    import torch
-    from TTS.tts.configs.vits_config import VitsArgs, VitsConfig
-    from TTS.tts.models.vits import Vits
+    from tests.support.coqui import build_tiny_vits
 
-    folder = tmp_path_factory.mktemp("tiny_vits")
-    args = VitsArgs(
-        hidden_channels=32,
-        hidden_channels_ffn_text_encoder=64,
-        num_layers_text_encoder=1,
-        num_layers_posterior_encoder=1,
-        num_layers_flow=1,
-        upsample_initial_channel_decoder=32,
-        resblock_kernel_sizes_decoder=[3],
-        resblock_dilation_sizes_decoder=[[1, 3, 5]],
-        use_sdp=False,
-        init_discriminator=False,
-    )
-    config = VitsConfig(model_args=args, use_phonemes=False, text_cleaner="basic_cleaners")
-    torch.manual_seed(0)
-    model = Vits(config)
-    checkpoint, config_path = folder / "model.pth", folder / "config.json"
-    torch.save({"model": model.state_dict()}, checkpoint)
-    config.save_json(str(config_path))
-    return checkpoint, config_path
+    return build_tiny_vits(tmp_path_factory.mktemp("tiny_vits"))
 
 
 @pytest.fixture(scope="session")

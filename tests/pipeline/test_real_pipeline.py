@@ -1,0 +1,145 @@
+"""End to end over real sockets with the real default models on the CPU."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import numpy as np
+import pytest
+
+from pipelines import audio
+from tests.pipeline.conftest import Turn, collect, connect, question, speak
+
+pytestmark = pytest.mark.real_models
+
+GA_ORDER = [
+    "input_audio_buffer.speech_started",
+    "input_audio_buffer.speech_stopped",
+    "input_audio_buffer.committed",
+    "conversation.item.added",
+    "conversation.item.input_audio_transcription.completed",
+    "response.created",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_audio.delta",
+    "response.output_audio_transcript.delta",
+    "response.output_audio.done",
+    "response.output_audio_transcript.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.done",
+]
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z']+", text.lower()))
+
+
+@pytest.fixture(scope="module")
+def whisper():
+    from pipelines.backends.faster_whisper_stt import WhisperEngine
+
+    return WhisperEngine()
+
+
+async def test_a_spoken_question_gets_a_spoken_answer_in_the_ga_order(real_server, whisper):
+    ws = await connect(real_server)
+    try:
+        turn = await speak(ws, question("What is the capital of France?"))
+    finally:
+        await ws.close()
+    positions = [turn.index(kind) for kind in GA_ORDER]
+    assert positions == sorted(positions), turn.types()
+    transcript = turn.first("conversation.item.input_audio_transcription.completed")["transcript"]
+    assert {"capital", "france"} <= words(transcript), transcript
+    done = turn.first("response.done")["response"]
+    assert done["status"] in ("completed", "incomplete")
+    part = done["output"][0]["content"][0]
+    assert part["type"] == "output_audio" and part["transcript"].strip()
+    deltas = "".join(e["delta"] for e in turn.events if e["type"] == "response.output_audio_transcript.delta")
+    assert deltas == part["transcript"]
+    # The audio says what the transcript says: transcribe it with the STT.
+    spoken = audio.decode(turn.audio(), audio.PCM)
+    assert len(spoken) > audio.RATES[audio.PCM] // 2
+    heard = whisper.transcribe(audio.resample(spoken, audio.RATES[audio.PCM], audio.PIPELINE_RATE))
+    expected = words(part["transcript"])
+    assert len(expected & words(heard)) >= 0.6 * len(expected), (part["transcript"], heard)
+
+
+async def test_speech_during_a_response_cancels_it_and_no_audio_follows(real_server):
+    ws = await connect(real_server)
+    try:
+        await ws.send(json.dumps({"type": "session.update", "session": {
+            "type": "realtime",
+            "instructions": "You are a storyteller. Always answer with a long story of many sentences.",
+        }}))
+        turn = await speak(ws, question("Tell me a long story about a dragon."), until="response.output_audio.delta")
+        response_id = turn.events[-1]["response_id"]
+        # Barge in: the start of new speech at once, faster than real time.
+        interruption = question("Stop, please.")
+        from tests.support.speech import pcm16_chunks, silence
+
+        for chunk in pcm16_chunks(np.concatenate([interruption, silence(1.0)])):
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": chunk}))
+        after = await collect(ws, Turn(), "response.done", timeout=60)
+    finally:
+        await ws.close()
+    types = after.types()
+    assert "input_audio_buffer.speech_started" in types, types
+    started = types.index("input_audio_buffer.speech_started")
+    done = after.first("response.done")["response"]
+    assert done["id"] == response_id and done["status"] == "cancelled"
+    late = [e for e in after.events[started:] if e["type"] == "response.output_audio.delta" and e["response_id"] == response_id]
+    assert late == []
+
+
+async def test_two_sessions_at_once_each_get_their_own_answer(real_server):
+    questions = {"france": "What is the capital of France?", "sky": "Why is the sky blue?"}
+    sockets = {key: await connect(real_server) for key in questions}
+    try:
+        turns = await asyncio.gather(*(speak(sockets[key], question(text)) for key, text in questions.items()))
+    finally:
+        for ws in sockets.values():
+            await ws.close()
+    by_key = dict(zip(questions, turns))
+    for key, turn in by_key.items():
+        transcript = turn.first("conversation.item.input_audio_transcription.completed")["transcript"]
+        other = next(k for k in questions if k != key)
+        assert key in words(transcript) and other not in words(transcript), transcript
+        done = turn.first("response.done")["response"]
+        assert done["status"] in ("completed", "incomplete") and done["output"][0]["content"][0]["transcript"]
+        assert turn.audio()
+
+
+async def test_text_in_text_out_skips_speech(real_server):
+    ws = await connect(real_server)
+    try:
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say hello to Anna."}]}}))
+        await ws.send(json.dumps({"type": "response.create", "response": {"output_modalities": ["text"]}}))
+        turn = await collect(ws, Turn(), "response.done", timeout=60)
+    finally:
+        await ws.close()
+    types = turn.types()
+    assert "response.output_text.delta" in types and "response.output_audio.delta" not in types
+    done = turn.first("response.done")["response"]
+    text = done["output"][0]["content"][0]["text"]
+    assert text and text == "".join(e["delta"] for e in turn.events if e["type"] == "response.output_text.delta")
+
+
+async def test_a_text_question_gets_a_spoken_answer_in_g711(real_server):
+    ws = await connect(real_server)
+    try:
+        await ws.send(json.dumps({"type": "session.update", "session": {
+            "type": "realtime", "audio": {"output": {"format": {"type": "audio/pcmu"}}}}}))
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is two plus two?"}]}}))
+        await ws.send(json.dumps({"type": "response.create"}))
+        turn = await collect(ws, Turn(), "response.done", timeout=60)
+    finally:
+        await ws.close()
+    samples = audio.decode(turn.audio(), audio.PCMU)
+    assert len(samples) > audio.RATES[audio.PCMU] // 4  # 8 kHz, one byte a sample
+    assert float(np.sqrt(np.mean(samples ** 2))) > 0.01
