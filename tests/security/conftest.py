@@ -59,3 +59,15 @@ async def close_code(comm: WebsocketCommunicator, timeout: float = 5) -> int:
         if output["type"] == "websocket.close":
             return output.get("code", 1000)
     raise AssertionError("the server never closed")
+
+
+@pytest.fixture(autouse=True)
+def _records_written_before_teardown(request):
+    """Waits for the record writer before the test database is emptied (no write races the teardown)."""
+    from realtime import records
+
+    marker = request.node.get_closest_marker("django_db")
+    if marker is not None and marker.kwargs.get("transaction"):
+        request.getfixturevalue("transactional_db")
+    yield
+    records.writer.flush(10)
