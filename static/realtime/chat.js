@@ -33,8 +33,10 @@ export class Chat {
     return this.entries.has(itemId);
   }
 
+  // A delta after the entry is final (a late partial transcript) would duplicate words: dropped.
   append(itemId, role, delta) {
     const entry = this.entry(itemId, role);
+    if (entry.li.dataset.final === "true") return;
     entry.text.textContent += delta;
     this.scroll();
   }

@@ -48,5 +48,5 @@ def test_a_spoken_question_gets_a_transcript_a_reply_and_played_audio(real_serve
     assert "error" not in stats["events"]
     assert client.errors == []
     figures = {"heard": user, "answered": reply, "voice_to_voice_ms": latency["ms"],
-               "from_speech_end_ms": latency["fromSpeechEndMs"], "played_samples": stats["playedSamples"]}
+               "from_speech_end_ms": latency["fromSpeechEndMs"], "played_samples": stats["playedSamples"], "server_events": stats["eventLog"]}
     (ARTIFACTS / "browser-real-pipeline.json").write_text(json.dumps(figures, indent=2) + "\n")
