@@ -30,10 +30,29 @@ def _redis_errors() -> tuple[type[BaseException], ...]:
 
 
 def status() -> dict[str, Any]:
-    """``{"status": "ok"}`` or ``{"status": "degraded", "since": ..., "error": ...}`` (for the probes)."""
+    """``{"status": "ok"}`` or ``{"status": "degraded", "since": ..., "error": ...}`` (for the probes).
+
+    While degraded, asking probes Redis (at most every 2 s): with no session
+    waiting on the layer nothing else would notice that it came back.
+    """
+    if _state["degraded_since"] is not None and time.monotonic() - _state.get("probed", 0.0) >= 2.0:
+        _state["probed"] = time.monotonic()
+        _probe()
     if _state["degraded_since"] is None:
         return {"status": "ok"}
     return {"status": "degraded", "since": _state["degraded_since"], "error": _state["error"]}
+
+
+def _probe() -> None:
+    import redis
+    from django.conf import settings
+
+    try:
+        redis.Redis.from_url(settings.REDIS_URL, socket_timeout=0.5, socket_connect_timeout=0.5).ping()
+    except Exception as exc:
+        _degraded(exc)
+        return
+    _recovered()
 
 
 def _degraded(exc: BaseException) -> None:
