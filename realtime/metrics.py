@@ -78,6 +78,16 @@ def render(pool: PipelinePool | None, node: str) -> str:
         "# TYPE s2s_sessions_served_total counter",
         f"s2s_sessions_served_total {sum(int(unit['sessions_served']) for unit in snapshot)}",
     ]
+    from realtime.records import writer  # records imports this module
+
+    lines += [
+        "# HELP s2s_record_writes_pending Record writes waiting for the database (grows while it is slow or down).",
+        "# TYPE s2s_record_writes_pending gauge",
+        f"s2s_record_writes_pending {writer.backlog}",
+        "# HELP s2s_record_writes_dropped_total Record writes the database refused for good (logged).",
+        "# TYPE s2s_record_writes_dropped_total counter",
+        f"s2s_record_writes_dropped_total {writer.dropped}",
+    ]
     with _lock:
         responses = dict(_responses)
         histograms = {stage: (list(h.counts), h.total, h.count) for stage, h in _latency.items()}
