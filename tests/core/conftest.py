@@ -29,6 +29,7 @@ async def connect(loopback_pool) -> AsyncIterator[Connect]:
     right after the socket is accepted.
     """
     communicators: list[WebsocketCommunicator] = []
+    clients: list[RealtimeClient] = []
 
     async def open_session(path: str = "/v1/realtime?model=gpt-realtime", headers: list[tuple[bytes, bytes]] | None = None,
                            expect_session: bool = True) -> RealtimeClient:
@@ -37,6 +38,7 @@ async def connect(loopback_pool) -> AsyncIterator[Connect]:
         assert connected
         communicators.append(comm)
         client = RealtimeClient.over_communicator(comm)
+        clients.append(client)
         client.subprotocol = subprotocol  # type: ignore[attr-defined]
         client.communicator = comm  # type: ignore[attr-defined]
         if expect_session:
@@ -50,3 +52,5 @@ async def connect(loopback_pool) -> AsyncIterator[Connect]:
         except Exception:  # already closed by the server or the test
             pass
     records.writer.flush(10)
+    missing = [event["type"] for client in clients for event in client.received if not event.get("event_id")]
+    assert not missing, f"server events without an event_id: {missing}"

@@ -60,11 +60,13 @@ class FakeStage(Stage):
         self.log = log
         self.reset_s = reset_s
         self.release = release or threading.Event()
+        self.blocked = threading.Event()
 
     def process(self, msg: Downstream) -> Iterator[Message]:
         if isinstance(msg, Ping) and msg.action == "raise" and self.name == "b":
             raise ValueError("fake failure")
         if isinstance(msg, Ping) and msg.action == "block" and self.name == "b":
+            self.blocked.set()
             self.release.wait(30)  # hangs past the release timeout, then finishes its old work
             yield Pong(generation=msg.generation, n=msg.n, stage=self.name)
             return
@@ -147,7 +149,10 @@ def test_release_waits_until_every_stage_has_acknowledged_the_session_end():
         assert lease is not None
         started = time.monotonic()
         future = pool.release(lease)
-        assert unit.state is UnitState.DRAINING
+        deadline = time.monotonic() + 5
+        while not log and time.monotonic() < deadline:  # stage a has reset; b and c are still at it
+            time.sleep(0.005)
+        assert unit.state is UnitState.DRAINING and not future.done()
         assert pool.claim(Sink(), "sess_2") is None  # not claimable while it drains
         assert future.result(5) is True
         assert time.monotonic() - started >= 0.45  # three stages, one after the other
@@ -197,7 +202,8 @@ def test_a_unit_that_does_not_drain_in_time_is_quarantined_rebuilt_and_serves_th
         lease = pool.claim(first, "sess_1")
         assert lease is not None
         unit.submit(Ping(generation=lease.generation, n=1, action="block"))
-        assert first.wait_for(lambda got: len(got) == 1)  # stage a answered; stage b hangs
+        assert builds[0][1].blocked.wait(5)  # stage a answered; stage b hangs
+        assert first.wait_for(lambda got: len(got) == 1)
         old_threads = [t for t in threading.enumerate() if t.name == "unit0-b"]
         started = time.monotonic()
         assert pool.release(lease).result(10) is False
