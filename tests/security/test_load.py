@@ -1,0 +1,133 @@
+"""Load and soak against a real daphne with the loopback (FAKE) pipeline.
+
+Load: 200 concurrent connection attempts on a pool of 4. Soak: 100 sessions in
+a row on one unit, half of them cut off in the middle of a response. The
+figures (RSS before and after) are printed; docs/security.md quotes a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import time
+
+import psutil
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from tests.security.live import open_session, send, texts, until
+from tests.support.server import LiveServer
+
+MARKER = re.compile(r"m-\d+-[0-9a-f]{6}")
+
+
+def rss_mb(server: LiveServer) -> float:
+    return psutil.Process(server.process.pid).memory_info().rss / 2**20
+
+
+def free_units(server: LiveServer) -> int:
+    return json.loads(server.get("/readyz")[1])["free_units"]
+
+
+def wait_free(server: LiveServer, count: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if free_units(server) == count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{free_units(server)} free units after {timeout}s, expected {count}")
+
+
+async def attempt(url: str, opened: asyncio.Event, release: asyncio.Event) -> tuple[str, int | None]:
+    """One connection attempt: ("session", None) held until ``release``, or ("rejected", close code)."""
+    async with connect(url, open_timeout=30, close_timeout=5, subprotocols=["realtime"]) as ws:
+        first = json.loads(await asyncio.wait_for(ws.recv(), 30))
+        if first["type"] == "session.created":
+            opened.set()
+            await asyncio.wait_for(release.wait(), 60)
+            return "session", None
+        assert first["error"]["code"] == "session_limit_reached", first
+        try:
+            await asyncio.wait_for(ws.recv(), 30)
+        except ConnectionClosed as exc:
+            return "rejected", exc.rcvd.code if exc.rcvd else None
+        raise AssertionError("a rejected connection was not closed")
+
+
+async def storm(url: str, attempts: int) -> list[tuple[str, int | None]]:
+    release = asyncio.Event()
+    tasks = [asyncio.create_task(attempt(url, asyncio.Event(), release)) for _ in range(attempts)]
+    done = set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # every rejection is in, the sessions wait for the release
+        done = {t for t in tasks if t.done()}
+        if len(done) >= attempts - 4:
+            break
+        await asyncio.sleep(0.05)
+    release.set()
+    return await asyncio.gather(*tasks)
+
+
+def test_200_concurrent_connections_on_a_pool_of_4_make_4_sessions_and_196_rejections_with_1008(tmp_path):
+    server = LiveServer(tmp_path, env={"S2S_POOL_SIZE": "4"}).start()
+    try:
+        asyncio.run(storm(server.ws, 20))  # warm the server's own allocations up first
+        wait_free(server, 4)
+        before = rss_mb(server)
+        started = time.monotonic()
+        outcomes = asyncio.run(storm(server.ws, 200))
+        took = time.monotonic() - started
+        sessions = [o for o in outcomes if o[0] == "session"]
+        rejected = [o for o in outcomes if o[0] == "rejected"]
+        assert len(sessions) == 4 and len(rejected) == 196
+        assert {code for _, code in rejected} == {1008}
+        wait_free(server, 4)
+        time.sleep(1)
+        after = rss_mb(server)
+        print(f"\nLOAD: 200 attempts in {took:.1f}s: 4 sessions, 196 rejected with 1008; "
+              f"RSS {before:.1f} MiB before, {after:.1f} MiB after ({after - before:+.1f} MiB)")
+        assert after - before < 40, (before, after)
+    finally:
+        server.stop()
+
+
+def test_100_sessions_in_a_row_on_one_unit_half_cut_off_leak_nothing_and_never_cross(tmp_path):
+    server = LiveServer(tmp_path, env={"S2S_POOL_SIZE": "1"}).start()
+    rng = random.Random(6)
+    rss: list[float] = []
+    started = time.monotonic()
+    try:
+        for i in range(100):
+            assert time.monotonic() - started < 300, "the soak is taking too long"
+            wait_free(server, 1)
+            marker = f"m-{i}-{rng.randrange(16**6):06x}"
+            ws, created = open_session(server.ws)
+            assert created["type"] == "session.created", created
+            received = [created]
+            cut = i % 2 == 1
+            send(ws, "conversation.item.create", item={"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": f"{'slow ' if cut else ''}{marker} says hello"}]})
+            send(ws, "response.create")
+            if cut:  # hang up in the middle of a long, slow spoken answer
+                for _ in range(20):
+                    received.append(json.loads(ws.recv(timeout=10)))
+                ws.close()
+            else:
+                done, seen = until(ws, "response.done", timeout=30)
+                received += seen + [done]
+                assert done["response"]["status"] == "completed"
+                ws.close()
+            said = set(MARKER.findall(texts(received)))
+            assert said <= {marker}, f"session {i} saw another session's output: {said}"
+            assert cut or said == {marker}
+            if i in (9, 99):
+                wait_free(server, 1)
+                rss.append(rss_mb(server))
+        wait_free(server, 1)
+        print(f"\nSOAK: 100 sessions (50 cut off mid-response) in {time.monotonic() - started:.1f}s; "
+              f"RSS after 10: {rss[0]:.1f} MiB, after 100: {rss[1]:.1f} MiB ({rss[1] - rss[0]:+.1f} MiB)")
+        assert rss[1] - rss[0] < 40, rss
+    finally:
+        server.stop()
