@@ -23,9 +23,14 @@ system-deps:
 		else echo "install chromium, espeak-ng and sox (apt-get install chromium espeak-ng sox)"; exit 1; fi; \
 	fi
 
+# Bound to loopback (the default), only this machine can connect: authentication is off unless
+# S2S_AUTH_REQUIRED says otherwise. On any other address it stays on (manage.py create_api_key NAME).
+LOCAL_HOSTS := 127.0.0.1 localhost ::1
+RUN_ENV := $(if $(filter $(HOST),$(LOCAL_HOSTS)),S2S_AUTH_REQUIRED=$${S2S_AUTH_REQUIRED:-0},)
+
 run: setup
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py serve --host $(HOST) --port $(PORT)
+	$(RUN_ENV) $(PY) manage.py serve --host $(HOST) --port $(PORT)
 
 test: setup system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
