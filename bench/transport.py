@@ -274,6 +274,16 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
     return "\n".join(rows)
 
 
+def verdict(results: list[Result]) -> str:
+    p99 = [pct(r.round_trips_ms, 99) for r in results]
+    hop = [pct(r.commit_ms, 99) for r in results]
+    idle = max(r.idle_cpu_percent for r in results)
+    aim = "under" if max(p99) < 10 else "above"
+    return (f"p99 round trip {min(p99):.1f}-{max(p99):.1f} ms: {aim} the 10 ms aim end to end (the client, in Python on "
+            f"the same machine, and ten frames before the first delta included); first hop p99 "
+            f"{min(hop):.1f}-{max(hop):.1f} ms; idle CPU at most {idle:.2f} % of a core.")
+
+
 def section(results: list[Result], args: argparse.Namespace, command: str) -> str:
     cpu = f"{psutil.cpu_count(logical=True)} logical CPUs"
     model = platform.processor() or platform.machine()
@@ -300,6 +310,8 @@ almost no work: the round trip below is transport + consumer + pool + stage thre
   ({args.tries} tries).
 
 {table(results, args)}
+
+{verdict(results)}
 
 Reference server of issue 2 on this kind of machine: idle CPU {REFERENCE['idle_cpu_2']} of a core with two units,
 refusals {REFERENCE['refusal']} after connecting, a unit unavailable for {REFERENCE['reclaim']} after its client
