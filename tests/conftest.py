@@ -86,7 +86,7 @@ def loopback_pool() -> Iterator[PipelinePool]:
 
 
 @pytest.fixture
-def live_server(tmp_path) -> Iterator[LiveServer]:
+def loopback_server(tmp_path) -> Iterator[LiveServer]:
     """A real ``manage.py serve`` process with the loopback profile and a pool of 2."""
     server = LiveServer(tmp_path).start()
     yield server

@@ -40,6 +40,7 @@ class SttStage(Stage):
         self._partial_item = ""
         self._said: list[str] = []  # words already sent as deltas for _partial_item
         self._last: list[str] = []  # words of the latest partial transcript
+        self._speculated: tuple[str, str] = ("", "")  # (item, turn) of the last speculative final
 
     def process(self, msg: Downstream) -> Iterator[Message]:
         if isinstance(msg, PartialUtterance):
@@ -55,6 +56,9 @@ class SttStage(Stage):
 
     def _partial(self, msg: PartialUtterance) -> Iterator[Message]:
         """Sends the words two partial transcripts agree on (never the newest one): deltas only append."""
+        item, turn = self._speculated
+        if item == msg.item_id and not self.context.turn_abandoned(turn):
+            return  # the turn's final transcript is already out (or held): a late partial would follow it
         if msg.item_id != self._partial_item:
             self._partial_item, self._said, self._last = msg.item_id, [], []
         words = self._transcribe(msg.samples).split()
@@ -83,7 +87,9 @@ class SttStage(Stage):
         if len(words) > len(said) and _common_prefix(said, words) == len(said):
             delta = (" " if said else "") + " ".join(words[len(said):])
             yield TranscriptDelta(generation=msg.generation, item_id=msg.item_id, delta=delta, turn=msg.turn)
-        if not msg.turn:  # a speculative turn may yet be abandoned: partials go on from here
+        if msg.turn:  # a speculative turn may yet be abandoned: then partials go on from here
+            self._speculated = (msg.item_id, msg.turn)
+        else:
             self._partial_item, self._said, self._last = "", [], []
         yield TranscriptCompleted(generation=msg.generation, item_id=msg.item_id, transcript=text, stt_s=elapsed, turn=msg.turn)
         yield UserTurn(

@@ -154,7 +154,7 @@ class VadStage(Stage):
             self._speculation = f"{self._item_id}#{self._rounds}"
             yield Utterance(generation=generation, item_id=self._item_id, samples=self._samples(),
                             create_response=detection.create_response, turn=self._speculation)
-        elif self.partial_every_ms and self._since_partial_ms >= self.partial_every_ms:
+        elif self.partial_every_ms and self._since_partial_ms >= self.partial_every_ms and not self._silence_ms:
             self._since_partial_ms = 0
             yield PartialUtterance(generation=generation, item_id=self._item_id, samples=self._samples())
 
