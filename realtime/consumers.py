@@ -234,6 +234,11 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             self.conversation.errors += 1
             await self._send_event(error_event(exc.code, exc.message, exc.param, event_id or exc.event_id,
                                                exc.error_type))
+        except Exception:  # a bug in handling one event must not end the session (or leak its unit)
+            logger.exception("session %s: could not handle an event", self.session_id)
+            self.conversation.errors += 1
+            await self._send_event(error_event("server_error", "The server could not handle this event.", None,
+                                               event_id, "server_error"))
 
     # --- limits -------------------------------------------------------------------
 

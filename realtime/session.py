@@ -194,6 +194,8 @@ def parse_max_tokens(value: Any, param: str) -> int | str:
 
 def parse_modalities(value: Any, param: str, allow_both: bool = False) -> list[str]:
     check_type(value, list, param)
+    if not all(isinstance(v, str) for v in value):
+        raise EventError("invalid_value", f"Invalid value for '{param}': expected [\"audio\"] or [\"text\"].", param)
     allowed = [["audio"], ["text"]] + ([["text", "audio"], ["audio", "text"]] if allow_both else [])
     if value not in allowed and not (not allow_both and sorted(value) == ["audio", "text"]):
         raise EventError("invalid_value", f"Invalid value for '{param}': expected [\"audio\"] or [\"text\"].", param)
@@ -203,6 +205,7 @@ def parse_modalities(value: Any, param: str, allow_both: bool = False) -> list[s
 def parse_ga_format(value: Any, param: str) -> str:
     check_type(value, (dict, str), param)
     fmt = value.get("type") if isinstance(value, dict) else value
+    check_type(fmt, str, f"{param}.type" if isinstance(value, dict) else param)
     fmt = BETA_FORMATS.get(fmt, fmt)
     if fmt not in audio.FORMATS:
         raise EventError("invalid_value", f"Invalid value for '{param}': expected one of 'audio/pcm', 'audio/pcmu', 'audio/pcma'.", param)
@@ -212,6 +215,7 @@ def parse_ga_format(value: Any, param: str) -> str:
 
 
 def parse_beta_format(value: Any, param: str) -> str:
+    check_type(value, str, param)
     if value not in BETA_FORMATS:
         raise EventError("invalid_value", f"Invalid value for '{param}': expected one of 'pcm16', 'g711_ulaw', 'g711_alaw'.", param)
     return BETA_FORMATS[value]
