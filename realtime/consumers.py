@@ -70,6 +70,15 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     principal: auth.Principal | None = None
     _limit_task: asyncio.Task[None] | None = None
 
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Whatever ends this consumer, even an exception no handler caught, the unit goes back."""
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self._released and self.lease is not None:
+                logger.error("session %s ended without a disconnect; releasing its unit", self.session_id)
+                await asyncio.shield(self._release(EndReason.ERROR))
+
     async def connect(self) -> None:
         self.session_id = new_id("sess")
         self.beta = self._header("openai-beta").replace(" ", "").lower().find("realtime=v1") >= 0

@@ -117,3 +117,22 @@ async def test_a_full_send_buffer_closes_the_session_with_1008_and_frees_the_uni
     records.writer.flush()
     record = await RealtimeSession.objects.aget(id=session_id)
     assert record.end_reason == EndReason.SERVER_CLOSED and record.close_code == 1008
+
+
+async def test_a_consumer_that_crashes_outside_any_handler_still_gives_its_unit_back(loopback_pool, monkeypatch):
+    from channels.layers import get_channel_layer
+
+    from realtime import cluster
+
+    async def crash(self, message):
+        raise RuntimeError("a bug in a handler")
+
+    monkeypatch.setattr(consumers.RealtimeConsumer, "session_end", crash)
+    comm, session_id = await open_session()
+    assert loopback_pool.free_units() == 1
+    await get_channel_layer().group_send(cluster.session_group(session_id), {"type": "session.end"})
+    with pytest.raises(RuntimeError):
+        await comm.receive_output(timeout=5)
+    await until_free(loopback_pool, 2)
+    records.writer.flush()
+    assert (await RealtimeSession.objects.aget(id=session_id)).end_reason == EndReason.ERROR
