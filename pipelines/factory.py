@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from collections.abc import Callable, Sequence
 
-from pipelines.config import PoolConfig
+from pipelines.config import PoolConfig, TurnDetection
 from pipelines.ids import new_id
 from pipelines.loopback import loopback_engines
 from pipelines import audio
@@ -15,6 +16,7 @@ from pipelines.messages import (
     AddItem,
     AudioIn,
     AudioOut,
+    CommitAudio,
     HistoryItem,
     Outbound,
     PipelineError,
@@ -65,11 +67,11 @@ def build_pool(config: PoolConfig, progress: Callable[[str], None] | None = None
     return PipelinePool(units)
 
 
-def synthetic_turn(unit: PipelineUnit, timeout: float = 300.0) -> dict[str, float]:
+def synthetic_turn(unit: PipelineUnit, timeout: float = 120.0) -> dict[str, float]:
     """Runs one spoken turn through every stage of an idle unit and returns per-stage timings.
 
     The unit first answers a text question (LM and TTS); that spoken answer is then
-    fed back as the user's audio (VAD and STT) with server turn detection, so every
+    fed back as the user's audio and committed (STT, then LM and TTS again), so every
     engine has run once before a client arrives.
     """
     timings: dict[str, float] = {}
@@ -86,11 +88,17 @@ def synthetic_turn(unit: PipelineUnit, timeout: float = 300.0) -> dict[str, floa
         timings.update(first.latencies)
         spoken = b"".join(out.data for out in collector.outputs if isinstance(out, AudioOut))
         collector.reset()
-        silence = bytes(audio.RATES[audio.PCM] * 2)  # one second of PCM16 silence
+        # Manual commit: whatever the voice sounds like, the turn reaches STT, LM and TTS.
+        unit.context.settings = replace(unit.context.settings, turn_detection=TurnDetection(type=None))
+        silence = bytes(audio.RATES[audio.PCM])  # half a second of PCM16 silence
         chunk = audio.RATES[audio.PCM] * 2 // 50  # 20 ms
-        stream = silence[: len(silence) // 2] + spoken + silence
+        stream = silence + spoken + silence
         for at in range(0, len(stream), chunk):
             unit.submit(AudioIn(generation=generation, data=stream[at:at + chunk], audio_format=audio.PCM))
+        again = ResponseRequest(generation=generation, response_id=new_id("resp"), instructions="Answer in one short sentence.",
+                                output_modalities=("audio",), max_output_tokens=24, voice=voice,
+                                output_format=audio.PCM, temperature=0.0)
+        unit.submit(CommitAudio(generation=generation, item_id=new_id("item"), response=again))
         transcript = collector.wait_transcript(timeout, unit.index)
         if transcript.stt_s is not None:
             timings["stt_s"] = transcript.stt_s

@@ -60,6 +60,8 @@ class VadStage(Stage):
 
     def setup(self) -> None:
         self._state = self.model.new_state()
+        self._state.prob(np.zeros(FRAME, dtype=np.float32))  # first-call costs now, not in a session
+        self._state.reset()
 
     def _reset_session(self) -> None:
         self._resampler: audio.StreamResampler | None = None
