@@ -194,6 +194,8 @@ class SpeechStarted(Outbound):
 class SpeechStopped(Outbound):
     item_id: str
     audio_end_ms: int
+    # time.monotonic() when the last speech frame arrived: where voice-to-voice latency starts
+    speech_end_at: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -173,7 +173,7 @@ class SessionRecorder:
 
     def _output(self, msg: m.Outbound, conversation: Conversation) -> None:
         if isinstance(msg, m.SpeechStopped):
-            self._speech_end = time.monotonic()
+            self._speech_end = msg.speech_end_at or time.monotonic()
         elif isinstance(msg, m.AudioCommitted):
             self._committed_ms[msg.item_id] = msg.duration_ms
             if self._speech_end is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -75,6 +76,7 @@ class VadStage(Stage):
         self._item_id = ""
         self._since_partial_ms = 0
         self._speculation = ""  # the turn sent ahead while the silence window is still open
+        self._speech_end_at = 0.0
         self._rounds = 0
         if self._state is not None:
             self._state.reset()
@@ -131,6 +133,7 @@ class VadStage(Stage):
             if self._speech_frames >= 2:  # two frames in a row: not a click
                 self._speaking = True
                 self._silence_ms = 0
+                self._speech_end_at = time.monotonic()
                 self._since_partial_ms = 0
                 self._item_id = new_id("item")
                 self._buffer = list(self._prefix)
@@ -142,6 +145,7 @@ class VadStage(Stage):
         self._since_partial_ms += FRAME_MS
         if prob >= max(0.0, detection.threshold - 0.15):
             self._silence_ms = 0
+            self._speech_end_at = time.monotonic()
             if self._speculation:  # the user goes on: drop the work started ahead
                 yield TurnAbandoned(generation=generation, turn=self._speculation)
                 self._speculation = ""
@@ -169,7 +173,7 @@ class VadStage(Stage):
         self._speech_frames = 0
         self._buffer = []
         speculation, self._speculation = self._speculation, ""
-        yield SpeechStopped(generation=generation, item_id=item_id, audio_end_ms=end_ms)
+        yield SpeechStopped(generation=generation, item_id=item_id, audio_end_ms=end_ms, speech_end_at=self._speech_end_at)
         yield AudioCommitted(generation=generation, item_id=item_id, duration_ms=len(samples) // 4 * 1000 // audio.PIPELINE_RATE)
         if speculation:
             yield TurnConfirmed(generation=generation, turn=speculation)
