@@ -142,7 +142,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.limits = limits.Limits.from_settings()
         self.bucket = limits.TokenBucket(self.limits.events_per_second, self.limits.burst)
         self.input_buffer = limits.InputBuffer(self.limits.max_input_buffer_ms)
-        self._active_at = self._rate_reported_at = time.monotonic()
+        self._active_at = self._rate_reported_at = self._session_started = time.monotonic()
         self._limit_task = asyncio.create_task(self._watch_limits(), name=f"limits-{self.session_id}")
         self.recorder = records.SessionRecorder(self.session_id)
         self._send_task = asyncio.create_task(self._send_loop(), name=f"send-{self.session_id}")
@@ -281,10 +281,9 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
 
     async def _watch_limits(self) -> None:
         """Sleeps until the session's length or idle limit is due; ends the session when one is reached."""
-        started = time.monotonic()
         while True:
             now = time.monotonic()
-            ends_at = started + self.limits.max_session_s
+            ends_at = self._session_started + self.limits.max_session_s
             if now >= ends_at:
                 await self._end_by_limit(limits.expired(self.limits))
                 return
@@ -378,6 +377,9 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             self.recorder.output(out, self.conversation)
             for event in events:
                 await self._send_event(event)
+                if event["type"] == "response.done":
+                    await self._send_event(server_event("rate_limits.updated", rate_limits=limits.rate_limits(
+                        self.bucket, self.limits, self._session_started)))
 
     async def _send_event(self, event: dict[str, Any]) -> None:
         if self.beta:

@@ -67,6 +67,7 @@ class Conversation:
         self.turns = 0
         self.errors = 0
         self.audio_in_bytes = 0
+        self._committed_ms: dict[str, int] = {}  # audio length of committed turns awaiting their transcript
 
     # --- client requests ----------------------------------------------------
 
@@ -193,6 +194,7 @@ class Conversation:
         return [server_event("input_audio_buffer.speech_stopped", audio_end_ms=msg.audio_end_ms, item_id=msg.item_id)]
 
     def _on_AudioCommitted(self, msg: m.AudioCommitted) -> list[Event]:
+        self._committed_ms[msg.item_id] = msg.duration_ms
         previous = self._last_item_id()
         item = {"id": msg.item_id, "object": "realtime.item", "type": "message", "status": "completed", "role": "user",
                 "content": [{"type": "input_audio", "transcript": None}]}
@@ -211,6 +213,7 @@ class Conversation:
 
     def _on_TranscriptCompleted(self, msg: m.TranscriptCompleted) -> list[Event]:
         self.turns += 1
+        seconds = self._committed_ms.pop(msg.item_id, 0) / 1000
         item = self.items.get(msg.item_id)
         if item is not None:
             for part in item["content"]:
@@ -220,7 +223,7 @@ class Conversation:
             return []
         return [server_event("conversation.item.input_audio_transcription.completed", item_id=msg.item_id,
                              content_index=0, transcript=msg.transcript,
-                             usage={"type": "duration", "seconds": round(msg.stt_s or 0.0, 3)})]
+                             usage={"type": "duration", "seconds": seconds})]
 
     def _on_TranscriptFailed(self, msg: m.TranscriptFailed) -> list[Event]:
         self.errors += 1

@@ -72,6 +72,19 @@ class TokenBucket:
         return False
 
 
+def rate_limits(bucket: TokenBucket, limits: Limits, session_started: float, now: float | None = None) -> list[dict]:
+    """The session's limits as ``rate_limits.updated`` reports them: client events and session time."""
+    now = time.monotonic() if now is None else now
+    tokens = min(float(bucket.burst), bucket.tokens + (now - bucket.at) * bucket.rate)
+    session_left = max(0.0, limits.max_session_s - (now - session_started))
+    return [
+        {"name": "requests", "limit": bucket.burst, "remaining": int(tokens),
+         "reset_seconds": round((bucket.burst - tokens) / bucket.rate, 3)},
+        {"name": "session_seconds", "limit": int(limits.max_session_s), "remaining": int(session_left),
+         "reset_seconds": round(session_left, 3)},
+    ]
+
+
 class InputBuffer:
     """How much appended audio the pipeline holds uncommitted, as far as the session can tell.
 

@@ -171,6 +171,19 @@ async def test_a_text_response_comes_in_the_ga_order_and_response_done_carries_t
     assert all(event.get("event_id") for event in client.received)
 
 
+async def test_rate_limits_are_reported_after_each_response(connect):
+    client = await connect()
+    await client.update_session(output_modalities=["text"])
+    await client.send("conversation.item.create", item=text_item("hello there"))
+    await client.send("response.create")
+    await client.until("response.done")
+    update = await client.until("rate_limits.updated")
+    limits = {limit["name"]: limit for limit in update["rate_limits"]}
+    assert set(limits) == {"requests", "session_seconds"}
+    assert 0 < limits["requests"]["remaining"] <= limits["requests"]["limit"]
+    assert 0 < limits["session_seconds"]["remaining"] <= limits["session_seconds"]["limit"]
+
+
 async def test_an_audio_response_comes_in_the_ga_order_with_audio_and_its_transcript(connect):
     client = await connect()
     await client.say_text("hello sound")
