@@ -13,6 +13,44 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+class PrefixCache:
+    """The KV cache of one conversation, kept between its turns.
+
+    Each turn's prompt starts with the previous turn's prompt and answer, so
+    only the new tokens need a forward pass. Owned by one session on one
+    thread; a prompt that diverges (trimmed history, an abandoned speculative
+    turn) reuses the common prefix and recomputes the rest.
+    """
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.cache = None  # transformers.DynamicCache holding exactly ``ids``
+        self.reused_tokens = 0  # of the last prompt, for the figures
+
+    def take(self, prompt_ids: list[int]):  # -> tuple[DynamicCache, int]
+        """A cache holding a prefix of ``prompt_ids`` (at least one token left to feed), and its length."""
+        from transformers import DynamicCache
+
+        common = 0
+        for a, b in zip(self.ids, prompt_ids):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(prompt_ids) - 1)
+        if self.cache is None or common <= 0:
+            self.ids, self.cache, self.reused_tokens = [], None, 0
+            return DynamicCache(), 0
+        cache, self.cache = self.cache, None  # in use: a failed turn leaves nothing half-written behind
+        surplus = cache.get_seq_length() - common
+        if surplus > 0:
+            cache.crop(-surplus)  # a negative count removes that many tokens from the end
+        self.reused_tokens = common
+        return cache, common
+
+    def keep(self, cache, ids: list[int]) -> None:
+        self.cache, self.ids = cache, ids
+
+
 class LMStream:
     """Iterate for text pieces; afterwards ``input_tokens``, ``output_tokens`` and
     ``finish_reason`` ("stop", "length" or "cancelled") describe the generation.
@@ -28,6 +66,7 @@ class LMStream:
         temperature: float,
         cancel: threading.Event | None,
         seed: int | None,
+        prefix: PrefixCache | None = None,
     ) -> None:
         self._lm = lm
         self._prompt_ids = prompt_ids
@@ -35,6 +74,7 @@ class LMStream:
         self._temperature = temperature
         self._cancel = cancel
         self._seed = seed
+        self._prefix = prefix
         self.input_tokens = len(prompt_ids)
         self.output_tokens = 0
         self.finish_reason: str | None = None
@@ -62,14 +102,31 @@ class LMStream:
         generator = None
         if self._seed is not None:
             generator = torch.Generator(device=lm.device).manual_seed(self._seed)
-        ids = torch.tensor([self._prompt_ids], device=lm.device)
-        all_ids = ids
-        cache = DynamicCache()
+        all_ids = torch.tensor([self._prompt_ids], device=lm.device)
+        if self._prefix is not None:
+            cache, cached = self._prefix.take(self._prompt_ids)
+        else:
+            cache, cached = DynamicCache(), 0
+        ids = all_ids[:, cached:]
+        fed = list(self._prompt_ids)  # what the cache will hold after the next forward pass
         self.finish_reason = "length"
+        try:
+            yield from self._loop(lm, processors, generator, ids, all_ids, cache, fed)
+        finally:
+            if self._prefix is not None and cache.get_seq_length() == len(fed):
+                self._prefix.keep(cache, fed)
+
+    def _loop(self, lm, processors, generator, ids, all_ids, cache, fed: list[int]) -> Iterator[int]:
+        """Samples tokens; ``fed`` grows with each token right before the forward pass that feeds it."""
+        import torch
+
+        pending: int | None = None
         for _ in range(self._max_new_tokens):
             if self._cancel is not None and self._cancel.is_set():
                 self.finish_reason = "cancelled"
                 return
+            if pending is not None:
+                fed.append(pending)
             with torch.inference_mode():
                 out = lm.model(input_ids=ids, cache=cache, use_cache=True)  # fills cache in place
                 logits = processors(all_ids, out.logits[:, -1, :].float())
@@ -85,8 +142,8 @@ class LMStream:
             self.output_tokens += 1
             ids = token
             all_ids = torch.cat([all_ids, token], dim=1)
+            pending = token_id
             yield token_id
-
     def _logits_processors(self):  # -> transformers.LogitsProcessorList
         from transformers import (
             LogitsProcessorList,

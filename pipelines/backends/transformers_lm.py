@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ._lm_cache import cached_gguf_folder
-from ._lm_stream import LMStream
+from ._lm_stream import LMStream, PrefixCache
 from ._paths import package_dir
 
 logger = logging.getLogger(__name__)
@@ -124,8 +124,13 @@ class TransformersLM:
         temperature: float = 0.8,
         cancel: threading.Event | None = None,
         seed: int | None = None,
+        prefix: PrefixCache | None = None,
     ) -> LMStream:
-        """An ``LMStream``: iterate it for text pieces, then read its token counts."""
+        """An ``LMStream``: iterate it for text pieces, then read its token counts.
+
+        With ``prefix`` (one per conversation, see ``new_prefix_cache``) the KV
+        cache of the previous turn is reused for the part of the prompt they share.
+        """
         prompt_ids = self.encode_chat(messages)
         room = self.context_length - len(prompt_ids)
         if room <= 0:
@@ -139,7 +144,12 @@ class TransformersLM:
             temperature=temperature,
             cancel=cancel,
             seed=seed,
+            prefix=prefix,
         )
+
+    def new_prefix_cache(self) -> PrefixCache:
+        """A KV cache kept between the turns of one conversation (one session, one thread)."""
+        return PrefixCache()
 
     def stream(
         self,
@@ -152,4 +162,4 @@ class TransformersLM:
         yield from self.generate_stream(messages, max_new_tokens, temperature, cancel)
 
 
-__all__ = ["LMStream", "PromptTooLongError", "TransformersLM", "default_model"]
+__all__ = ["LMStream", "PrefixCache", "PromptTooLongError", "TransformersLM", "default_model"]

@@ -41,7 +41,7 @@ class LanguageModel(Protocol):
     def count_tokens(self, messages: list[dict[str, str]]) -> int: ...
 
     def generate_stream(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float,
-                        cancel: object | None = None) -> LMStream: ...
+                        cancel: object | None = None, **options: object) -> LMStream: ...
 
 
 def request_from_settings(context: SessionContext, generation: int) -> ResponseRequest:
@@ -68,10 +68,17 @@ class LmStage(Stage):
         self.history: dict[str, HistoryItem] = {}
         # speculative turn -> the item ids it added, taken back if the turn is abandoned
         self._speculative: dict[str, list[str]] = {}
+        self._prefix = self._new_prefix()
+
+    def _new_prefix(self) -> object | None:
+        """The conversation's KV cache between turns, where the engine keeps one."""
+        make = getattr(self.model, "new_prefix_cache", None)
+        return make() if make is not None else None
 
     def on_session_end(self) -> None:
         self.history = {}
         self._speculative = {}
+        self._prefix = self._new_prefix()
 
     def process(self, msg: Downstream) -> Iterator[Message]:
         self._settle_speculation()
@@ -144,7 +151,10 @@ class LmStage(Stage):
         status, reason = "completed", None
         stream = None
         try:
-            stream = self.model.generate_stream(self._messages(req), self._max_tokens(req), req.temperature, cancel)
+            # An out-of-band response has its own prompt: it would only displace the conversation's cache.
+            options = {"prefix": self._prefix} if self._prefix is not None and not req.out_of_band else {}
+            stream = self.model.generate_stream(self._messages(req), self._max_tokens(req), req.temperature, cancel,
+                                                **options)
             splitter = SentenceSplitter()
             for piece in self._pieces(stream, cancel):
                 if first_token_s is None:

@@ -125,3 +125,24 @@ def test_racing_cache_writers_leave_one_complete_folder(tmp_path, monkeypatch):
     assert results[0] == results[1] and results[0] is not None
     assert [p.name for p in root.iterdir()] == [results[0].name]
     assert (results[0] / "config.json").is_file()
+
+
+def test_a_prefix_cache_reuses_the_previous_turn_and_gives_the_same_answer(lm):
+    prefix = lm.new_prefix_cache()
+    history = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is the capital of France?"}]
+    first = "".join(lm.generate_stream(history, 16, 0.0, prefix=prefix))
+    history += [{"role": "assistant", "content": first.strip()}, {"role": "user", "content": "And of Italy?"}]
+    plain = "".join(lm.generate_stream(history, 16, 0.0))
+    cached_stream = lm.generate_stream(history, 16, 0.0, prefix=prefix)
+    cached = "".join(cached_stream)
+    assert cached == plain
+    assert prefix.reused_tokens > cached_stream.input_tokens // 2
+
+
+def test_a_prefix_cache_recovers_from_a_prompt_that_diverges(lm):
+    prefix = lm.new_prefix_cache()
+    base = [{"role": "system", "content": "Answer briefly."}]
+    "".join(lm.generate_stream(base + [{"role": "user", "content": "Tell me about cats."}], 12, 0.0, prefix=prefix))
+    other = base + [{"role": "user", "content": "What is two plus two?"}]
+    assert "".join(lm.generate_stream(other, 12, 0.0, prefix=prefix)) == "".join(lm.generate_stream(other, 12, 0.0))
+    assert 0 < prefix.reused_tokens < lm.count_tokens(other)
