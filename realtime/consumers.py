@@ -69,6 +69,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     _group: str | None = None
     principal: auth.Principal | None = None
     _limit_task: asyncio.Task[None] | None = None
+    _turn_timeout_task: asyncio.Task[None] | None = None
+    _turn_timeout_due: float | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Whatever ends this consumer, even an exception no handler caught, the unit goes back."""
@@ -206,7 +208,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             return
         self._released = True
         LIVE.discard(self)
-        for task in (self._send_task, self._limit_task):
+        for task in (self._send_task, self._limit_task, self._turn_timeout_task):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
         lease, conversation = self.lease, self.conversation
@@ -237,6 +239,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             for reply in self._dispatch(event):
                 await self._send_event(reply)
             self.recorder.client_event(event, self.conversation)
+            self._schedule_turn_timeout()
             if audio_ms:
                 self.input_buffer.add(audio_ms, self._server_vad())
         except EventError as exc:
@@ -294,6 +297,27 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                     return
                 ends_at = min(ends_at, idle_at)
             await asyncio.sleep(ends_at - now)
+
+    def _schedule_turn_timeout(self) -> None:
+        """Keeps one timer for ``turn_detection.idle_timeout_ms``, following the conversation's due time."""
+        assert self.conversation is not None
+        due = self.conversation.idle_due
+        if due == self._turn_timeout_due:
+            return
+        self._turn_timeout_due = due
+        if self._turn_timeout_task is not None:
+            self._turn_timeout_task.cancel()
+        self._turn_timeout_task = asyncio.create_task(self._turn_timeout(due)) if due is not None else None
+
+    async def _turn_timeout(self, due: float) -> None:
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        assert self.conversation is not None
+        if self._released or self.conversation.idle_due != due:
+            return
+        self._turn_timeout_due = None
+        self._turn_timeout_task = None
+        for event in self.conversation.idle_timeout():
+            await self._send_event(event)
 
     async def _end_by_limit(self, exc: EventError) -> None:
         logger.info("session %s: %s", self.session_id, exc.code)
@@ -375,6 +399,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                 logger.exception("session %s: could not translate %s", self.session_id, type(out).__name__)
                 continue
             self.recorder.output(out, self.conversation)
+            self._schedule_turn_timeout()
             for event in events:
                 await self._send_event(event)
                 if event["type"] == "response.done":

@@ -68,6 +68,8 @@ class Conversation:
         self.errors = 0
         self.audio_in_bytes = 0
         self._committed_ms: dict[str, int] = {}  # audio length of committed turns awaiting their transcript
+        # turn_detection.idle_timeout_ms: when (time.monotonic) to prompt a silent user, if nothing happens first
+        self.idle_due: float | None = None
 
     # --- client requests ----------------------------------------------------
 
@@ -78,6 +80,7 @@ class Conversation:
         return []
 
     def commit_audio(self, event: Event) -> list[Event]:
+        self.idle_due = None
         self.port.submit(m.CommitAudio(generation=self.port.generation, item_id=new_id("item")))
         return []
 
@@ -86,6 +89,7 @@ class Conversation:
         return []
 
     def create_item(self, event: Event) -> list[Event]:
+        self.idle_due = None
         item = require(event, "item", dict)
         previous = optional(event, "previous_item_id", str)
         if previous not in (None, "root") and previous not in self.items:
@@ -185,6 +189,7 @@ class Conversation:
         return handler(msg) if handler else []
 
     def _on_SpeechStarted(self, msg: m.SpeechStarted) -> list[Event]:
+        self.idle_due = None
         td = self.session.turn_detection or {}
         if self.active is not None and self.active.status == "in_progress" and td.get("interrupt_response", True):
             self._cancel(self.active, "turn_detected")
@@ -238,6 +243,7 @@ class Conversation:
         self.responses[msg.response_id] = state
         if self.active is None:
             self.active = state
+        self.idle_due = None
         item = self._assistant_item(state, "in_progress")
         events = [server_event("response.created", response=self._response_obj(state, []))]
         if not state.out_of_band:
@@ -313,7 +319,35 @@ class Conversation:
                  "input_token_details": {"text_tokens": msg.input_tokens, "audio_tokens": 0, "cached_tokens": 0},
                  "output_token_details": {"text_tokens": msg.output_tokens, "audio_tokens": 0}}
         events.append(server_event("response.done", response=self._response_obj(state, [item], usage)))
+        self._arm_idle_timeout(state)
         return events
+
+    def _arm_idle_timeout(self, state: ResponseState) -> None:
+        """Counts ``idle_timeout_ms`` from when the response's audio has finished playing."""
+        td = self.session.turn_detection or {}
+        timeout_ms = td.get("idle_timeout_ms") if td.get("type") == "server_vad" else None
+        if not timeout_ms or state.out_of_band or state.status != "completed":
+            return
+        self.idle_due = time.monotonic() + (state.audio_ms + timeout_ms) / 1000
+
+    def idle_timeout(self) -> list[Event]:
+        """The user stayed silent past ``idle_timeout_ms``: say so and prompt them with a response."""
+        self.idle_due = None
+        heard_ms = audio.duration_ms(self.audio_in_bytes, self.session.input_format)
+        timeout_ms = (self.session.turn_detection or {}).get("idle_timeout_ms") or 0
+        settings = self.session.settings()
+        prompt = ("The user has been silent for a while. In one short sentence, "
+                  "check whether they are still there or continue the conversation.")
+        req = m.ResponseRequest(
+            generation=self.port.generation, response_id=new_id("resp"),
+            instructions=f"{settings.instructions}\n{prompt}".strip(), output_modalities=settings.output_modalities,
+            max_output_tokens=settings.max_output_tokens, voice=settings.voice, output_format=settings.output_format,
+            temperature=settings.temperature,
+        )
+        self.pending[req.response_id] = ResponseState(req.response_id, out_of_band=False)
+        self.port.submit(req)
+        return [server_event("input_audio_buffer.timeout_triggered", audio_start_ms=max(0, heard_ms - timeout_ms),
+                             audio_end_ms=heard_ms, item_id=new_id("item"))]
 
     def _on_PipelineError(self, msg: m.PipelineError) -> list[Event]:
         self.errors += 1

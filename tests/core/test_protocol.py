@@ -10,6 +10,7 @@ starting with "fail"), and the fake TTS echoes the user's last turn or plays a
 from __future__ import annotations
 
 import base64
+import time
 
 import numpy as np
 import pytest
@@ -182,6 +183,38 @@ async def test_rate_limits_are_reported_after_each_response(connect):
     assert set(limits) == {"requests", "session_seconds"}
     assert 0 < limits["requests"]["remaining"] <= limits["requests"]["limit"]
     assert 0 < limits["session_seconds"]["remaining"] <= limits["session_seconds"]["limit"]
+
+
+async def test_a_silent_user_is_prompted_after_idle_timeout_ms_from_the_end_of_the_answers_audio(connect):
+    client = await connect()
+    await client.update_session(audio={"input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": 1000}}})
+    await client.send("conversation.item.create", item=text_item("hello"))
+    await client.send("response.create")
+    done = await client.until("response.done")
+    done_at = time.monotonic()
+    audio_ms = audio.duration_ms(len(audio_bytes(client.received)), audio.PCM)
+    triggered = await client.until("input_audio_buffer.timeout_triggered", timeout=10)
+    waited_ms = (time.monotonic() - done_at) * 1000
+    assert waited_ms >= audio_ms + 1000 - 50, (waited_ms, audio_ms)
+    assert triggered["audio_end_ms"] >= triggered["audio_start_ms"]
+    prompted = await client.until("response.done", timeout=10)
+    assert prompted["response"]["id"] != done["response"]["id"]
+    assert prompted["response"]["status"] == "completed"
+
+
+async def test_speech_before_idle_timeout_ms_cancels_the_prompt(connect):
+    client = await connect()
+    await client.update_session(audio={"input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": 1000}}})
+    await client.send("conversation.item.create", item=text_item("hi"))
+    await client.send("response.create", response={"output_modalities": ["text"]})
+    await client.until("response.done")
+    await client.append(tone(0.3))
+    await client.until("input_audio_buffer.speech_started")
+    await client.append(tone(1.5), pace=1.0)  # still speaking when the timeout would have fired
+    await client.append(silence(1.0))
+    events = await client.collect("response.done", timeout=10)
+    assert "input_audio_buffer.timeout_triggered" not in types(events)
+    assert "input_audio_buffer.speech_stopped" in types(events)
 
 
 async def test_an_audio_response_comes_in_the_ga_order_with_audio_and_its_transcript(connect):
