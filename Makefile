@@ -16,11 +16,11 @@ $(VENV)/.installed: requirements.txt requirements-models.txt
 
 setup: $(VENV)/.installed
 
-# Debian packages the tests use: Chromium for the browser tests, espeak-ng and sox for test speech.
+# The Debian package the tests need: Chromium for the browser tests (test speech comes from Piper).
 system-deps:
-	@if ! command -v chromium >/dev/null || ! command -v espeak-ng >/dev/null || ! command -v sox >/dev/null; then \
-		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium espeak-ng sox >/dev/null; \
-		else echo "install chromium, espeak-ng and sox (apt-get install chromium espeak-ng sox)"; exit 1; fi; \
+	@if ! command -v chromium >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+		else echo "install Chromium (apt-get install chromium)"; exit 1; fi; \
 	fi
 
 # Bound to loopback (the default), only this machine can connect: authentication is off unless
