@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 
@@ -66,7 +67,19 @@ async def test_six_connections_to_a_pool_of_two_give_two_sessions_and_four_clear
         await asyncio.gather(*(ws.close() for ws, _ in connections))
 
 
+async def all_units_free(server: LiveServer, within_s: float = 5.0) -> None:
+    """Waits until the previous test's sessions are released (/readyz counts free units)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        status, body = await asyncio.to_thread(server.get, "/readyz")
+        if status == 200 and json.loads(body)["free_units"] == json.loads(body)["units"]:
+            return
+        assert time.monotonic() < deadline, body
+        await asyncio.sleep(0.05)
+
+
 async def test_a_new_connection_is_admitted_as_soon_as_a_session_closes(server):
+    await all_units_free(server)
     (ws1, _), (ws2, c2) = await asyncio.gather(open_client(server), open_client(server))
     try:
         assert {(await c2.recv(10))["type"]} == {"session.created"}
