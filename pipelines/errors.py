@@ -9,11 +9,3 @@ class PipelineErrorBase(Exception):
 
 class ModelLoadError(PipelineErrorBase):
     """A model is missing or failed to load."""
-
-
-class UnknownVoice(PipelineErrorBase):
-    """The session asked for a voice that is not configured."""
-
-
-class ReleaseTimeout(PipelineErrorBase):
-    """A unit did not drain in time and was quarantined."""
