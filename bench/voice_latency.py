@@ -58,6 +58,16 @@ def trimmed(text: str) -> np.ndarray:
     return samples[loud[0]: loud[-1] + 1] if len(loud) else samples
 
 
+def settings_value(name: str) -> str:
+    """The server's setting, as the environment or the default in settings.py gives it."""
+    import re
+
+    if name in os.environ:
+        return os.environ[name]
+    match = re.search(rf'"{name}", (\d+)', (ROOT / "s2s_project" / "settings.py").read_text())
+    return match.group(1) if match else "?"
+
+
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
@@ -185,7 +195,7 @@ def main() -> None:
              f"{dt.date.today().isoformat()}, {psutil.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
              f"load average {load_before:.1f} before / {load_after:.1f} after. Models: Silero VAD, faster-whisper tiny.en "
              "(int8), SmolLM2-135M-Instruct (float32), Piper en_US-joe-medium. Silence window 500 ms; speculation after "
-             "160 ms of silence.", "",
+             f"{settings_value('S2S_SPECULATE_AFTER_MS')} ms of silence.", "",
              "Voice-to-voice is measured by the client: from the last speech chunk sent (speech trimmed of silence, "
              "streamed at real-time pace in 20 ms chunks) to the first `response.output_audio.delta` received. The "
              "stage figures are what the server recorded per response (ResponseRecord).", "",

@@ -57,7 +57,7 @@ class EngineConfig:
     # Partial transcripts while the user speaks, every this many ms of speech (0: none).
     partial_every_ms: int = 1000
     # Start STT, LM and TTS after this much silence, before the silence window closes (0: never).
-    speculate_after_ms: int = 160
+    speculate_after_ms: int = 96
     # OpenAI voice name -> configured voice name; "default" is the configured voice.
     voices: tuple[str, ...] = ("alloy", "ash", "ballad", "cedar", "coral", "echo", "marin", "sage", "shimmer", "verse")
     torch_threads: int = 0

@@ -18,7 +18,7 @@ class SentenceSplitter:
     answer start while the model is still writing the rest of the sentence.
     """
 
-    def __init__(self, clause_chars: int = 60, first_words: int = 6) -> None:
+    def __init__(self, clause_chars: int = 60, first_words: int = 4) -> None:
         self._buffer = ""
         self._clause_chars = clause_chars
         self._first_words = first_words
