@@ -1,0 +1,102 @@
+"""Speculative turns: work starts before the silence window closes; its output waits for the window.
+
+Built from the loopback profile's FAKE engines (pipelines/loopback.py: a loud
+frame is speech, the transcript says how long the turn was, the LM answers
+"You said: ...") around the real VAD, STT, LM and TTS stages.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pipelines import audio
+from pipelines.loopback import loopback_engines
+from pipelines.messages import (
+    AudioIn,
+    Outbound,
+    ResponseFinished,
+    ResponseStarted,
+    SpeechStarted,
+    SpeechStopped,
+    TranscriptCompleted,
+)
+from pipelines.stages.base import SessionContext
+from pipelines.stages.lm import LmStage
+from pipelines.stages.stt import SttStage
+from pipelines.stages.tts import TtsStage
+from pipelines.stages.vad import VadStage
+from pipelines.unit import PipelineUnit
+from tests.support.speech import silence, tone
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.outputs: list[Outbound] = []
+        self.finished = threading.Event()
+
+    def __call__(self, out: Outbound) -> None:
+        self.outputs.append(out)
+        if isinstance(out, ResponseFinished):
+            self.finished.set()
+
+    def of(self, kind: type) -> list[Outbound]:
+        return [o for o in self.outputs if isinstance(o, kind)]
+
+
+@pytest.fixture
+def unit():
+    def stages(context: SessionContext):
+        vad, stt, lm, tts = loopback_engines(context)
+        return [VadStage(context, vad, speculate_after_ms=64), SttStage(context, stt), LmStage(context, lm),
+                TtsStage(context, {"alloy": tts})]
+
+    unit = PipelineUnit(0, stages)
+    unit.start(timeout=10)
+    yield unit
+    unit.stop()
+
+
+def feed(unit: PipelineUnit, generation: int, *pieces) -> None:
+    import numpy as np
+
+    data = audio.encode(np.concatenate(pieces), audio.PCM)
+    for at in range(0, len(data), 960):
+        unit.submit(AudioIn(generation=generation, data=data[at:at + 960], audio_format=audio.PCM))
+
+
+def lm_history(unit: PipelineUnit) -> list[tuple[str, str]]:
+    lm = next(stage for stage in unit.stages() if isinstance(stage, LmStage))
+    return [(item.role, item.text) for item in lm.history.values()]
+
+
+def test_a_speculative_turn_is_held_until_the_silence_window_closes(unit):
+    sink = Collector()
+    generation = unit.begin(sink, "sess_a")
+    feed(unit, generation, silence(0.3), tone(0.6), silence(0.8))
+    assert sink.finished.wait(10)
+    kinds = [type(o).__name__ for o in sink.outputs]
+    assert kinds.index("SpeechStopped") < kinds.index("TranscriptCompleted") < kinds.index("ResponseStarted")
+    assert len(sink.of(TranscriptCompleted)) == 1 and len(sink.of(ResponseStarted)) == 1
+    item_id = sink.of(SpeechStarted)[0].item_id
+    assert unit.context.turn_confirmed(f"{item_id}#1")  # the answer was started speculatively, then confirmed
+
+
+def test_speech_after_the_speculation_point_drops_the_work_and_the_turn_goes_on(unit):
+    sink = Collector()
+    generation = unit.begin(sink, "sess_b")
+    # 0.6 s of speech, a pause longer than the speculation point but shorter than the window, more speech.
+    feed(unit, generation, silence(0.3), tone(0.6), silence(0.25), tone(0.6), silence(0.8))
+    assert sink.finished.wait(10)
+    assert len(sink.of(SpeechStarted)) == 1 and len(sink.of(SpeechStopped)) == 1
+    transcripts = sink.of(TranscriptCompleted)
+    assert len(transcripts) == 1 and len(sink.of(ResponseStarted)) == 1
+    seconds = float(transcripts[0].transcript.split()[2])
+    assert seconds > 1.2  # the whole turn, both stretches of speech, not the abandoned first half
+    item_id = sink.of(SpeechStarted)[0].item_id
+    assert unit.context.turn_abandoned(f"{item_id}#1") and unit.context.turn_confirmed(f"{item_id}#2")
+    # The conversation holds the final turn and its answer only, not the abandoned attempt.
+    history = lm_history(unit)
+    assert [role for role, _ in history] == ["user", "assistant"]
+    assert history[0][1] == transcripts[0].transcript
