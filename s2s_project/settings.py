@@ -99,11 +99,18 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 WHITENOISE_USE_FINDERS = True
 # --- end browser client static files ---
 
+def _not_a_readiness_answer(record: object) -> bool:
+    """/readyz answers 503 whenever the pool is full: that is its job, not an error to log."""
+    request = getattr(record, "request", None)
+    return not (getattr(record, "status_code", None) == 503 and getattr(request, "path", "") == "/readyz")
+
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"not_readiness": {"()": "django.utils.log.CallbackFilter", "callback": _not_a_readiness_answer}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["not_readiness"]}},
     "root": {"handlers": ["console"], "level": envchoice("S2S_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()},
     # faster-whisper logs every transcription at INFO: too chatty for partial transcripts.
     "loggers": {"faster_whisper": {"level": "WARNING"}},

@@ -100,13 +100,14 @@ def test_pool_status_and_the_slot_board_show_both_nodes_units(cluster: Cluster):
         session_id = ws_receive_until(ws, "session.created")["session"]["id"]
 
         def busy_on_a() -> list[dict[str, Any]] | None:
-            nodes = cluster.pool_status()
-            a = next((n for n in nodes if n["name"] == "audit-a"), None)
-            return nodes if a and any(s["session_id"] == session_id and s["state"] == "busy" for s in a["slots"]) else None
+            """Both nodes alive and ready by their latest heartbeats, the session busy on A."""
+            nodes = {n["name"]: n for n in cluster.pool_status()}
+            a, b = nodes.get("audit-a"), nodes.get("audit-b")
+            if not (a and b and all(n["alive"] and n["status"] == "ready" and len(n["slots"]) == 2 for n in (a, b))):
+                return None
+            return nodes if any(s["session_id"] == session_id and s["state"] == "busy" for s in a["slots"]) else None
 
-        nodes = {n["name"]: n for n in wait_for(busy_on_a, timeout=20, interval=0.5, what="busy slot in pool_status")}
-        assert {"audit-a", "audit-b"} <= set(nodes)
-        assert all(n["alive"] and n["status"] == "ready" and len(n["slots"]) == 2 for n in (nodes["audit-a"], nodes["audit-b"]))
+        nodes = wait_for(busy_on_a, timeout=20, interval=0.5, what="both nodes ready and a busy slot in pool_status")
         assert [s["state"] for s in nodes["audit-b"]["slots"]] == ["idle", "idle"]
         table = cluster.a.manage("pool_status", timeout=60).stdout
         assert "audit-a" in table and "audit-b" in table and session_id in table

@@ -19,6 +19,20 @@ def open_session(url: str, headers: dict[str, str] | None = None) -> tuple[Clien
     return ws, created
 
 
+def open_session_once_free(url: str, within_s: float = 5.0) -> tuple[ClientConnection, Event]:
+    """Like ``open_session``, trying again while the unit of a session just closed is still being released."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while True:
+        ws, created = open_session(url)
+        if created["type"] == "session.created" or time.monotonic() > deadline:
+            return ws, created
+        assert created["error"]["code"] == "session_limit_reached", created
+        ws.close()
+        time.sleep(0.05)
+
+
 def send(ws: ClientConnection, event_type: str, **fields: Any) -> None:
     ws.send(json.dumps({"type": event_type, **fields}))
 

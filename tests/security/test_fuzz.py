@@ -62,7 +62,7 @@ def test_the_parser_and_the_conversation_answer_every_frame_with_events_or_an_er
 
 @pytest.mark.django_db(transaction=True)
 @hsettings(max_examples=50, deadline=None,
-           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
 @given(batch=st.lists(frames().filter(bool), min_size=50, max_size=50))
 async def test_the_consumer_survives_random_and_mutated_events_and_answers_invalid_ones(loopback_pool, settings,
                                                                                         batch):

@@ -13,7 +13,7 @@ import uuid
 import psutil
 import pytest
 
-from tests.security.live import close_code, open_session, send, turn, until
+from tests.security.live import close_code, open_session, open_session_once_free, send, turn, until
 from tests.security.tcp_proxy import TcpProxy
 from tests.support.server import LiveServer
 
@@ -112,7 +112,7 @@ def test_sessions_go_on_while_the_database_is_down_and_their_records_are_written
         proxy.cut()
         assert turn(ws, "during the outage")[0]["response"]["status"] == "completed"
         ws.close()
-        ws, created = open_session(server.ws)  # a new session while the database is down
+        ws, created = open_session_once_free(server.ws)  # a new session while the database is down
         second = created["session"]["id"]
         assert turn(ws, "a new session during the outage")[0]["response"]["status"] == "completed"
         ws.close()
