@@ -148,13 +148,28 @@ class SessionRecorder:
         self._committed_ms: dict[str, int] = {}
 
     def client_event(self, event: dict[str, Any], conversation: Conversation) -> None:
-        """Records an item the client added (``conversation.item.create``) once it is accepted."""
-        if event.get("type") != "conversation.item.create":
-            return
+        """Records what an accepted client event changed: an item added, or a spoken answer truncated."""
         try:
-            self._client_item(event, conversation)
+            if event.get("type") == "conversation.item.create":
+                self._client_item(event, conversation)
+            elif event.get("type") == "conversation.item.truncate":
+                self._truncated(event, conversation)
         except Exception:
             logger.exception("session %s: could not record a client item", self.session_id)
+
+    def _truncated(self, event: dict[str, Any], conversation: Conversation) -> None:
+        """The history keeps what the user heard; so does the record."""
+        item_id = event["item_id"]
+        item = conversation.items.get(item_id) or {}
+        heard = next((p.get("transcript") or "" for p in item.get("content", []) if p.get("type") == "output_audio"), "")
+        session_id, audio_ms = self.session_id, event["audio_end_ms"]
+
+        def write() -> None:
+            from realtime.models import ConversationItem
+
+            ConversationItem.objects.filter(session_id=session_id, item_id=item_id).update(text=heard, audio_ms=audio_ms)
+
+        writer.submit(write)
 
     def _client_item(self, event: dict[str, Any], conversation: Conversation) -> None:
         item_id = (event.get("item") or {}).get("id")

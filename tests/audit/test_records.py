@@ -69,6 +69,21 @@ async def test_it_records_the_transcript_and_the_latencies_of_each_response(loop
     assert session.summary["responses"] == {"completed": 2}
 
 
+async def test_a_truncated_answer_is_recorded_as_what_the_user_heard(loopback_pool):
+    comm, session_id = await connect()
+    done = await text_turn(comm, "hello there")
+    item = done["response"]["output"][0]
+    assert item["content"][0]["transcript"] == "You said: hello there."
+    # The FAKE TTS speaks 60 ms of tone per word, piece by piece: "You said:" then "hello there."
+    await comm.send_json_to({"type": "conversation.item.truncate", "item_id": item["id"], "content_index": 0,
+                             "audio_end_ms": 120})
+    await receive_until(comm, "conversation.item.truncated")
+    await comm.disconnect()
+    await flushed()
+    record = await ConversationItem.objects.aget(session_id=session_id, item_id=item["id"])
+    assert (record.text, record.audio_ms) == ("You said:", 120)
+
+
 async def test_a_slow_database_never_delays_an_audio_delta(loopback_pool):
     comm, session_id = await connect()
     gate = threading.Event()
