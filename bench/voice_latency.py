@@ -154,7 +154,7 @@ def plot(samples: dict[int, list[float]], silence_ms: int) -> None:
     for sessions, values in samples.items():
         xs = np.sort(np.array(values) * 1000)
         ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=f"{sessions} session(s), n={len(xs)}")
-    ax.axvline(silence_ms + 300, color="grey", linestyle="--", label=f"aim: silence window + 300 ms")
+    ax.axvline(silence_ms + 300, color="grey", linestyle="--", label="aim: silence window + 300 ms")
     ax.set_xlabel("end of user speech -> first response audio (ms)")
     ax.set_ylabel("fraction of turns")
     ax.set_title("Voice-to-voice latency, real default models, 2-core CPU")

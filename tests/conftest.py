@@ -10,52 +10,21 @@ import pytest
 from pipelines.config import PoolConfig
 from pipelines.factory import build_pool, synthetic_turn
 from pipelines.pool import PipelinePool
+from tests.support import services
 from tests.support.server import LiveServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def need_service(name: str, url: str | None) -> str:
-    """Returns the service URL; without one, skips locally and fails in CI."""
-    if url:
-        return url
-    message = f"{name} is not configured (set S2S_TEST_{name.upper()}_URL)"
-    if IN_CI:
-        pytest.fail(message)
-    pytest.skip(message)
-
 
 @pytest.fixture
 def redis_url() -> str:
-    url = os.environ.get("S2S_TEST_REDIS_URL") or ("redis://127.0.0.1:6379/0" if not IN_CI else None)
-    url = need_service("redis", url)
-    import redis
-
-    try:
-        redis.Redis.from_url(url, socket_timeout=2).ping()
-    except Exception as exc:
-        if IN_CI:
-            pytest.fail(f"Redis at {url} does not answer: {exc}")
-        pytest.skip(f"Redis at {url} does not answer: {exc}")
-    return url
+    return services.redis_url()
 
 
 @pytest.fixture
 def postgres_url() -> str:
-    url = os.environ.get("S2S_TEST_DATABASE_URL") or ("postgres://postgres@127.0.0.1:5432/test" if not IN_CI else None)
-    url = need_service("database", url)
-    import psycopg
-
-    try:
-        psycopg.connect(url.replace("postgres://", "postgresql://"), connect_timeout=3).close()
-    except Exception as exc:
-        if IN_CI:
-            pytest.fail(f"PostgreSQL at {url} does not answer: {exc}")
-        pytest.skip(f"PostgreSQL at {url} does not answer: {exc}")
-    return url
+    return services.postgres_url()
 
 
 @pytest.fixture(autouse=True)

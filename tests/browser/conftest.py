@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import IN_CI
+from tests.support.services import IN_CI
 from tests.support.speech import silence, spoken
 
 CHROMIUM = "/usr/bin/chromium"

@@ -11,9 +11,8 @@ import time
 import uuid
 
 import psutil
-import pytest
 
-from tests.security.live import close_code, open_session, open_session_once_free, send, turn, until
+from tests.security.live import close_code, open_session, open_session_once_free, turn, until
 from tests.security.tcp_proxy import TcpProxy
 from tests.support.server import LiveServer
 

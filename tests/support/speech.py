@@ -29,8 +29,6 @@ def pcm16_chunks(samples: np.ndarray, chunk_ms: int = 20, rate: int = 24000) -> 
 @functools.lru_cache(maxsize=16)
 def spoken(text: str, rate: int = 24000) -> np.ndarray:
     """``text`` spoken by the packaged Piper voice, as float32 at ``rate``."""
-    from pipelines.backends.piper_tts import PiperEngine
-
     engine = _piper()
     voice = np.concatenate(list(engine.synthesize(text)))
     return audio.resample(voice, engine.sample_rate, rate)
