@@ -48,8 +48,21 @@ class ResponseRecordInline(ReadOnlyInline):
     ordering = ("finished_at",)
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """History and live state are shown, never edited: no add, change or delete, for anyone."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(RealtimeSession)
-class RealtimeSessionAdmin(admin.ModelAdmin):
+class RealtimeSessionAdmin(ReadOnlyAdmin):
     """The audit: history is never edited here (retention deletes it); live sessions can be ended."""
 
     list_display = ("id", "started_at", "duration", "node", "unit_index", "principal", "end_reason", "close_code",
@@ -61,15 +74,6 @@ class RealtimeSessionAdmin(admin.ModelAdmin):
     inlines = [ConversationItemInline, ResponseRecordInline]
     actions = ["export_csv", "end_live_sessions"]
     list_per_page = 50
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_end_live_session_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("realtime.end_live_session")
@@ -108,19 +112,10 @@ class RealtimeSessionAdmin(admin.ModelAdmin):
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(ReadOnlyAdmin):
     """The slot board: every node's units, refreshed by short polling of the published snapshots."""
 
     list_display = ("name", "heartbeat_at", "gone", "free_units", "rejections")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view

@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any
 
+from tests.support.polling import wait_for  # noqa: F401  (the audit tests import it from here)
 from tests.support.speech import pcm16_chunks, silence, tone
 
 Event = dict[str, Any]
@@ -64,13 +65,3 @@ def ws_text_turn(ws: Any, text: str) -> Event:
     return ws_receive_until(ws, "response.done", timeout=15)
 
 
-def wait_for(check: Any, timeout: float = 10.0, interval: float = 0.1, what: str = "condition") -> Any:
-    """Polls ``check()`` until it returns something truthy (bounded in time)."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not met in {timeout}s (last: {last!r})")

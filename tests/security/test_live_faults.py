@@ -14,6 +14,7 @@ import psutil
 
 from tests.security.live import close_code, open_session, open_session_once_free, turn, until
 from tests.security.tcp_proxy import TcpProxy
+from tests.support.polling import wait_for
 from tests.support.server import LiveServer
 
 
@@ -24,22 +25,12 @@ def record(server: LiveServer, session_id: str) -> dict:
     return dict(row) if row else {}
 
 
-def wait(check, timeout: float = 15, step: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"not true within {timeout}s")
-
-
 def test_sigterm_stops_admitting_lets_live_sessions_run_then_closes_them_with_1001(tmp_path):
     server = LiveServer(tmp_path, env={"S2S_SHUTDOWN_GRACE_S": "3"}).start()
     try:
         ws, created = open_session(server.ws)
         server.process.send_signal(signal.SIGTERM)
-        status, body = wait(lambda: (lambda r: r if r[0] == 503 else None)(server.get("/readyz")), 5)
+        status, body = wait_for(lambda: (lambda r: r if r[0] == 503 else None)(server.get("/readyz")), 5)
         assert json.loads(body)["status"] == "draining"
         late, refused = open_session(server.ws)
         assert refused["type"] == "error" and refused["error"]["code"] == "server_shutting_down"
@@ -68,14 +59,14 @@ def test_sessions_a_crashed_process_left_open_are_marked_interrupted_at_restart(
     server = LiveServer(tmp_path).start()
     ws, created = open_session(server.ws)
     session_id = created["session"]["id"]
-    wait(lambda: record(server, session_id).get("end_reason") == "active")
+    wait_for(lambda: record(server, session_id).get("end_reason") == "active", timeout=15)
     server.process.kill()
     server.process.wait(timeout=10)
     server.process = None
     assert record(server, session_id)["end_reason"] == "active"
     restarted = LiveServer(tmp_path).start()
     try:
-        row = wait(lambda: (lambda r: r if r["end_reason"] == "interrupted" else None)(record(restarted, session_id)))
+        row = wait_for(lambda: (lambda r: r if r["end_reason"] == "interrupted" else None)(record(restarted, session_id)), timeout=15)
         assert row["ended_at"]
     finally:
         restarted.stop()
@@ -117,8 +108,8 @@ def test_sessions_go_on_while_the_database_is_down_and_their_records_are_written
         ws.close()
         time.sleep(2)
         proxy.restore()
-        wait(lambda: (db_record(first) or [None])[0] == "client_closed" and (db_record(second) or [None])[0] == "client_closed",
-             timeout=30, step=0.5)
+        wait_for(lambda: (db_record(first) or [None])[0] == "client_closed" and (db_record(second) or [None])[0] == "client_closed",
+             timeout=30, interval=0.5)
     finally:
         server.stop()
         proxy.stop()
@@ -138,14 +129,14 @@ def test_sessions_go_on_while_redis_is_down_and_readyz_says_degraded(tmp_path, r
         ws2, created = open_session(server.ws)
         assert created["type"] == "session.created"
         assert turn(ws2, "new during the outage")[0]["response"]["status"] == "completed"
-        body = wait(lambda: (lambda b: b if b["channel_layer"]["status"] == "degraded" else None)(
+        body = wait_for(lambda: (lambda b: b if b["channel_layer"]["status"] == "degraded" else None)(
             json.loads(server.get("/readyz")[1])), timeout=20)
         assert body["free_units"] == 0
         ws.close()
         ws2.close()
         proxy.restore()
-        wait(lambda: json.loads(server.get("/readyz")[1]).get("channel_layer", {}).get("status") == "ok", timeout=30)
-        wait(lambda: json.loads(server.get("/readyz")[1])["free_units"] == 2)
+        wait_for(lambda: json.loads(server.get("/readyz")[1]).get("channel_layer", {}).get("status") == "ok", timeout=30)
+        wait_for(lambda: json.loads(server.get("/readyz")[1])["free_units"] == 2, timeout=15)
     finally:
         server.stop()
         proxy.stop()
@@ -161,7 +152,7 @@ def test_a_client_that_never_reads_is_dropped_before_its_send_buffer_passes_the_
         key = "dGhlIHNhbXBsZSBub25jZQ=="
         sock.sendall((f"GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nUpgrade: websocket\r\n"
                       f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-        wait(lambda: json.loads(server.get("/readyz")[1])["free_units"] == 0, timeout=10)  # it holds the unit
+        wait_for(lambda: json.loads(server.get("/readyz")[1])["free_units"] == 0, timeout=10)  # it holds the unit
         text = "x" * 60_000
         for i in range(300):  # each comes back twice (conversation.item.added and .done): 36 MB the client never reads
             event = {"type": "conversation.item.create", "item": {"type": "message", "role": "user",
@@ -170,8 +161,8 @@ def test_a_client_that_never_reads_is_dropped_before_its_send_buffer_passes_the_
                 sock.sendall(masked_text_frame(json.dumps(event)))
             except OSError:
                 break  # dropped by the server
-        wait(lambda: "does not read" in server.log_path.read_text(errors="replace"), timeout=30)
-        wait(lambda: json.loads(server.get("/readyz")[1])["free_units"] == 1, timeout=30)
+        wait_for(lambda: "does not read" in server.log_path.read_text(errors="replace"), timeout=30)
+        wait_for(lambda: json.loads(server.get("/readyz")[1])["free_units"] == 1, timeout=30)
         grown = psutil.Process(server.process.pid).memory_info().rss - rss_before
         assert grown < 64 * 1024 * 1024, grown
         sock.close()
