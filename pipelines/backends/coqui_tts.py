@@ -105,6 +105,11 @@ class CoquiEngine:
             if self.is_xtts:
                 yield from self._xtts_stream(sentence, cancel)
                 continue
+            if not self._speakable(sentence):
+                # Coqui's VITS crashes on an input with no token it knows ("42" for a
+                # voice without digits, an emoji): there is nothing in it to say.
+                logger.info("Skipping %r: none of its characters are in the voice's vocabulary", sentence)
+                continue
             with self._lock, torch.inference_mode():
                 wav = self._tts.tts(
                     sentence,
@@ -115,6 +120,21 @@ class CoquiEngine:
             audio = _as_float32(wav)
             if audio.size:
                 yield audio
+
+    def _speakable(self, sentence: str) -> bool:
+        """Whether the model's tokenizer keeps anything of ``sentence`` beyond its padding tokens."""
+        tokenizer = getattr(self._model, "tokenizer", None)
+        if tokenizer is None:
+            return True
+        characters = tokenizer.characters
+        padding = {
+            characters.char_to_id(char)
+            for char in (characters.pad, characters.blank, characters.bos, characters.eos)
+            if char
+        }
+        with self._lock:  # the tokenizer's phonemizer is shared too
+            ids = tokenizer.text_to_ids(sentence, language=self._language)
+        return any(i not in padding for i in ids)
 
     def _xtts_stream(
         self, sentence: str, cancel: threading.Event | None

@@ -25,6 +25,14 @@ def test_it_yields_finite_float32_audio_per_sentence(coqui_engine):
         assert np.isfinite(chunk).all()
 
 
+def test_a_sentence_with_nothing_the_voice_can_say_is_skipped_not_fatal(coqui_engine):
+    # The tiny test voice has no digits and no emoji: VITS itself raises on such input.
+    assert coqui_engine.split_sentences("Good morning. 42") == ["Good morning.", "42"]
+    chunks = list(coqui_engine.synthesize("Good morning. 42"))
+    assert len(chunks) == 1 and len(chunks[0]) > 0
+    assert list(coqui_engine.synthesize("\U0001F600")) == []
+
+
 def test_cancel_stops_before_the_next_sentence(coqui_engine):
     cancel = threading.Event()
     chunks = []
