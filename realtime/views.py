@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hmac
+
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -67,8 +69,21 @@ def readyz(request: HttpRequest) -> JsonResponse:
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
-    """This process's metrics in the Prometheus text format (scrape every node)."""
+    """This process's metrics in the Prometheus text format (scrape every node).
+
+    With ``S2S_METRICS_TOKEN`` set, only a request carrying ``Authorization: Bearer <token>`` gets them.
+    """
     from realtime import metrics as exposition
+
+    if settings.S2S_METRICS_TOKEN and not _bearer_matches(request, settings.S2S_METRICS_TOKEN):
+        response = HttpResponse("A metrics token is required.\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
 
     body = exposition.render(runtime.get_pool(), settings.S2S_NODE_NAME)
     return HttpResponse(body, content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _bearer_matches(request: HttpRequest, token: str) -> bool:
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())

@@ -155,6 +155,8 @@ S2S_HEARTBEAT_S = envfloat("S2S_HEARTBEAT_S", 2.0, minimum=0.2)
 S2S_NODE_TIMEOUT_S = envfloat("S2S_NODE_TIMEOUT_S", max(10.0, 5 * S2S_HEARTBEAT_S), minimum=1.0)
 S2S_RETENTION_DAYS = envint("S2S_RETENTION_DAYS", 30, minimum=1)
 S2S_SLOT_BOARD_REFRESH_S = envfloat("S2S_SLOT_BOARD_REFRESH_S", 2.0, minimum=0.5)
+# Set, /metrics answers only a scraper that sends it as a bearer token; unset, it is open to whoever reaches it.
+S2S_METRICS_TOKEN = envstr("S2S_METRICS_TOKEN", "")
 CELERY_TASK_DEFAULT_QUEUE = envstr("CELERY_TASK_DEFAULT_QUEUE", "celery")
 CELERY_BEAT_SCHEDULE = {
     "reap-dead-nodes": {"task": "realtime.tasks.reap_dead_nodes", "schedule": S2S_NODE_TIMEOUT_S},

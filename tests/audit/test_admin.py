@@ -195,6 +195,16 @@ def test_metrics_are_in_the_prometheus_text_format(client, loopback_pool):
         's2s_latency_seconds_bucket{stage="voice_to_voice",le="0.5"}']
 
 
+def test_with_a_metrics_token_only_a_scraper_that_sends_it_gets_the_metrics(client, loopback_pool, settings):
+    settings.S2S_METRICS_TOKEN = "scrape-me"
+    refused = [client.get("/metrics"), client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-you"),
+               client.get("/metrics", HTTP_AUTHORIZATION="Basic scrape-me")]
+    assert [r.status_code for r in refused] == [401, 401, 401]
+    assert refused[0]["WWW-Authenticate"].startswith("Bearer") and b"s2s_" not in refused[0].content
+    allowed = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me")
+    assert allowed.status_code == 200 and b"s2s_units_free" in allowed.content
+
+
 @pytest.mark.services
 def test_the_model_admin_and_record_tests_pass_on_postgresql(postgres_url):
     """Reruns this module and test_records.py with PostgreSQL as the database (its own test database)."""
