@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import Resolver404, resolve, reverse
 
-from realtime import runtime
+from realtime import auth, runtime
 
 REALTIME_PATH = "/v1/realtime"
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
@@ -85,5 +85,5 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
 
 def _bearer_matches(request: HttpRequest, token: str) -> bool:
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+    given = auth.bearer_token(request.headers.get("Authorization", ""))
+    return given is not None and hmac.compare_digest(given.encode(), token.encode())
