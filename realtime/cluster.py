@@ -148,6 +148,8 @@ class Heartbeat:
         """A minimal beat for single-process setups without a broker: runs each schedule entry when due."""
         from s2s_project.celery import app
 
+        if not self._due:  # the first round: Celery discovers tasks lazily, so register them before any lookup
+            app.loader.import_default_modules()
         now = time.monotonic()
         for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
             if now < self._due.get(name, 0.0):

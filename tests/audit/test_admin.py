@@ -117,6 +117,28 @@ class TestTasks:
         assert list(RealtimeSession.objects.values_list("id", flat=True)) == ["sess_new"]
         assert not ConversationItem.objects.filter(session_id="sess_old").exists()
 
+    def test_the_embedded_beat_runs_its_tasks_on_its_first_round_in_a_fresh_process(self, tmp_path):
+        # A fresh process, as `manage.py serve` is: nothing has imported realtime.tasks yet.
+        script = (
+            "import django, sys; django.setup()\n"
+            "from datetime import timedelta\n"
+            "from django.core.management import call_command\n"
+            "from django.utils import timezone\n"
+            "call_command('migrate', verbosity=0)\n"
+            "from realtime.models import RealtimeSession\n"
+            "RealtimeSession.objects.create(id='sess_old', node='n', started_at=timezone.now() - timedelta(days=400))\n"
+            "assert 'realtime.tasks' not in sys.modules\n"
+            "from realtime.cluster import Heartbeat\n"
+            "Heartbeat(1.0)._run_due_tasks()\n"
+            "print('sessions left:', RealtimeSession.objects.count())\n"
+        )
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "s2s_project.settings",
+               "DATABASE_URL": f"sqlite:///{tmp_path / 'beat.sqlite3'}", "CELERY_BROKER_URL": ""}
+        result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "sessions left: 0" in result.stdout and "failed" not in result.stderr, result.stderr
+
     def test_a_node_whose_heartbeat_stopped_is_marked_gone_and_its_sessions_interrupted(self, settings):
         settings.S2S_NODE_TIMEOUT_S = 10
         now = timezone.now()
