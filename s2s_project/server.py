@@ -99,6 +99,8 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
         application=application,
         endpoints=build_endpoint_description_strings(host=host, port=port),
         websocket_timeout=-1,
+        websocket_handshake_timeout=settings.S2S_WS_HANDSHAKE_TIMEOUT_S,
+        websocket_connect_timeout=settings.S2S_WS_HANDSHAKE_TIMEOUT_S,
         websocket_max_message_size=max_bytes,
         websocket_max_frame_size=max_bytes,
         verbosity=verbosity,

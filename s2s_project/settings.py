@@ -70,7 +70,14 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+    # Several threads write (records, heartbeat, admin). IMMEDIATE transactions take the write lock
+    # up front, so a read-then-write (update_or_create) waits its turn instead of failing at once with
+    # "database is locked"; WAL lets readers go on while one of them writes.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = envstr("REDIS_URL", "")
@@ -172,6 +179,9 @@ S2S_EMBEDDED_BEAT = envbool("S2S_EMBEDDED_BEAT", CELERY_TASK_ALWAYS_EAGER)
 S2S_AUTH_REQUIRED = envbool("S2S_AUTH_REQUIRED", True)
 S2S_CLIENT_SECRET_TTL_S = envint("S2S_CLIENT_SECRET_TTL_S", 600, minimum=10, maximum=7200)
 S2S_AUTH_CACHE_S = envfloat("S2S_AUTH_CACHE_S", 60.0, minimum=0.0)
+# How long a connection may take to finish its WebSocket opening handshake (autobahn's default, 5 s, drops
+# the TCP connection without an answer when a burst of connections keeps the server busy for that long).
+S2S_WS_HANDSHAKE_TIMEOUT_S = envint("S2S_WS_HANDSHAKE_TIMEOUT_S", 30, minimum=1)
 S2S_MAX_SESSION_SECONDS = envint("S2S_MAX_SESSION_SECONDS", 3600, minimum=1)
 S2S_IDLE_TIMEOUT_S = envint("S2S_IDLE_TIMEOUT_S", 600, minimum=0)  # 0: no idle limit
 S2S_MAX_EVENTS_PER_SECOND = envint("S2S_MAX_EVENTS_PER_SECOND", 200, minimum=1)
