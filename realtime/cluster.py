@@ -52,12 +52,12 @@ def end_session(session_id: str, reason: str = "") -> None:
 
 def publish(started_at: datetime, stopping: bool = False) -> None:
     """Writes this node's row: pool state and slots, stamped now."""
-    from realtime.models import Node
+    from realtime.models import Node, upsert
 
     pool = runtime.get_pool()
     now = timezone.now()
     slots = pool.snapshot() if pool is not None else []
-    Node.objects.update_or_create(name=settings.S2S_NODE_NAME, defaults={
+    upsert(Node, {"name": settings.S2S_NODE_NAME}, {
         "host": socket.gethostname(), "pid": os.getpid(), "profile": settings.S2S_POOL.profile,
         "started_at": started_at, "heartbeat_at": now, "stopped_at": now if stopping else None, "gone": False,
         "warm": bool(pool and pool.warm), "admitting": bool(pool and pool.admitting) and not stopping,

@@ -9,6 +9,20 @@ from django.db import models
 from django.utils import timezone
 
 
+def upsert(model: type[models.Model], keys: dict[str, object], fields: dict[str, object]) -> None:
+    """Inserts the row identified by ``keys`` (its primary key or a unique constraint) with ``fields``,
+    or updates those fields where it exists.
+
+    One statement (``INSERT ... ON CONFLICT DO UPDATE``), not ``update_or_create``'s read then write:
+    on SQLite that transaction fails at once with "database is locked" when another thread is
+    writing, where a single statement waits for its turn.
+    """
+    names = {field.attname: field.name for field in model._meta.concrete_fields}  # "session_id" -> "session"
+    unique = [names[key] for key in keys]
+    model._default_manager.bulk_create([model(**keys, **fields)], update_conflicts=True,
+                                       unique_fields=unique, update_fields=list(fields))
+
+
 class EndReason(models.TextChoices):
     ACTIVE = "active", "Still active"
     CLIENT_CLOSED = "client_closed", "Client closed"

@@ -96,9 +96,9 @@ def _nudge() -> None:
 
 
 def session_started(session_id: str, **fields: Any) -> None:
-    from realtime.models import RealtimeSession
+    from realtime.models import RealtimeSession, upsert
 
-    writer.submit(lambda: RealtimeSession.objects.update_or_create(id=session_id, defaults=fields))
+    writer.submit(lambda: upsert(RealtimeSession, {"id": session_id}, fields))
     _nudge()
 
 
@@ -226,9 +226,9 @@ class SessionRecorder:
         session_id, audio_s = self.session_id, state.audio_ms / 1000
 
         def write() -> None:
-            from realtime.models import RealtimeSession, ResponseRecord
+            from realtime.models import RealtimeSession, ResponseRecord, upsert
 
-            ResponseRecord.objects.update_or_create(session_id=session_id, response_id=msg.response_id, defaults=fields)
+            upsert(ResponseRecord, {"session_id": session_id, "response_id": msg.response_id}, fields)
             RealtimeSession.objects.filter(id=session_id).update(audio_out_seconds=F("audio_out_seconds") + audio_s)
 
         writer.submit(write)
@@ -239,8 +239,8 @@ class SessionRecorder:
         fields = {"seq": self._seq, "role": role, "text": text, "audio_ms": audio_ms, "created_at": timezone.now()}
 
         def write() -> None:
-            from realtime.models import ConversationItem
+            from realtime.models import ConversationItem, upsert
 
-            ConversationItem.objects.update_or_create(session_id=session_id, item_id=item_id, defaults=fields)
+            upsert(ConversationItem, {"session_id": session_id, "item_id": item_id}, fields)
 
         writer.submit(write)

@@ -70,12 +70,10 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Several threads write (records, heartbeat, admin). IMMEDIATE transactions take the write lock
-    # up front, so a read-then-write (update_or_create) waits its turn instead of failing at once with
-    # "database is locked"; WAL lets readers go on while one of them writes.
+    # Several threads write (records, heartbeat, admin): WAL lets readers go on while one of them writes,
+    # and the writers upsert in single statements (realtime.models.upsert), which wait up to the timeout.
     DATABASES["default"]["OPTIONS"] = {
         "timeout": 20,
-        "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
