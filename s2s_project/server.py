@@ -83,6 +83,9 @@ def install_close_code_protocol() -> None:
     ws_protocol.WebSocketFactory.protocol = CloseCodeWebSocketProtocol
 
 
+LISTEN_BACKLOG = 2048
+
+
 def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
     """Starts the pool (in the background, so probes answer while models load) and runs daphne."""
     from s2s_project.asgi import application
@@ -97,7 +100,9 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
     max_bytes = 2 * max_frame_bytes(settings.S2S_MAX_EVENT_BYTES)
     server = Server(
         application=application,
-        endpoints=build_endpoint_description_strings(host=host, port=port),
+        # Twisted listens with a backlog of 50: a burst of connections (clients coming back after a restart)
+        # overflows it. 2048 is uvicorn's and gunicorn's default (the kernel caps it at net.core.somaxconn).
+        endpoints=[f"{endpoint}:backlog={LISTEN_BACKLOG}" for endpoint in build_endpoint_description_strings(host=host, port=port)],
         websocket_timeout=-1,
         websocket_handshake_timeout=settings.S2S_WS_HANDSHAKE_TIMEOUT_S,
         websocket_connect_timeout=settings.S2S_WS_HANDSHAKE_TIMEOUT_S,
