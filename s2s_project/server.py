@@ -102,7 +102,8 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
         application=application,
         # Twisted listens with a backlog of 50: a burst of connections (clients coming back after a restart)
         # overflows it. 2048 is uvicorn's and gunicorn's default (the kernel caps it at net.core.somaxconn).
-        endpoints=[f"{endpoint}:backlog={LISTEN_BACKLOG}" for endpoint in build_endpoint_description_strings(host=host, port=port)],
+        endpoints=[f"{endpoint}:backlog={LISTEN_BACKLOG}"
+                   for endpoint in build_endpoint_description_strings(host=host, port=port)],
         websocket_timeout=-1,
         websocket_handshake_timeout=settings.S2S_WS_HANDSHAKE_TIMEOUT_S,
         websocket_connect_timeout=settings.S2S_WS_HANDSHAKE_TIMEOUT_S,

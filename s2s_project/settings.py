@@ -177,7 +177,7 @@ S2S_EMBEDDED_BEAT = envbool("S2S_EMBEDDED_BEAT", CELERY_TASK_ALWAYS_EAGER)
 S2S_AUTH_REQUIRED = envbool("S2S_AUTH_REQUIRED", True)
 S2S_CLIENT_SECRET_TTL_S = envint("S2S_CLIENT_SECRET_TTL_S", 600, minimum=10, maximum=7200)
 S2S_AUTH_CACHE_S = envfloat("S2S_AUTH_CACHE_S", 60.0, minimum=0.0)
-# How long a connection may take to finish its WebSocket opening handshake (autobahn's default, 5 s, drops
+# How long a connection may take to finish its WebSocket opening handshake (daphne's default, 5 s, drops
 # the TCP connection without an answer when a burst of connections keeps the server busy for that long).
 S2S_WS_HANDSHAKE_TIMEOUT_S = envint("S2S_WS_HANDSHAKE_TIMEOUT_S", 30, minimum=1)
 S2S_MAX_SESSION_SECONDS = envint("S2S_MAX_SESSION_SECONDS", 3600, minimum=1)
