@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
-from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -26,7 +25,6 @@ from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, 
 from tests.audit.conftest import with_database
 
 ROOT = Path(__file__).resolve().parents[2]
-RERUN_ENV = "S2S_AUDIT_RERUN_ON_POSTGRES"
 
 
 def make_session(session_id: str = "sess_audit1", **fields) -> RealtimeSession:
@@ -229,13 +227,14 @@ def test_with_a_metrics_token_only_a_scraper_that_sends_it_gets_the_metrics(clie
 
 @pytest.mark.services
 def test_the_model_admin_and_record_tests_pass_on_postgresql(postgres_url):
-    """Reruns this module and test_records.py with PostgreSQL as the database (its own test database)."""
-    if os.environ.get(RERUN_ENV) or connection.vendor == "postgresql":
-        pytest.skip("already running on PostgreSQL")
+    """Reruns this module and test_records.py with PostgreSQL as the database (its own test database).
+
+    The rerun deselects ``services`` tests, this one among them, so it does not recurse.
+    """
     import psycopg
 
     name = f"s2s_audit_{uuid.uuid4().hex[:12]}"  # pytest-django creates and drops test_<name>: no clash with other runs
-    env = {**os.environ, RERUN_ENV: "1", "DATABASE_URL": with_database(postgres_url, name)}
+    env = {**os.environ, "DATABASE_URL": with_database(postgres_url, name)}
     try:
         result = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not services and not browser",
