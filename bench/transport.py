@@ -28,12 +28,9 @@ import os
 import platform
 import re
 import shlex
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +39,10 @@ import psutil
 import websockets
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.server import LiveServer  # noqa: E402
+
 DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- transport:begin -->", "<!-- transport:end -->"
 RATE = 24000
@@ -53,72 +54,21 @@ REFERENCE = {"idle_cpu_2": "about 2 %", "refusal": "15-19 ms", "reclaim": "about
 # --- the server ---------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def cpu_seconds(server: LiveServer) -> float:
+    assert server.process is not None
+    times = psutil.Process(server.process.pid).cpu_times()
+    return times.user + times.system
 
 
-class Server:
-    """``manage.py serve`` in a subprocess with its own SQLite file and a loopback pool of ``size``."""
-
-    def __init__(self, work: Path, size: int) -> None:
-        self.port = free_port()
-        self.env = {**os.environ, "DATABASE_URL": f"sqlite:///{work / 'bench.sqlite3'}", "S2S_PIPELINE": "loopback",
-                    "S2S_POOL_SIZE": str(size), "S2S_AUTH_REQUIRED": "0", "S2S_LOG_LEVEL": "warning",
-                    "PYTHONUNBUFFERED": "1"}
-        self.log = work / f"server-{size}.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def migrate(self) -> None:
-        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=self.env, check=True,
-                       capture_output=True, timeout=300)
-
-    def start(self, timeout: float = 120.0) -> Server:
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited early; see {self.log}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as response:
-                    if response.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise TimeoutError(f"the server was not ready in {timeout}s; see {self.log}")
-
-    def cpu_seconds(self) -> float:
-        assert self.process is not None
-        times = psutil.Process(self.process.pid).cpu_times()
-        return times.user + times.system
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
-        self.process = None
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/realtime?model=gpt-realtime"
+def session_url(server: LiveServer) -> str:
+    return f"{server.ws}?model=gpt-realtime"
 
 
 # --- clients --------------------------------------------------------------------
 
 
-async def connect(server: Server) -> websockets.ClientConnection:
-    return await websockets.connect(server.url, subprotocols=["realtime"], compression=None, max_size=None,
+async def connect(server: LiveServer) -> websockets.ClientConnection:
+    return await websockets.connect(session_url(server), subprotocols=["realtime"], compression=None, max_size=None,
                                     open_timeout=10, close_timeout=2)
 
 
@@ -136,7 +86,7 @@ async def until(ws: websockets.ClientConnection, kind: str, timeout: float = 10.
             return event
 
 
-async def open_session(server: Server) -> websockets.ClientConnection:
+async def open_session(server: LiveServer) -> websockets.ClientConnection:
     ws = await connect(server)
     first = await recv(ws)
     if first["type"] != "session.created":
@@ -188,7 +138,7 @@ async def stream(ws: websockets.ClientConnection, rounds: int, turn_chunks: int)
     return samples, commits
 
 
-async def refusal_times(server: Server, tries: int) -> list[float]:
+async def refusal_times(server: LiveServer, tries: int) -> list[float]:
     """With every unit taken: connect -> the ``session_limit_reached`` error event."""
     times = []
     for _ in range(tries):
@@ -201,7 +151,7 @@ async def refusal_times(server: Server, tries: int) -> list[float]:
     return times
 
 
-async def reclaim_times(server: Server, sessions: list[websockets.ClientConnection], tries: int) -> list[float]:
+async def reclaim_times(server: LiveServer, sessions: list[websockets.ClientConnection], tries: int) -> list[float]:
     """A client closes its session; a new client connects until admitted: time from the close to session.created."""
     times = []
     for _ in range(tries):
@@ -235,14 +185,14 @@ class Result:
     load: float = 0.0  # the machine's 1-minute load average right after the round trips
 
 
-async def run(server: Server, n: int, args: argparse.Namespace) -> Result:
+async def run(server: LiveServer, n: int, args: argparse.Namespace) -> Result:
     result = Result(n)
     sessions = [await open_session(server) for _ in range(n)]
     try:
         await asyncio.sleep(1.0)  # let the session starts settle (records, heartbeat)
-        cpu, wall = server.cpu_seconds(), time.perf_counter()
+        cpu, wall = cpu_seconds(server), time.perf_counter()
         await asyncio.sleep(args.idle_s)
-        result.idle_cpu_percent = 100 * (server.cpu_seconds() - cpu) / (time.perf_counter() - wall)
+        result.idle_cpu_percent = 100 * (cpu_seconds(server) - cpu) / (time.perf_counter() - wall)
         per_session = await asyncio.gather(*(stream(ws, args.rounds, args.turn_chunks) for ws in sessions))
         result.round_trips_ms = [s * 1000 for samples, _ in per_session for s in samples]
         result.commit_ms = [s * 1000 for _, commits in per_session for s in commits]
@@ -344,10 +294,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="s2s-bench-") as tmp:
         work = Path(tmp)
         for n in args.sessions:
-            server = Server(work, n)
-            if not results:
-                server.migrate()
-            server.start()
+            folder = work / f"pool-{n}"
+            folder.mkdir()
+            # The test suite's launcher: loopback (FAKE) pool of n units, its own SQLite file, auth off.
+            server = LiveServer(folder, env={"S2S_POOL_SIZE": str(n), "S2S_LOG_LEVEL": "warning"})
+            server.start(ready_timeout=120)
             try:
                 results.append(asyncio.run(run(server, n, args)))
             finally:
