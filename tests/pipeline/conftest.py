@@ -94,5 +94,14 @@ async def collect(ws: websockets.ClientConnection, turn: Turn, until: str, timeo
             return turn
 
 
+async def ask_in_text(ws: websockets.ClientConnection, text: str, timeout: float,
+                      response: dict | None = None) -> Turn:
+    """A typed user message, then ``response.create`` (with ``response`` settings); the turn up to response.done."""
+    await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}))
+    await ws.send(json.dumps({"type": "response.create", **({"response": response} if response else {})}))
+    return await collect(ws, Turn(), "response.done", timeout=timeout)
+
+
 def question(text: str) -> np.ndarray:
     return spoken(text)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipelines import audio
-from tests.pipeline.conftest import Turn, collect, connect
+from tests.pipeline.conftest import ask_in_text, connect
 from tests.support.coqui import build_tiny_vits
 from tests.support.server import LiveServer
 
@@ -32,10 +32,7 @@ async def test_the_coqui_backend_streams_audio_deltas_in_the_session_format(coqu
     server, model_rate = coqui_server
     ws = await connect(server)
     try:
-        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
-            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say good morning."}]}}))
-        await ws.send(json.dumps({"type": "response.create"}))
-        turn = await collect(ws, Turn(), "response.done", timeout=120)
+        turn = await ask_in_text(ws, "Say good morning.", timeout=120)
     finally:
         await ws.close()
     done = turn.first("response.done")["response"]

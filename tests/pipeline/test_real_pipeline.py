@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pipelines import audio
-from tests.pipeline.conftest import Turn, collect, connect, question, speak
+from tests.pipeline.conftest import Turn, ask_in_text, collect, connect, question, speak
 
 pytestmark = pytest.mark.real_models
 
@@ -116,10 +116,7 @@ async def test_two_sessions_at_once_each_get_their_own_answer(real_server):
 async def test_text_in_text_out_skips_speech(real_server):
     ws = await connect(real_server)
     try:
-        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
-            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say hello to Anna."}]}}))
-        await ws.send(json.dumps({"type": "response.create", "response": {"output_modalities": ["text"]}}))
-        turn = await collect(ws, Turn(), "response.done", timeout=60)
+        turn = await ask_in_text(ws, "Say hello to Anna.", timeout=60, response={"output_modalities": ["text"]})
     finally:
         await ws.close()
     types = turn.types()
@@ -134,10 +131,7 @@ async def test_a_text_question_gets_a_spoken_answer_in_g711(real_server):
     try:
         await ws.send(json.dumps({"type": "session.update", "session": {
             "type": "realtime", "audio": {"output": {"format": {"type": "audio/pcmu"}}}}}))
-        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
-            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is two plus two?"}]}}))
-        await ws.send(json.dumps({"type": "response.create"}))
-        turn = await collect(ws, Turn(), "response.done", timeout=60)
+        turn = await ask_in_text(ws, "What is two plus two?", timeout=60)
     finally:
         await ws.close()
     samples = audio.decode(turn.audio(), audio.PCMU)
