@@ -17,6 +17,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, tmp_path_factory) -> None:
+    """The test database is a SQLite file, as the embedded default is, not Django's shared-cache memory database.
+
+    In shared-cache mode SQLite locks tables and a writer that meets another thread's write fails at once
+    ("database table is locked"), ignoring the busy timeout; a file in WAL mode waits, as production does.
+    """
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("database") / "test.sqlite3")
+
+
 @pytest.fixture
 def redis_url() -> str:
     return services.redis_url()
