@@ -84,9 +84,10 @@ def render(pool: PipelinePool | None, node: str) -> str:
         "# HELP s2s_record_writes_pending Record writes waiting for the database (grows while it is slow or down).",
         "# TYPE s2s_record_writes_pending gauge",
         f"s2s_record_writes_pending {writer.backlog}",
-        "# HELP s2s_record_writes_dropped_total Record writes the database refused for good (logged).",
+        "# HELP s2s_record_writes_dropped_total Record writes lost: refused by the database, or over the backlog.",
         "# TYPE s2s_record_writes_dropped_total counter",
-        f"s2s_record_writes_dropped_total {writer.dropped}",
+        f's2s_record_writes_dropped_total{{reason="refused"}} {writer.dropped}',
+        f's2s_record_writes_dropped_total{{reason="backlog_full"}} {writer.overflowed}',
     ]
     with _lock:
         responses = dict(_responses)

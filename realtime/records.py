@@ -4,7 +4,9 @@ The consumer only enqueues; a slow or unavailable database delays the records,
 never an audio delta. Writes that fail because the database is unreachable are
 retried until they succeed, in order, so nothing is lost while it is down; a
 write the database refuses for good (a constraint, a bug) is logged and dropped
-so it cannot hold up every record behind it.
+so it cannot hold up every record behind it. The backlog is bounded
+(``S2S_RECORD_BACKLOG``): past it, while the database stays away, new writes are
+dropped and counted rather than held until the process runs out of memory.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 from django.db.models import F
 from django.utils import timezone
@@ -33,8 +36,9 @@ RETRYABLE = (OperationalError, InterfaceError)
 
 
 class RecordWriter:
-    def __init__(self, retry_s: float = 1.0) -> None:
+    def __init__(self, retry_s: float = 1.0, max_backlog: int = 50_000) -> None:
         self._queue: queue.Queue[Write] = queue.Queue()
+        self.max_backlog = max_backlog
         self._retry_s = retry_s
         self._idle = threading.Event()
         self._idle.set()
@@ -42,9 +46,16 @@ class RecordWriter:
         self._lock = threading.Lock()
         self.failures = 0
         self.dropped = 0
+        self.overflowed = 0
 
     def submit(self, write: Write) -> None:
         with self._lock:
+            if self._queue.qsize() >= self.max_backlog:
+                self.overflowed += 1
+                if self.overflowed == 1 or self.overflowed % 1000 == 0:
+                    logger.error("%d session record writes dropped: %d wait for the database (S2S_RECORD_BACKLOG)",
+                                 self.overflowed, self.max_backlog)
+                return
             self._idle.clear()
             self._queue.put(write)
             if self._thread is None or not self._thread.is_alive():
@@ -86,7 +97,7 @@ class RecordWriter:
         return self._idle.wait(timeout)
 
 
-writer = RecordWriter()
+writer = RecordWriter(max_backlog=settings.S2S_RECORD_BACKLOG)
 
 
 def _nudge() -> None:

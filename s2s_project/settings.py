@@ -158,6 +158,7 @@ S2S_POOL = PoolConfig(
 
 S2S_HEARTBEAT_S = envfloat("S2S_HEARTBEAT_S", 2.0, minimum=0.2)
 S2S_NODE_TIMEOUT_S = envfloat("S2S_NODE_TIMEOUT_S", max(10.0, 5 * S2S_HEARTBEAT_S), minimum=1.0)
+S2S_RECORD_BACKLOG = envint("S2S_RECORD_BACKLOG", 50_000, minimum=100)
 S2S_RETENTION_DAYS = envint("S2S_RETENTION_DAYS", 30, minimum=1)
 S2S_SLOT_BOARD_REFRESH_S = envfloat("S2S_SLOT_BOARD_REFRESH_S", 2.0, minimum=0.5)
 # Set, /metrics answers only a scraper that sends it as a bearer token; unset, it is open to whoever reaches it.

@@ -107,6 +107,21 @@ async def test_a_slow_database_never_delays_an_audio_delta(loopback_pool):
     assert texts == ["while the database is slow", "You said: while the database is slow."]
 
 
+def test_while_the_database_stays_away_the_backlog_is_bounded_and_what_fits_is_written_in_order():
+    writer = records.RecordWriter(max_backlog=3)
+    gate, done = threading.Event(), []
+    writer.submit(lambda: gate.wait(20))  # taken by the writer thread: the database does not answer
+    deadline = time.monotonic() + 5
+    while writer.backlog and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for n in range(5):
+        writer.submit(lambda n=n: done.append(n))
+    assert (writer.backlog, writer.overflowed) == (3, 2)
+    gate.set()
+    assert writer.flush(10)
+    assert done == [0, 1, 2] and writer.dropped == 0
+
+
 async def test_a_connection_turned_away_is_recorded_as_rejected(loopback_pool):
     held = [await connect() for _ in range(2)]
     comm = WebsocketCommunicator(application, "/v1/realtime")
