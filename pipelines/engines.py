@@ -51,6 +51,7 @@ class Engines:
     max_new_tokens: int
     partial_every_ms: int
     speculate_after_ms: int
+    first_piece_words: int = 4
     load_seconds: dict[str, float] = field(default_factory=dict)
 
     def build_stages(self, context: SessionContext) -> list[Stage]:
@@ -58,7 +59,7 @@ class Engines:
         return [
             VadStage(context, self.vad, partial_every_ms=self.partial_every_ms, speculate_after_ms=self.speculate_after_ms),
             SttStage(context, self.stt),
-            LmStage(context, self.lm, max_new_tokens=self.max_new_tokens),
+            LmStage(context, self.lm, max_new_tokens=self.max_new_tokens, first_piece_words=self.first_piece_words),
             TtsStage(context, self.voices),
         ]
 
@@ -118,7 +119,7 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
         voices[name] = _timed(f"voice {name}", lambda path=path: _tts(_with_model(config, path), device), timings, progress)  # type: ignore[misc]
     return Engines(vad=vad, stt=stt, lm=lm, voices=voices, max_new_tokens=config.lm_max_new_tokens,  # type: ignore[arg-type]
                    partial_every_ms=config.partial_every_ms, speculate_after_ms=config.speculate_after_ms,
-                   load_seconds=timings)
+                   first_piece_words=config.first_piece_words, load_seconds=timings)
 
 
 def _with_model(config: EngineConfig, path: str) -> EngineConfig:

@@ -41,9 +41,9 @@ class SentenceSplitter:
         match = _SENTENCE_END.search(self._buffer)
         if match is not None:
             return match.end()
-        clause = _CLAUSE_END.search(self._buffer)
-        if clause is not None and (self._first or clause.end() >= self._clause_chars):
-            return clause.end()
+        for clause in _CLAUSE_END.finditer(self._buffer):
+            if self._first or clause.end() >= self._clause_chars:
+                return clause.end()
         if self._first and self._first_words:
             gaps = list(_WORD_END.finditer(self._buffer.lstrip()))
             if len(gaps) >= self._first_words:

@@ -150,6 +150,7 @@ S2S_POOL = PoolConfig(
         extra_voices=envpairs("S2S_TTS_VOICES"),
         partial_every_ms=envint("S2S_PARTIAL_TRANSCRIPT_MS", 1000, minimum=0),
         speculate_after_ms=envint("S2S_SPECULATE_AFTER_MS", 96, minimum=0),
+        first_piece_words=envint("S2S_FIRST_PIECE_WORDS", 4, minimum=0),
         torch_threads=envint("S2S_TORCH_THREADS", 0, minimum=0),
     ),
 )

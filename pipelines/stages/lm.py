@@ -61,10 +61,12 @@ def request_from_settings(context: SessionContext, generation: int) -> ResponseR
 class LmStage(Stage):
     name = "lm"
 
-    def __init__(self, context: SessionContext, model: LanguageModel, max_new_tokens: int = 128) -> None:
+    def __init__(self, context: SessionContext, model: LanguageModel, max_new_tokens: int = 128,
+                 first_piece_words: int = 4) -> None:
         super().__init__(context)
         self.model = model
         self.max_new_tokens = max_new_tokens
+        self.first_piece_words = first_piece_words
         self.history: dict[str, HistoryItem] = {}
         # speculative turn -> the item ids it added, taken back if the turn is abandoned
         self._speculative: dict[str, list[str]] = {}
@@ -155,7 +157,7 @@ class LmStage(Stage):
             options = {"prefix": self._prefix} if self._prefix is not None and not req.out_of_band else {}
             stream = self.model.generate_stream(self._messages(req), self._max_tokens(req), req.temperature, cancel,
                                                 **options)
-            splitter = SentenceSplitter()
+            splitter = SentenceSplitter(first_words=self.first_piece_words)
             for piece in self._pieces(stream, cancel):
                 if first_token_s is None:
                     first_token_s = time.perf_counter() - started
