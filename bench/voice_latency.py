@@ -72,51 +72,105 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
+async def one_turn(ws, text: str) -> dict | None:
+    """Speaks ``text`` (trimmed, between silences) and times the answer; None when no audio came."""
+    chunks_speech = pcm16_chunks(trimmed(text))
+    chunks = pcm16_chunks(silence(0.3)) + chunks_speech + pcm16_chunks(silence(1.5))
+    speech_end = 0.0
+    times: dict[str, float] = {}
+
+    async def send() -> None:
+        nonlocal speech_end
+        start = time.monotonic()
+        for i, chunk in enumerate(chunks, start=1):
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": chunk}))
+            if i == 15 + len(chunks_speech):
+                speech_end = time.monotonic()
+            await asyncio.sleep(max(0.0, start + i * 0.02 - time.monotonic()))
+
+    sender = asyncio.create_task(send())
+    status = "timeout"
+    try:
+        while True:
+            event = json.loads(await asyncio.wait_for(ws.recv(), 120))
+            kind = event["type"]
+            times.setdefault(kind, time.monotonic())
+            if kind == "response.done":
+                status = event["response"]["status"]
+                break
+    finally:
+        await sender
+    await asyncio.sleep(0.5)
+    if "response.output_audio.delta" not in times:
+        return None
+    return {"text": text, "status": status, "v2v_s": times["response.output_audio.delta"] - speech_end,
+            "stopped_s": times.get("input_audio_buffer.speech_stopped", float("nan")) - speech_end}
+
+
+async def opened(url: str):
+    ws = await websockets.connect(url, max_size=None, open_timeout=30)
+    created = json.loads(await ws.recv())
+    assert created["type"] == "session.created", created
+    return ws
+
+
 async def one_session(url: str, turns: int, offset: int, results: list[dict]) -> None:
-    async with websockets.connect(url, max_size=None, open_timeout=30) as ws:
-        created = json.loads(await ws.recv())
-        assert created["type"] == "session.created", created
+    ws = await opened(url)
+    try:
         for n in range(turns):
-            text = QUESTIONS[(offset + n) % len(QUESTIONS)]
-            chunks_speech = pcm16_chunks(trimmed(text))
-            chunks = pcm16_chunks(silence(0.3)) + chunks_speech + pcm16_chunks(silence(1.5))
-            speech_end = 0.0
-            times: dict[str, float] = {}
-
-            async def send() -> None:
-                nonlocal speech_end
-                start = time.monotonic()
-                for i, chunk in enumerate(chunks, start=1):
-                    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": chunk}))
-                    if i == 15 + len(chunks_speech):
-                        speech_end = time.monotonic()
-                    await asyncio.sleep(max(0.0, start + i * 0.02 - time.monotonic()))
-
-            sender = asyncio.create_task(send())
-            status = "timeout"
-            try:
-                while True:
-                    event = json.loads(await asyncio.wait_for(ws.recv(), 120))
-                    kind = event["type"]
-                    times.setdefault(kind, time.monotonic())
-                    if kind == "response.done":
-                        status = event["response"]["status"]
-                        break
-            finally:
-                await sender
-            if "response.output_audio.delta" in times:
-                results.append({
-                    "text": text, "status": status,
-                    "v2v_s": times["response.output_audio.delta"] - speech_end,
-                    "stopped_s": times.get("input_audio_buffer.speech_stopped", float("nan")) - speech_end,
-                })
-            await asyncio.sleep(0.5)
+            if (result := await one_turn(ws, QUESTIONS[(offset + n) % len(QUESTIONS)])) is not None:
+                results.append(result)
+    finally:
+        await ws.close()
 
 
 async def run_latency(server: LiveServer, sessions: int, turns: int) -> list[dict]:
     results: list[dict] = []
     await asyncio.gather(*(one_session(server.ws, turns, i * 3, results) for i in range(sessions)))
     return results
+
+
+async def compare_turns(urls: dict[str, str], turns: int) -> dict[str, list[dict]]:
+    """One session on each server; each question goes to every server in turn, the order alternating,
+    so that the machine's drifting load falls on all alike."""
+    sockets = {name: await opened(url) for name, url in urls.items()}
+    results: dict[str, list[dict]] = {name: [] for name in urls}
+    try:
+        for n in range(turns):
+            names = list(sockets) if n % 2 == 0 else list(reversed(sockets))
+            for name in names:
+                if (result := await one_turn(sockets[name], QUESTIONS[n % len(QUESTIONS)])) is not None:
+                    results[name].append(result)
+    finally:
+        for ws in sockets.values():
+            await ws.close()
+    return results
+
+
+def compare(variants: list[str], turns: int) -> None:
+    """``--compare``: the defaults against each ENV=VALUE variant, one server (pool of 1) each, in one run."""
+    configs = {"defaults": {}} | {text: dict(pair.split("=", 1) for pair in shlex.split(text)) for text in variants}
+    servers = {}
+    try:
+        for name, env in configs.items():
+            work = Path(tempfile.mkdtemp(prefix="s2s-voice-compare-"))
+            servers[name] = LiveServer(work, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1",
+                                                  "S2S_LOG_LEVEL": "warning", **env}).start(ready_timeout=900)
+        load_before = os.getloadavg()[0]
+        results = asyncio.run(compare_turns({name: server.ws for name, server in servers.items()}, turns))
+        load_after = os.getloadavg()[0]
+    finally:
+        for server in servers.values():
+            server.stop()
+    print(f"`python bench/voice_latency.py --compare ... --turns {turns}` on {dt.date.today().isoformat()}, "
+          f"{psutil.cpu_count()} CPUs, load average {load_before:.1f} before / {load_after:.1f} after; "
+          "1 session per configuration, turns interleaved.\n")
+    print("| configuration | turns | v2v p50 | v2v p90 | v2v max | speech_stopped after end of speech p50 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, rows in results.items():
+        v2v = [r["v2v_s"] * 1000 for r in rows]
+        print(f"| {name} | {len(rows)} | {pct(v2v, 50):.0f} ms | {pct(v2v, 90):.0f} ms | "
+              f"{max(v2v, default=float('nan')):.0f} ms | {pct([r['stopped_s'] * 1000 for r in rows], 50):.0f} ms |")
 
 
 def recorded(db: Path, since: float) -> dict[str, list[float]]:
@@ -170,7 +224,12 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rss-sizes", type=int, nargs="*", default=[1, 2, 4])
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--compare", nargs="+", metavar="'ENV=VALUE ...'",
+                        help="compare the defaults with these settings, turn by turn in one run (prints only)")
     args = parser.parse_args()
+    if args.compare:
+        compare(args.compare, args.turns)
+        return
 
     work = Path(tempfile.mkdtemp(prefix="s2s-voice-bench-"))
     load_before = os.getloadavg()[0]
