@@ -51,7 +51,7 @@ class Engines:
     max_new_tokens: int
     partial_every_ms: int
     speculate_after_ms: int
-    first_piece_words: int = 4
+    first_piece_words: int
     load_seconds: dict[str, float] = field(default_factory=dict)
 
     def build_stages(self, context: SessionContext) -> list[Stage]:

@@ -37,8 +37,7 @@ RETRYABLE = (OperationalError, InterfaceError)
 
 class RecordWriter:
     def __init__(self, retry_s: float = 1.0, max_backlog: int = 50_000) -> None:
-        self._queue: queue.Queue[Write] = queue.Queue()
-        self.max_backlog = max_backlog
+        self._queue: queue.Queue[Write] = queue.Queue(maxsize=max_backlog)
         self._retry_s = retry_s
         self._idle = threading.Event()
         self._idle.set()
@@ -50,14 +49,15 @@ class RecordWriter:
 
     def submit(self, write: Write) -> None:
         with self._lock:
-            if self._queue.qsize() >= self.max_backlog:
+            self._idle.clear()  # before the put: the writer may finish the write and set it at once
+            try:
+                self._queue.put_nowait(write)
+            except queue.Full:  # full only while writes are waiting, so not idle either way
                 self.overflowed += 1
                 if self.overflowed == 1 or self.overflowed % 1000 == 0:
                     logger.error("%d session record writes dropped: %d wait for the database (S2S_RECORD_BACKLOG)",
-                                 self.overflowed, self.max_backlog)
+                                 self.overflowed, self._queue.maxsize)
                 return
-            self._idle.clear()
-            self._queue.put(write)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="record-writer", daemon=True)
                 self._thread.start()

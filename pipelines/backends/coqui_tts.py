@@ -56,6 +56,7 @@ class CoquiEngine:
         if (speaker and not self._speaker) or (language and not self._language):
             logger.warning("Ignoring speaker/language: the model is single-speaker/language")
         self._lock = threading.Lock()
+        self._padding_ids = self._tokenizer_padding_ids()
         self._xtts_latents: tuple[Any, Any] | None = None
         if self.is_xtts:
             self._xtts_latents = self._load_xtts_latents(speaker)
@@ -121,20 +122,25 @@ class CoquiEngine:
             if audio.size:
                 yield audio
 
-    def _speakable(self, sentence: str) -> bool:
-        """Whether the model's tokenizer keeps anything of ``sentence`` beyond its padding tokens."""
+    def _tokenizer_padding_ids(self) -> frozenset[int] | None:
+        """The ids of the tokenizer's pad/blank/bos/eos tokens; None for a model without a tokenizer."""
         tokenizer = getattr(self._model, "tokenizer", None)
         if tokenizer is None:
-            return True
+            return None
         characters = tokenizer.characters
-        padding = {
+        return frozenset(
             characters.char_to_id(char)
             for char in (characters.pad, characters.blank, characters.bos, characters.eos)
             if char
-        }
+        )
+
+    def _speakable(self, sentence: str) -> bool:
+        """Whether the model's tokenizer keeps anything of ``sentence`` beyond its padding tokens."""
+        if self._padding_ids is None:
+            return True
         with self._lock:  # the tokenizer's phonemizer is shared too
-            ids = tokenizer.text_to_ids(sentence, language=self._language)
-        return any(i not in padding for i in ids)
+            ids = self._model.tokenizer.text_to_ids(sentence, language=self._language)
+        return any(i not in self._padding_ids for i in ids)
 
     def _xtts_stream(
         self, sentence: str, cancel: threading.Event | None
