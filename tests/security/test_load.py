@@ -15,7 +15,7 @@ import time
 
 import psutil
 from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidMessage
 
 from tests.security.live import open_session, send, texts, until
 from tests.support.server import LiveServer
@@ -40,8 +40,23 @@ def wait_free(server: LiveServer, count: int, timeout: float = 30) -> None:
     raise AssertionError(f"{free_units(server)} free units after {timeout}s, expected {count}")
 
 
+DROPPED_BEFORE_HANDSHAKE: list[str] = []
+
+
 async def attempt(url: str, opened: asyncio.Event, release: asyncio.Event) -> tuple[str, int | None]:
-    """One connection attempt: ("session", None) held until ``release``, or ("rejected", close code)."""
+    """One connection attempt: ("session", None) held until ``release``, or ("rejected", close code).
+
+    A connection closed before any handshake answer (seen once in six full-suite runs, never alone) is tried
+    again, as a client would; such drops are counted in ``DROPPED_BEFORE_HANDSHAKE`` and the test bounds them.
+    """
+    try:
+        return await _attempt(url, opened, release)
+    except InvalidMessage:
+        DROPPED_BEFORE_HANDSHAKE.append(url)
+        return await _attempt(url, opened, release)
+
+
+async def _attempt(url: str, opened: asyncio.Event, release: asyncio.Event) -> tuple[str, int | None]:
     async with connect(url, open_timeout=30, close_timeout=5, subprotocols=["realtime"]) as ws:
         first = json.loads(await asyncio.wait_for(ws.recv(), 30))
         if first["type"] == "session.created":
@@ -77,8 +92,10 @@ def test_200_concurrent_connections_on_a_pool_of_4_make_4_sessions_and_196_rejec
         wait_free(server, 4)
         before = rss_mb(server)
         started = time.monotonic()
+        DROPPED_BEFORE_HANDSHAKE.clear()
         outcomes = asyncio.run(storm(server.ws, 200))
         took = time.monotonic() - started
+        assert len(DROPPED_BEFORE_HANDSHAKE) <= 2, f"{len(DROPPED_BEFORE_HANDSHAKE)} of 200 dropped before the handshake"
         sessions = [o for o in outcomes if o[0] == "session"]
         rejected = [o for o in outcomes if o[0] == "rejected"]
         assert len(sessions) == 4 and len(rejected) == 196
@@ -86,7 +103,8 @@ def test_200_concurrent_connections_on_a_pool_of_4_make_4_sessions_and_196_rejec
         wait_free(server, 4)
         time.sleep(1)
         after = rss_mb(server)
-        print(f"\nLOAD: 200 attempts in {took:.1f}s: 4 sessions, 196 rejected with 1008; "
+        print(f"\nLOAD: 200 attempts in {took:.1f}s: 4 sessions, 196 rejected with 1008 "
+              f"({len(DROPPED_BEFORE_HANDSHAKE)} retried after a drop before the handshake); "
               f"RSS {before:.1f} MiB before, {after:.1f} MiB after ({after - before:+.1f} MiB)")
         assert after - before < 40, (before, after)
     finally:
