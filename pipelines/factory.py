@@ -80,10 +80,10 @@ def synthetic_turn(unit: PipelineUnit, timeout: float = 120.0) -> dict[str, floa
     generation = unit.begin(collector.add, new_id("warmup"))
     try:
         voice = next(iter(unit_voices(unit)), "alloy")
+        answer = {"instructions": "Answer in one short sentence.", "output_modalities": ("audio",),
+                  "max_output_tokens": 24, "voice": voice, "output_format": audio.PCM, "temperature": 0.0}
         unit.submit(AddItem(generation=generation, item=HistoryItem(new_id("item"), "user", "Hello, who are you?")))
-        unit.submit(ResponseRequest(generation=generation, response_id=new_id("resp"), instructions="Answer in one short sentence.",
-                                    output_modalities=("audio",), max_output_tokens=24, voice=voice,
-                                    output_format=audio.PCM, temperature=0.0))
+        unit.submit(ResponseRequest.from_settings(unit.context.settings, generation, **answer))
         first = collector.wait_finished(timeout, unit.index)
         timings.update(first.latencies)
         spoken = b"".join(out.data for out in collector.outputs if isinstance(out, AudioOut))
@@ -95,9 +95,7 @@ def synthetic_turn(unit: PipelineUnit, timeout: float = 120.0) -> dict[str, floa
         stream = silence + spoken + silence
         for at in range(0, len(stream), chunk):
             unit.submit(AudioIn(generation=generation, data=stream[at:at + chunk], audio_format=audio.PCM))
-        again = ResponseRequest(generation=generation, response_id=new_id("resp"), instructions="Answer in one short sentence.",
-                                output_modalities=("audio",), max_output_tokens=24, voice=voice,
-                                output_format=audio.PCM, temperature=0.0)
+        again = ResponseRequest.from_settings(unit.context.settings, generation, **answer)
         unit.submit(CommitAudio(generation=generation, item_id=new_id("item"), response=again))
         transcript = collector.wait_transcript(timeout, unit.index)
         if transcript.stt_s is not None:

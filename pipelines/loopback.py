@@ -2,7 +2,9 @@
 
 Nothing here is a model. The fake VAD calls loud frames speech; the fake STT
 describes the turn's length; the fake LM answers with a fixed rule
-("You said: ..."); the fake TTS plays the user's last turn back (an echo), or
+("You said: ..."), calls a tool when told to ("call get_weather {"city": "Paris"}",
+or any offered tool when the tool choice requires one) and reads a tool result
+back ("The tool said: ..."); the fake TTS plays the user's last turn back (an echo), or
 a tone as long as the text when there is nothing to echo.
 """
 
@@ -10,12 +12,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from pipelines import audio
+from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.stages.base import SessionContext
+from pipelines.tool_calls import CALL_CLOSE, call_head
 
 
 class _Memory:
@@ -62,9 +67,14 @@ class FakeTranscriber:
     def __init__(self, memory: _Memory) -> None:
         self.memory = memory
 
-    def transcribe(self, audio_16k: np.ndarray, language: str | None = None) -> str:
+    def transcribe(self, audio_16k: np.ndarray, language: str | None = None, prompt: str | None = None) -> str:
         self.memory.remember(audio_16k)
         return f"audio of {len(audio_16k) / audio.PIPELINE_RATE:.2f} seconds"
+
+    def transcribe_words(self, audio_16k: np.ndarray, language: str | None = None,
+                         prompt: str | None = None) -> tuple[tuple[str, float], ...]:
+        """The fake transcript, every word certain (log probability 0)."""
+        return tuple((" " + word, 0.0) for word in self.transcribe(audio_16k, language, prompt).split())
 
 
 class FakeStream:
@@ -83,24 +93,51 @@ class FakeStream:
 
 
 class FakeLanguageModel:
-    """Replies "You said: <last user text>." one word at a time; a "slow" user text slows it down."""
+    """Replies "You said: <last user text>." one word at a time; a "slow" user text slows it down.
+
+    With tools: "call NAME ARGS" (ARGS optional JSON) makes it call NAME, and a
+    ``required`` or named tool choice makes it call that tool (or the first) with
+    ``{}``; after a tool result (with the choice ``auto``) it answers "The tool said: <result>.". It checks
+    nothing against the schemas: it is a fake.
+    """
 
     context_length = 4096
 
-    def count_tokens(self, messages: list[dict[str, str]]) -> int:
-        return sum(len(m["content"].split()) + 4 for m in messages)
+    def count_tokens(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> int:
+        return sum(len(str(m.get("content", "")).split()) + 4 for m in messages) + 20 * len(tools)
 
-    def generate_stream(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float,
-                        cancel: object | None = None) -> FakeStream:
+    def generate_stream(self, messages: list[dict[str, Any]], max_new_tokens: int, temperature: float,
+                        cancel: object | None = None, tools: Sequence[FunctionTool] = (),
+                        tool_choice: ToolChoice = ToolChoice(), **_options: Any) -> FakeStream:
         last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         if last_user.startswith("fail"):
             raise RuntimeError("the fake language model was asked to fail")
         words = f"You said: {last_user}.".split()
+        answered = bool(messages) and messages[-1]["role"] == "tool"  # a result to read, not a call to repeat
+        call = None if answered and tool_choice.mode == "auto" else self._call(last_user, tools, tool_choice)
+        if call is not None:
+            words = call.split(" ")
+        elif answered:
+            words = f"The tool said: {messages[-1]['content']}.".split()
         delay = 0.0
         if last_user.startswith("slow"):  # long, slow answers to test cancelling mid-response
             words = words + ["and so on."] * 200
             delay = 0.02
-        return FakeStream(words[:max_new_tokens], self.count_tokens(messages), cancel, delay)
+        return FakeStream(words[:max_new_tokens], self.count_tokens(messages, tools), cancel, delay)
+
+    @staticmethod
+    def _call(text: str, tools: Sequence[FunctionTool], choice: ToolChoice) -> str | None:
+        """The call text the fake writes, in the real format, or None."""
+        if not tools or choice.mode == "none":
+            return None
+        name, _, arguments = text.removeprefix("call ").partition(" ") if text.startswith("call ") else ("", "", "")
+        if choice.mode == "function":
+            name = choice.name
+        elif choice.mode == "required" and name not in {t.name for t in tools}:
+            name = tools[0].name
+        if name not in {t.name for t in tools}:
+            return None
+        return call_head(name) + (arguments.strip() or "{}") + "}\n" + CALL_CLOSE
 
 
 class FakeSynthesizer:

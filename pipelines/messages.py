@@ -16,6 +16,10 @@ Two families:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.config import FunctionTool, SessionSettings, ToolChoice
+from pipelines.ids import new_id
 
 
 @dataclass(frozen=True)
@@ -62,11 +66,11 @@ class AudioIn(Downstream):
 
 @dataclass(frozen=True)
 class CommitAudio(Downstream):
-    """Manual commit of the input buffer (``input_audio_buffer.commit``)."""
+    """Manual commit of the input buffer (``input_audio_buffer.commit``); ``response`` answers it at once."""
 
     item_id: str
-    create_response: bool = False
     response: ResponseRequest | None = None
+    event_id: str | None = None  # the client's commit event, for an error about it
 
 
 @dataclass(frozen=True)
@@ -96,8 +100,22 @@ class ResponseRequest(Downstream):
     temperature: float
     out_of_band: bool = False
     item_id: str = ""
-    # Extra items given with an out-of-band response (``input`` of response.create).
-    extra_input: tuple[HistoryItem, ...] = ()
+    # The items an explicit ``input`` of response.create gives as the whole context (None: the conversation).
+    extra_input: tuple[HistoryEntry, ...] | None = None
+    # Functions the model may call, and whether it must (see pipelines/tools.py to build them).
+    tools: tuple[FunctionTool, ...] = ()
+    tool_choice: ToolChoice = ToolChoice()
+
+    @classmethod
+    def from_settings(cls, settings: SessionSettings, generation: int, **overrides: Any) -> ResponseRequest:
+        """The one way to make a request: the session's settings, with the response's own overrides."""
+        fields: dict[str, Any] = {
+            "response_id": new_id("resp"), "instructions": settings.instructions,
+            "output_modalities": settings.output_modalities, "max_output_tokens": settings.max_output_tokens,
+            "voice": settings.voice, "output_format": settings.output_format, "temperature": settings.temperature,
+            "tools": settings.tools, "tool_choice": settings.tool_choice,
+        }
+        return cls(generation=generation, **{**fields, **overrides})
 
 
 @dataclass(frozen=True)
@@ -107,11 +125,52 @@ class HistoryItem:
     text: str
 
 
+ROOT = "root"  # the ``previous_item_id`` that puts an item first
+
+
+def insert_after(items: dict[str, Any], key: str, value: Any, previous: str | None) -> dict[str, Any]:
+    """``items`` (in conversation order) with ``value`` placed right after ``previous``.
+
+    ``ROOT`` puts it first; ``None`` or an id not in ``items`` puts it last. The
+    conversation's items and the LM's history both place items with this, so they agree.
+    """
+    if previous is None or (previous != ROOT and previous not in items):
+        return {**items, key: value}
+    if previous == ROOT:
+        return {key: value, **items}
+    entries = list(items.items())
+    at = [k for k, _ in entries].index(previous) + 1
+    entries.insert(at, (key, value))
+    return dict(entries)
+
+
+@dataclass(frozen=True)
+class FunctionCallItem:
+    """A call the assistant made (or a client created): ``arguments`` is JSON text."""
+
+    item_id: str
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class FunctionCallOutputItem:
+    """The result of a call, given by the client; the model sees it as a tool message."""
+
+    item_id: str
+    call_id: str
+    output: str
+
+
+HistoryEntry = HistoryItem | FunctionCallItem | FunctionCallOutputItem
+
+
 @dataclass(frozen=True)
 class AddItem(Downstream):
     """Adds an item to the conversation held by the LM stage."""
 
-    item: HistoryItem
+    item: HistoryEntry
     previous_item_id: str | None = None
 
 
@@ -177,6 +236,7 @@ class ResponseEnd(Downstream):
     status: str  # completed | cancelled | failed | incomplete
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
     reason: str | None = None
     lm_first_token_s: float | None = None
 
@@ -209,10 +269,15 @@ class AudioCleared(Outbound):
     pass
 
 
+# (word, natural-log probability) pairs of a transcript, when the session asked for them
+WordLogprobs = tuple[tuple[str, float], ...]
+
+
 @dataclass(frozen=True)
 class TranscriptDelta(Outbound):
     item_id: str
     delta: str
+    logprobs: WordLogprobs | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +285,7 @@ class TranscriptCompleted(Outbound):
     item_id: str
     transcript: str
     stt_s: float | None = None
+    logprobs: WordLogprobs | None = None
 
 
 @dataclass(frozen=True)
@@ -253,7 +319,40 @@ class AudioOut(Outbound):
     response_id: str
     data: bytes
     transcript: str = ""
-    first: bool = False
+
+
+@dataclass(frozen=True)
+class FunctionCallStarted(Outbound):
+    """The model began a call of ``name``: a ``function_call`` output item, in progress."""
+
+    response_id: str
+    item_id: str
+    call_id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class FunctionCallArgumentsDelta(Outbound):
+    """The next piece of a call's arguments (JSON text)."""
+
+    response_id: str
+    item_id: str
+    call_id: str
+    delta: str
+
+
+@dataclass(frozen=True)
+class FunctionCallDone(Outbound):
+    """A finished call; ``arguments`` is JSON that matches the function's schema.
+
+    A call that was cancelled or cut by the token limit gets no ``FunctionCallDone``.
+    """
+
+    response_id: str
+    item_id: str
+    call_id: str
+    name: str
+    arguments: str
 
 
 @dataclass(frozen=True)
@@ -262,6 +361,7 @@ class ResponseFinished(Outbound):
     status: str
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
     reason: str | None = None
     latencies: dict[str, float] = field(default_factory=dict)
 
@@ -292,3 +392,4 @@ class PipelineError(Outbound):
     message: str
     stage: str = ""
     response_id: str | None = None
+    event_id: str | None = None  # the client event it answers, when one caused it

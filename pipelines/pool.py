@@ -21,7 +21,6 @@ class Lease:
     unit: PipelineUnit
     generation: int
     session_id: str
-    claimed_at: float
 
 
 class PipelinePool:
@@ -37,7 +36,6 @@ class PipelinePool:
         self._lock = threading.Lock()
         self._warm = threading.Event()
         self._closing = False
-        self.warmup_error: str | None = None
         self.rejections = 0
         self.started_at = time.time()
 
@@ -47,29 +45,22 @@ class PipelinePool:
               progress: Callable[[str], None] | None = None) -> dict[int, dict[str, float]]:
         """Starts every unit's threads, runs ``warm_turn`` on each, then admits sessions."""
         timings: dict[int, dict[str, float]] = {}
-        try:
-            for unit in self.units:
+        for unit in self.units:
+            if progress:
+                progress(f"starting unit {unit.index}")
+            unit.start(timeout=300)
+            if warm_turn is not None:
                 if progress:
-                    progress(f"starting unit {unit.index}")
-                unit.start(timeout=300)
-                if warm_turn is not None:
-                    if progress:
-                        progress(f"warming unit {unit.index}")
-                    timings[unit.index] = warm_turn(unit)
-                with self._lock:
-                    unit.set_state(UnitState.IDLE)
-        except Exception as exc:
-            self.warmup_error = f"{type(exc).__name__}: {exc}"
-            raise
+                    progress(f"warming unit {unit.index}")
+                timings[unit.index] = warm_turn(unit)
+            with self._lock:
+                unit.set_state(UnitState.IDLE)
         self._warm.set()
         return timings
 
     @property
     def warm(self) -> bool:
         return self._warm.is_set()
-
-    def wait_warm(self, timeout: float | None = None) -> bool:
-        return self._warm.wait(timeout)
 
     def stop_admitting(self) -> None:
         self._closing = True
@@ -95,7 +86,7 @@ class PipelinePool:
                     self._rebuild_later(unit)  # a stage thread died while the unit was idle
                 elif unit.state is UnitState.IDLE:
                     generation = unit.begin(sink, session_id)
-                    return Lease(unit, generation, session_id, time.time())
+                    return Lease(unit, generation, session_id)
             self.rejections += 1
             return None
 

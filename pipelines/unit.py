@@ -201,8 +201,8 @@ class PipelineUnit:
             return
         self._wiring.queues[0].put(msg)
 
-    def cancel(self, response_id: str) -> None:
-        self.context.cancel(response_id)
+    def cancel(self, response_id: str, reason: str) -> None:
+        self.context.cancel(response_id, reason)
 
     def emit(self, out: Outbound) -> None:
         """Called by stage threads. Output of an older generation never reaches a sink."""

@@ -7,13 +7,26 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 
 from realtime import cluster
-from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, ResponseRecord
+from realtime.admin_detail import session_detail
+from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, Recording, RefusalCount, ResponseRecord
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (``=HYPERLINK(...)``) gets a leading ``'`` (OWASP)."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
 
 CSV_FIELDS = ("id", "node", "unit_index", "principal", "client_addr", "user_agent", "model", "started_at", "ended_at",
               "end_reason", "close_code", "turns", "errors", "audio_in_seconds", "audio_out_seconds")
@@ -65,9 +78,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class RealtimeSessionAdmin(ReadOnlyAdmin):
     """The audit: history is never edited here (retention deletes it); live sessions can be ended."""
 
-    list_display = ("id", "started_at", "duration", "node", "unit_index", "principal", "end_reason", "close_code",
-                    "turns", "errors", "audio_in_seconds", "audio_out_seconds", "voice_to_voice_p50")
-    list_filter = ("started_at", "end_reason", "node", "principal")
+    list_display = ("started", "duration", "turns", "voice_to_voice_p50", "end_reason", "transport", "principal")
+    list_display_links = ("started",)
+    list_filter = ("started_at", "end_reason", "transport", "node", "principal")
     search_fields = ("id", "principal", "client_addr", "items__text")
     date_hierarchy = "started_at"
     readonly_fields = [f.name for f in RealtimeSession._meta.fields]
@@ -78,14 +91,42 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
     def has_end_live_session_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("realtime.end_live_session")
 
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: RealtimeSession) -> str:
+        return timezone.localtime(obj.started_at).strftime("%Y-%m-%d %H:%M:%S")
+
     @admin.display(description="duration")
     def duration(self, obj: RealtimeSession) -> str:
-        return "" if obj.duration_s is None else f"{obj.duration_s:.1f}s"
+        return "live" if obj.duration_s is None else f"{obj.duration_s:.1f} s"
 
-    @admin.display(description="voice-to-voice p50")
+    @admin.display(description="speech end to audio, p50")
     def voice_to_voice_p50(self, obj: RealtimeSession) -> str:
         p50 = ((obj.summary or {}).get("latency_s", {}).get("voice_to_voice") or {}).get("p50")
-        return "" if p50 is None else f"{p50 * 1000:.0f} ms"
+        return "–" if p50 is None else f"{p50 * 1000:.0f} ms"
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [path("<str:session_id>/recording/<int:pk>/", wrap(self.recording_view), name="realtime_recording"),
+                *super().get_urls()]
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """The session read as a report: facts, summary, chart, and the transcript with each turn's timings."""
+        if request.method != "GET":
+            return super().change_view(request, object_id, form_url, extra_context)  # refused: read-only
+        session = RealtimeSession.objects.filter(id=unquote(object_id)).first()
+        if session is None or not self.has_view_permission(request, session):
+            return super().change_view(request, object_id, form_url, extra_context)  # 404 / 403 as usual
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "title": f"Session {session.id}",
+                   "original": session, "has_view_permission": True, **session_detail(session)}
+        return TemplateResponse(request, "admin/realtime/realtimesession/detail.html", context)
+
+    def recording_view(self, request: HttpRequest, session_id: str, pk: int) -> HttpResponse:
+        """Streams one turn's recording to someone who may read the session (never through a public URL)."""
+        recording = Recording.objects.filter(session_id=session_id, pk=pk).first()
+        if recording is None or not self.has_view_permission(request, recording.session):
+            raise Http404("No such recording.")
+        return FileResponse(recording.audio.open("rb"), content_type="audio/wav")
 
     @admin.action(description="Export the selected sessions as CSV", permissions=["view"])
     def export_csv(self, request: HttpRequest, queryset: QuerySet[RealtimeSession]) -> HttpResponse:
@@ -97,8 +138,8 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
             summary = session.summary or {}
             v2v = summary.get("latency_s", {}).get("voice_to_voice") or {}
             words = summary.get("words", {})
-            out.writerow([*(getattr(session, name) for name in CSV_FIELDS), words.get("user", ""),
-                          words.get("assistant", ""), v2v.get("p50", ""), v2v.get("p90", "")])
+            out.writerow([csv_safe(value) for value in (*(getattr(session, name) for name in CSV_FIELDS),
+                          words.get("user", ""), words.get("assistant", ""), v2v.get("p50", ""), v2v.get("p90", ""))])
         return response
 
     @admin.action(description="End the selected live sessions", permissions=["end_live_session"])
@@ -109,6 +150,15 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         skipped = queryset.count() - len(live)
         self.message_user(request, f"Asked {len(live)} live session(s) to end."
                           + (f" {skipped} had already ended." if skipped else ""), messages.SUCCESS)
+
+
+@admin.register(RefusalCount)
+class RefusalCountAdmin(ReadOnlyAdmin):
+    """Connections that never became a session, per minute and reason."""
+
+    list_display = ("minute", "node", "reason", "close_code", "count")
+    list_filter = ("reason", "node")
+    date_hierarchy = "minute"
 
 
 @admin.register(Node)
@@ -158,4 +208,4 @@ class NodeAdmin(ReadOnlyAdmin):
         return JsonResponse({"status": "ending", "session_id": session_id})
 
 
-from realtime import auth_admin  # noqa: E402,F401  (issue 6: API keys and client secrets)
+from realtime import auth_admin  # noqa: E402,F401  (registers the API key and client secret admins)

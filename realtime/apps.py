@@ -24,4 +24,6 @@ class RealtimeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from realtime import checks, revocation  # noqa: F401  (registers the system checks and the receivers)
+
         post_migrate.connect(create_auditors_group, sender=self)

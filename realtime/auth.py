@@ -30,7 +30,7 @@ from django.db.models import Q
 from django.http.request import split_domain_port, validate_host
 from django.utils import timezone
 
-from realtime import records
+from realtime.models import ApiKey, ClientSecret
 
 logger = logging.getLogger(__name__)
 
@@ -73,16 +73,12 @@ def hash_token(token: str) -> str:
 
 def create_api_key(name: str) -> tuple[Any, str]:
     """Creates a key; returns (the stored ApiKey, the clear key: shown once, never stored)."""
-    from realtime.models import ApiKey
-
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     return ApiKey.objects.create(name=name, prefix=key[:12], key_hash=hash_token(key)), key
 
 
 def create_client_secret(api_key: Any | None, session_config: dict[str, Any], ttl_s: int) -> tuple[Any, str]:
     """Mints an ``ek_`` secret good for one session within ``ttl_s`` seconds."""
-    from realtime.models import ClientSecret
-
     value = SECRET_PREFIX + secrets.token_urlsafe(32)
     secret = ClientSecret.objects.create(secret_hash=hash_token(value), api_key=api_key,
                                          expires_at=timezone.now() + timedelta(seconds=ttl_s),
@@ -111,29 +107,70 @@ def scope_token(scope: dict[str, Any]) -> str | None:
     return None
 
 
-def origin_allowed(origin: str) -> bool:
-    """AllowedHostsOriginValidator semantics: the Origin's host must be in ALLOWED_HOSTS."""
-    if origin in settings.CSRF_TRUSTED_ORIGINS:
-        return True
-    parts = urlsplit(origin)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        return False  # "null" (sandboxed frames, file://) and the like
-    host, _ = split_domain_port(parts.netloc)
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+Origin = tuple[str, str, int]  # (scheme, host, port)
+
+
+def parse_origin(value: str, default_scheme: str | None = None) -> Origin | None:
+    """``scheme://host[:port]`` as (scheme, lower-case host, port with the scheme's default filled in)."""
+    parts = urlsplit(value if default_scheme is None else f"{default_scheme}://{value}")
+    if parts.scheme not in DEFAULT_PORTS or not parts.netloc or parts.path not in ("", "/"):
+        return None  # "null" (sandboxed frames, file://) and the like
+    host, port = split_domain_port(parts.netloc)
+    if not host or (port and not port.isdigit()):
+        return None
+    return parts.scheme, host, int(port) if port else DEFAULT_PORTS[parts.scheme]
+
+
+def own_origin(scope: dict[str, Any], headers: dict[bytes, bytes]) -> Origin | None:
+    """The origin the client reached: the ``Host`` it asked for (one ``ALLOWED_HOSTS`` accepts) and the
+    scheme it came in with (``wss``, or ``https`` at a TLS proxy that says so in ``SECURE_PROXY_SSL_HEADER``)."""
+    host = headers.get(b"host", b"").decode("latin1")
+    domain, _ = split_domain_port(host)
     allowed = list(settings.ALLOWED_HOSTS)
     if settings.DEBUG and not allowed:
         allowed = [".localhost", "127.0.0.1", "[::1]"]
-    return bool(host) and validate_host(host, allowed)
+    if not domain or not validate_host(domain, allowed):
+        return None
+    secure = scope.get("scheme") in ("wss", "https")
+    proxy = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    if proxy:
+        name, value = proxy
+        forwarded = headers.get(name.removeprefix("HTTP_").lower().replace("_", "-").encode(), b"")
+        secure = forwarded.decode("latin1").split(",")[0].strip() == value
+    return parse_origin(host, "https" if secure else "http")
+
+
+def trusted(origin: Origin, pattern: str) -> bool:
+    """``CSRF_TRUSTED_ORIGINS`` semantics: an exact origin, or ``scheme://*.domain`` for its subdomains."""
+    wildcard = "://*." in pattern
+    expected = parse_origin(pattern.replace("://*.", "://", 1))
+    if expected is None or origin[0] != expected[0] or origin[2] != expected[2]:
+        return False
+    return origin[1] == expected[1] or (wildcard and origin[1].endswith("." + expected[1]))
+
+
+def origin_allowed(origin: str, scope: dict[str, Any], headers: dict[bytes, bytes]) -> bool:
+    """Same origin (scheme, host and port equal to what the client reached), or one listed in
+    ``CSRF_TRUSTED_ORIGINS``. ``ALLOWED_HOSTS`` only says which ``Host`` this server answers to:
+    ``*`` there lets no foreign origin in."""
+    parsed = parse_origin(origin)
+    if parsed is None:
+        return False
+    if any(trusted(parsed, pattern) for pattern in settings.CSRF_TRUSTED_ORIGINS):
+        return True
+    return parsed == own_origin(scope, headers)
 
 
 def check_origin(scope: dict[str, Any]) -> None:
     """Browsers always send Origin; other clients (SDKs, servers) send none and pass."""
-    for name, value in scope.get("headers", []):
-        if name.lower() == b"origin":
-            origin = value.decode("latin1")
-            if not origin_allowed(origin):
-                raise AuthError("invalid_origin", f"Origin '{origin[:200]}' is not allowed to connect.",
-                                reason="Origin not allowed")
-            return
+    headers = {name.lower(): value for name, value in scope.get("headers", [])}
+    if b"origin" in headers:
+        origin = headers[b"origin"].decode("latin1")
+        if not origin_allowed(origin, scope, headers):
+            raise AuthError("invalid_origin", f"Origin '{origin[:200]}' is not allowed to connect.",
+                            reason="Origin not allowed")
 
 
 # --- verifying -------------------------------------------------------------
@@ -176,8 +213,6 @@ INVALID_KEY = "Incorrect API key provided. Create one with 'python manage.py cre
 
 def verify_api_key(token: str) -> Principal:
     """Checks an ``sk-`` key against the database (sync: call it off the event loop)."""
-    from realtime.models import ApiKey
-
     digest = hash_token(token)
     try:
         key = ApiKey.objects.filter(key_hash=digest, revoked_at__isnull=True).first()
@@ -192,15 +227,17 @@ def verify_api_key(token: str) -> Principal:
         raise AuthError("invalid_api_key", INVALID_KEY)
     principal = Principal("api_key", key.name, api_key_id=key.pk)
     known_keys.remember(digest, principal)
-    now = timezone.now()
-    records.writer.submit(lambda: ApiKey.objects.filter(pk=key.pk).update(last_used_at=now))
     return principal
+
+
+def mark_used(principal: Principal, at: datetime) -> None:
+    """Stamps the API key's ``last_used_at`` (the caller decides when: sessions write it off the handshake)."""
+    if principal.kind == "api_key" and principal.api_key_id is not None:
+        ApiKey.objects.filter(pk=principal.api_key_id).update(last_used_at=at)
 
 
 def use_client_secret(token: str, session_id: str) -> Principal:
     """Spends an ``ek_`` secret on ``session_id``: one atomic UPDATE, so two connections cannot both use it."""
-    from realtime.models import ClientSecret
-
     digest = hash_token(token)
     now = timezone.now()
     try:
@@ -222,16 +259,14 @@ def use_client_secret(token: str, session_id: str) -> Principal:
 
 def give_back_secret(principal: Principal) -> None:
     """Makes a spent secret usable again when its session never started (no free unit)."""
-    from realtime.models import ClientSecret
-
     if principal.secret_id is not None:
-        records.writer.submit(lambda: ClientSecret.objects.filter(pk=principal.secret_id).update(used_at=None, session_id=""))
+        ClientSecret.objects.filter(pk=principal.secret_id).update(used_at=None, session_id="")
 
 
 def authenticate_token(token: str | None, session_id: str) -> Principal:
     if not token:
-        raise AuthError("invalid_api_key", "Missing credentials: send 'Authorization: Bearer KEY' or the subprotocol "
-                        f"'{SUBPROTOCOL_PREFIX}KEY'.", reason="Missing credentials")
+        raise AuthError("invalid_api_key", "Missing credentials: send 'Authorization: Bearer KEY' (or, on a "
+                        f"WebSocket, the subprotocol '{SUBPROTOCOL_PREFIX}KEY').", reason="Missing credentials")
     if token.startswith(SECRET_PREFIX):
         return use_client_secret(token, session_id)
     return verify_api_key(token)
@@ -243,6 +278,16 @@ async def authenticate(scope: dict[str, Any], session_id: str) -> Principal:
     if not settings.S2S_AUTH_REQUIRED:
         return ANONYMOUS
     return await database_sync_to_async(authenticate_token)(scope_token(scope), session_id)
+
+
+async def authenticate_request(scope: dict[str, Any], authorization: str, session_id: str) -> Principal:
+    """The same checks for an HTTP request (a WebRTC offer; ``scope`` its ASGI scope): the Origin, then
+    ``Authorization: Bearer`` with an API key or an ``ek_`` client secret; raises :class:`AuthError`."""
+    check_origin(scope)
+    if not settings.S2S_AUTH_REQUIRED:
+        return ANONYMOUS
+    token = bearer_token(authorization) if authorization else None
+    return await database_sync_to_async(authenticate_token)(token, session_id)
 
 
 def expires_at_epoch(moment: datetime) -> int:

@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils import timezone
 
-from realtime import auth
+from realtime import auth, cluster
 from realtime.auth_models import ApiKey, ClientSecret
 
 
@@ -37,8 +37,11 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected keys")
     def revoke(self, request: HttpRequest, queryset: Any) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
-        messages.success(request, f"{count} key(s) revoked.")
+        ids = list(queryset.filter(revoked_at__isnull=True).values_list("pk", flat=True))
+        count = ApiKey.objects.filter(pk__in=ids).update(revoked_at=timezone.now())
+        for key_id in ids:  # an UPDATE sends no post_save: end their live sessions here
+            cluster.end_key_sessions(key_id)
+        messages.success(request, f"{count} key(s) revoked; their live sessions are being ended.")
 
 
 @admin.register(ClientSecret)

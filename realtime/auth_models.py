@@ -1,4 +1,4 @@
-"""API keys and short-lived client secrets (issue 6). Only hashes are stored.
+"""API keys and short-lived client secrets. Only hashes are stored.
 
 Keys and secrets are 256-bit random tokens, so a plain SHA-256 is enough to
 make a stolen database useless for connecting (a slow password hash protects
@@ -6,6 +6,8 @@ low-entropy secrets; these are not). The clear value is shown once, at creation.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from django.db import models
 from django.utils import timezone
@@ -33,8 +35,16 @@ class ApiKey(models.Model):
         return self.revoked_at is None
 
 
+class ClientSecretQuerySet(models.QuerySet):
+    def expired(self, now: datetime | None = None) -> ClientSecretQuerySet:
+        """Secrets past their expiry: they can open nothing any more (the retention job deletes them)."""
+        return self.filter(expires_at__lt=now or timezone.now())
+
+
 class ClientSecret(models.Model):
     """An ``ek_`` secret for a browser: opens exactly one session before it expires."""
+
+    objects = ClientSecretQuerySet.as_manager()
 
     secret_hash = models.CharField(max_length=64, unique=True, editable=False)
     api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.CASCADE, related_name="client_secrets")

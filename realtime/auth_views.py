@@ -14,11 +14,13 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from pipelines.ids import new_id
 from realtime import auth
-from realtime.events import EventError
+from realtime.events import EventError, loads
+from realtime.models import ApiKey
 from realtime.session import SessionConfig
 
 MIN_TTL_S, MAX_TTL_S = 10, 7200
@@ -31,7 +33,6 @@ def api_error(status: int, code: str, message: str, param: str | None = None,
 
 def _caller(request: HttpRequest) -> tuple[Any | None, JsonResponse | None]:
     """(the ApiKey that asks, or None) or an error response."""
-    from realtime.models import ApiKey
 
     header = request.headers.get("Authorization", "")
     if header:
@@ -43,6 +44,7 @@ def _caller(request: HttpRequest) -> tuple[Any | None, JsonResponse | None]:
         except auth.AuthError as exc:
             return None, api_error(401 if exc.code == "invalid_api_key" else 503, exc.code, exc.message,
                                    error_type=exc.error_type)
+        auth.mark_used(principal, timezone.now())
         return ApiKey.objects.filter(pk=principal.api_key_id).first(), None
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated and user.is_staff:
@@ -78,10 +80,13 @@ def client_secrets(request: HttpRequest) -> JsonResponse:
     api_key, rejected = _caller(request)
     if rejected is not None:
         return rejected
+    limit = settings.S2S_MAX_CLIENT_SECRET_CONFIG_BYTES
+    if int(request.headers.get("Content-Length") or 0) > 2 * limit:
+        return api_error(413, "request_too_large", f"The body is larger than {2 * limit} bytes.")
     try:
-        body = json.loads(request.body or b"{}")
-    except ValueError as exc:
-        return api_error(400, "invalid_json", f"The body is not valid JSON: {exc}")
+        body = loads(request.body or b"{}")
+    except EventError as exc:
+        return api_error(400, exc.code, exc.message.replace("The event", "The body"))
     if not isinstance(body, dict):
         return api_error(400, "invalid_type", "The body must be a JSON object.")
     try:
@@ -89,13 +94,19 @@ def client_secrets(request: HttpRequest) -> JsonResponse:
         requested = body.get("session") or {}
         if not isinstance(requested, dict):
             raise EventError("invalid_type", "Invalid type for 'session': expected an object.", "session")
-        if requested.get("type", "realtime") != "realtime":
-            raise EventError("invalid_value", "Only 'realtime' sessions are supported.", "session.type")
+        if requested.get("type", "realtime") not in ("realtime", "transcription"):
+            raise EventError("invalid_value", "Invalid value for 'session.type': expected 'realtime' or "
+                             "'transcription'.", "session.type")
         model = requested.get("model") or settings.S2S_DEFAULT_MODEL
         if not isinstance(model, str):
             raise EventError("invalid_type", "Invalid type for 'session.model': expected a string.", "session.model")
-        session = SessionConfig(new_id("sess"), model, settings.S2S_POOL.engines.all_voices)
+        session = SessionConfig(new_id("sess"), model, settings.S2S_POOL.engines.all_voices,
+                                settings.S2S_MAX_INSTRUCTIONS_BYTES, settings.S2S_MAX_SESSION_SECONDS)
         config = {key: value for key, value in requested.items() if key not in ("model", "client_secret")}
+        size = len(json.dumps(config))
+        if size > limit:
+            raise EventError("session_too_large", f"The session settings are {size} bytes of JSON; a client secret "
+                             f"may carry at most {limit}.", "session")
         session.update(config, beta=False)  # validated now: a bad setting fails here, not at connect
     except EventError as exc:
         return api_error(400, exc.code, exc.message, exc.param)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipelines import audio, messages as m
 from pipelines.ids import new_id
-from realtime.events import EventError, check_type, decode_audio, encode_audio, optional, require, server_event
-from realtime.session import SessionConfig, parse_ga_format, parse_max_tokens, parse_modalities
+from realtime.clips import Clips
+from realtime.events import ClientItem, EventError, ItemReference, encode_audio, server_event
+from realtime.session import ResponseOptions, SessionConfig
 
 Event = dict[str, Any]
 
@@ -25,6 +26,8 @@ class ResponseState:
     id: str
     out_of_band: bool
     metadata: Any = None
+    max_output_tokens: int | str = "inf"  # the response's own limit, as response.max_output_tokens shows it
+    event_id: str | None = None  # the client's response.create, for an error about the response
     conversation_id: str | None = None
     modalities: tuple[str, ...] = ("audio",)
     output_format: str = audio.PCM
@@ -38,10 +41,31 @@ class ResponseState:
     spoken: list[tuple[str, int]] = field(default_factory=list)
     started_at: float = field(default_factory=time.monotonic)
     first_audio_at: float | None = None
+    # The output items in order (the assistant message and function calls), as response.done lists them.
+    output: list[Event] = field(default_factory=list)
+    message_index: int | None = None  # where the message is in ``output``, once text or audio came
+    calls: dict[str, int] = field(default_factory=dict)  # call item id -> its index in ``output``
 
     @property
     def audio_ms(self) -> int:
         return audio.duration_ms(self.audio_bytes, self.output_format)
+
+
+@dataclass(frozen=True)
+class Caps:
+    """How much conversation one session may hold: items, text per item, text in all.
+
+    Only client requests are refused when a cap is reached (with an ``error``; the
+    session goes on); what the server itself adds (transcripts, answers) is counted.
+    """
+
+    max_items: int = 4096
+    max_item_bytes: int = 256 * 1024
+    max_total_bytes: int = 8 * 1024 * 1024
+
+
+def text_bytes(text: str | None) -> int:
+    return len(text.encode("utf-8", "surrogatepass")) if text else 0
 
 
 @dataclass
@@ -50,14 +74,16 @@ class Port:
 
     generation: int
     submit: Callable[[m.Downstream], None]
-    cancel: Callable[[str], None]
+    cancel: Callable[[str, str], None]  # (response id, reason)
 
 
 class Conversation:
-    def __init__(self, session: SessionConfig, port: Port, max_audio_bytes: int) -> None:
+    def __init__(self, session: SessionConfig, port: Port, caps: Caps | None = None) -> None:
         self.session = session
         self.port = port
-        self.max_audio_bytes = max_audio_bytes
+        self.caps = caps or Caps()
+        self.text_bytes = 0  # UTF-8 bytes of text in all items
+        self._sizes: dict[str, int] = {}
         self.id = new_id("conv")
         self.items: dict[str, Event] = {}
         self.responses: dict[str, ResponseState] = {}
@@ -66,59 +92,66 @@ class Conversation:
         self.finished: list[ResponseState] = []
         self.turns = 0
         self.errors = 0
-        self.audio_in_bytes = 0
+        self.audio_in_seconds = 0.0
         self._committed_ms: dict[str, int] = {}  # audio length of committed turns awaiting their transcript
+        self.clips = Clips()  # responses waiting for the transcripts of their inline input audio
         # turn_detection.idle_timeout_ms: when (time.monotonic) to prompt a silent user, if nothing happens first
         self.idle_due: float | None = None
 
     # --- client requests ----------------------------------------------------
 
-    def append_audio(self, event: Event) -> list[Event]:
-        data = decode_audio(require(event, "audio", str), "audio", self.max_audio_bytes)
-        self.audio_in_bytes += len(data)
-        self.port.submit(m.AudioIn(generation=self.port.generation, data=data, audio_format=self.session.input_format))
+    def append_audio(self, data: bytes, audio_format: str | None = None) -> list[Event]:
+        """Input audio in the session's input format (or ``audio_format``: a media track's, whatever the session says)."""
+        audio_format = audio_format or self.session.input_format
+        self.audio_in_seconds += len(data) // audio.BYTES_PER_SAMPLE[audio_format] / audio.RATES[audio_format]
+        self.port.submit(m.AudioIn(generation=self.port.generation, data=data, audio_format=audio_format))
         return []
 
-    def commit_audio(self, event: Event) -> list[Event]:
+    def commit_audio(self, event_id: str | None = None) -> list[Event]:
         self.idle_due = None
-        self.port.submit(m.CommitAudio(generation=self.port.generation, item_id=new_id("item")))
+        self.port.submit(m.CommitAudio(generation=self.port.generation, item_id=new_id("item"), event_id=event_id))
         return []
 
-    def clear_audio(self, event: Event) -> list[Event]:
+    def clear_audio(self) -> list[Event]:
         self.port.submit(m.ClearAudio(generation=self.port.generation))
         return []
 
-    def create_item(self, event: Event) -> list[Event]:
+    def create_item(self, item: ClientItem, previous: str | None) -> list[Event]:
         self.idle_due = None
-        item = require(event, "item", dict)
-        previous = optional(event, "previous_item_id", str)
-        if previous not in (None, "root") and previous not in self.items:
+        if previous not in (None, m.ROOT) and previous not in self.items:
             raise EventError("item_not_found", f"Item with id '{previous}' not found.", "previous_item_id")
-        stored, history, audio_data = self._parse_item(item)
+        if item.id is not None and item.id in self.items:
+            raise EventError("invalid_value", f"Item with id '{item.id}' already exists.", "item.id")
+        size = self._check_item(item, "item")
+        if len(self.items) >= self.caps.max_items:
+            raise EventError("conversation_too_large", f"The conversation holds {len(self.items)} items, the limit is "
+                             f"{self.caps.max_items}: delete items (conversation.item.delete) before adding more.", "item")
+        if self.text_bytes + size > self.caps.max_total_bytes:
+            raise EventError("conversation_too_large", f"The conversation holds {self.text_bytes} bytes of text; with "
+                             f"this item it would pass the limit of {self.caps.max_total_bytes}. Delete items "
+                             "(conversation.item.delete) before adding more.", "item")
+        stored = stored_item(item, item.id or new_id("item"))
         self._store(stored, previous)
-        if history is not None:
-            self.port.submit(m.AddItem(generation=self.port.generation, item=history,
-                                       previous_item_id=None if previous in (None, "root") else previous))
-        if audio_data is not None:
-            self.port.submit(m.AudioItem(generation=self.port.generation, item_id=stored["id"], data=audio_data,
+        self._account(stored["id"], size)
+        if (history := history_item(stored["id"], item)) is not None:
+            self.port.submit(m.AddItem(generation=self.port.generation, item=history, previous_item_id=previous))
+        if item.audio is not None:
+            self._committed_ms[stored["id"]] = audio.duration_ms(len(item.audio), self.session.input_format)
+            self.port.submit(m.AudioItem(generation=self.port.generation, item_id=stored["id"], data=item.audio,
                                          audio_format=self.session.input_format))
-        return self._item_added(stored, previous)
+        return self._item_added(stored)
 
-    def retrieve_item(self, event: Event) -> list[Event]:
-        item = self._item(require(event, "item_id", str))
-        return [server_event("conversation.item.retrieved", item=item)]
+    def retrieve_item(self, item_id: str) -> list[Event]:
+        return [server_event("conversation.item.retrieved", item=self._item(item_id))]
 
-    def delete_item(self, event: Event) -> list[Event]:
-        item_id = require(event, "item_id", str)
+    def delete_item(self, item_id: str) -> list[Event]:
         self._item(item_id)
         del self.items[item_id]
+        self._account(item_id, 0)
         self.port.submit(m.DeleteItem(generation=self.port.generation, item_id=item_id))
         return [server_event("conversation.item.deleted", item_id=item_id)]
 
-    def truncate_item(self, event: Event) -> list[Event]:
-        item_id = require(event, "item_id", str)
-        content_index = require(event, "content_index", int)
-        audio_end_ms = require(event, "audio_end_ms", int)
+    def truncate_item(self, item_id: str, content_index: int, audio_end_ms: int) -> list[Event]:
         item = self._item(item_id)
         response = next((r for r in self.finished + list(self.responses.values()) if r.item_id == item_id), None)
         if item.get("role") != "assistant" or response is None or "audio" not in response.modalities:
@@ -131,47 +164,42 @@ class Conversation:
         for part in item.get("content", []):
             if part.get("type") == "output_audio":
                 part["transcript"] = heard
+        self._account(item_id, text_bytes(heard))
         self.port.submit(m.TruncateItem(generation=self.port.generation, item_id=item_id, text=heard))
         return [server_event("conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=audio_end_ms)]
 
-    def create_response(self, event: Event) -> list[Event]:
-        params = optional(event, "response", dict, default={})
-        out_of_band = optional(params, "conversation", str, "response.conversation", "auto") == "none"
-        if self.active is not None or (self.pending and not out_of_band):
+    def create_response(self, options: ResponseOptions, event_id: str | None = None) -> list[Event]:
+        if self.session.transcription_only:
+            raise EventError("invalid_request_error", "A transcription session makes no responses: it transcribes "
+                             "the input audio only.", "type")
+        # Only one response at a time writes to the conversation; out-of-band ones may run beside it (queued
+        # behind it on the unit's language model).
+        running = [r for r in (*self.responses.values(), *self.pending.values())
+                   if not r.out_of_band and r.status == "in_progress"]
+        if running and not options.out_of_band:
             raise EventError("conversation_already_has_active_response",
-                             "Conversation already has an active response in progress. Wait until it is done, or cancel it.")
-        settings = self.session.settings()
-        modalities = tuple(settings.output_modalities)
-        if params.get("output_modalities") is not None:
-            modalities = tuple(parse_modalities(params["output_modalities"], "response.output_modalities"))
-        elif params.get("modalities") is not None:
-            modalities = tuple(parse_modalities(params["modalities"], "response.modalities", allow_both=True))
-        max_tokens = settings.max_output_tokens
-        for key in ("max_output_tokens", "max_response_output_tokens"):
-            if params.get(key) is not None:
-                value = parse_max_tokens(params[key], f"response.{key}")
-                max_tokens = None if value == "inf" else int(value)
-        audio_out = optional(optional(params, "audio", dict, default={}), "output", dict, "response.audio.output", {})
-        voice = settings.voice
-        if "voice" in audio_out or "voice" in params:
-            voice = self.session.parse_voice(audio_out.get("voice", params.get("voice")), "response.audio.output.voice")
-        output_format = settings.output_format
-        if "format" in audio_out:
-            output_format = parse_ga_format(audio_out["format"], "response.audio.output.format")
-        extra_input = tuple(self._response_input(params.get("input"))) if "input" in params else ()
-        temperature = optional(params, "temperature", (int, float), "response.temperature", settings.temperature)
-        req = m.ResponseRequest(
-            generation=self.port.generation, response_id=new_id("resp"),
-            instructions=optional(params, "instructions", str, "response.instructions", settings.instructions),
-            output_modalities=modalities, max_output_tokens=max_tokens, voice=voice, output_format=output_format,
-            temperature=float(temperature), out_of_band=out_of_band, extra_input=extra_input,
-        )
-        self.pending[req.response_id] = ResponseState(req.response_id, out_of_band, metadata=params.get("metadata"))
-        self.port.submit(req)
+                             f"Conversation already has an active response in progress: {running[0].id}. "
+                             "Wait until it is done, or cancel it.")
+        overrides = dict(options.overrides)
+        clips: dict[str, bytes] = {}
+        if options.input is not None:
+            overrides["extra_input"], clips = self._response_input(options.input)
+        req = m.ResponseRequest.from_settings(self.session.settings(), self.port.generation,
+                                              out_of_band=options.out_of_band, **overrides)
+        limit = overrides["max_output_tokens"] if "max_output_tokens" in overrides else self.session.max_output_tokens
+        self.pending[req.response_id] = ResponseState(req.response_id, options.out_of_band, metadata=options.metadata,
+                                                      max_output_tokens="inf" if limit is None else limit,
+                                                      event_id=event_id)
+        if clips:
+            self.clips.hold(req, clips)
+            for clip_id, data in clips.items():
+                self.port.submit(m.AudioItem(generation=self.port.generation, item_id=clip_id, data=data,
+                                             audio_format=self.session.input_format))
+        else:
+            self.port.submit(req)
         return []
 
-    def cancel_response(self, event: Event) -> list[Event]:
-        wanted = optional(event, "response_id", str)
+    def cancel_response(self, wanted: str | None) -> list[Event]:
         target = self.active
         if wanted is not None:
             target = self.responses.get(wanted)
@@ -203,20 +231,26 @@ class Conversation:
         previous = self._last_item_id()
         item = {"id": msg.item_id, "object": "realtime.item", "type": "message", "status": "completed", "role": "user",
                 "content": [{"type": "input_audio", "transcript": None}]}
-        self._store(item, previous)
+        self._store(item, None)
         return [server_event("input_audio_buffer.committed", previous_item_id=previous, item_id=msg.item_id),
-                *self._item_added(item, previous)]
+                *self._item_added(item)]
 
     def _on_AudioCleared(self, msg: m.AudioCleared) -> list[Event]:
         return [server_event("input_audio_buffer.cleared")]
 
+    def _transcribing(self) -> bool:
+        return self.session.transcription is not None or self.session.transcription_only
+
     def _on_TranscriptDelta(self, msg: m.TranscriptDelta) -> list[Event]:
-        if self.session.transcription is None:
+        if not self._transcribing() or self.clips.owns(msg.item_id):
             return []
         return [server_event("conversation.item.input_audio_transcription.delta", item_id=msg.item_id,
-                             content_index=0, delta=msg.delta)]
+                             content_index=0, delta=msg.delta, **self._logprobs(msg.logprobs))]
 
     def _on_TranscriptCompleted(self, msg: m.TranscriptCompleted) -> list[Event]:
+        if self.clips.owns(msg.item_id):
+            self._clip_transcribed(msg.item_id, msg.transcript)
+            return []
         self.turns += 1
         seconds = self._committed_ms.pop(msg.item_id, 0) / 1000
         item = self.items.get(msg.item_id)
@@ -224,46 +258,133 @@ class Conversation:
             for part in item["content"]:
                 if part.get("type") == "input_audio":
                     part["transcript"] = msg.transcript
-        if self.session.transcription is None:
+            self._account(msg.item_id, text_bytes(msg.transcript))
+        if not self._transcribing():
             return []
         return [server_event("conversation.item.input_audio_transcription.completed", item_id=msg.item_id,
                              content_index=0, transcript=msg.transcript,
-                             usage={"type": "duration", "seconds": seconds})]
+                             usage={"type": "duration", "seconds": seconds}, **self._logprobs(msg.logprobs))]
+
+    def _logprobs(self, words: m.WordLogprobs | None) -> Event:
+        """``logprobs`` when the session's ``include`` asks for them: one entry per word (see the STT backend)."""
+        if not self.session.logprobs or words is None:
+            return {}
+        return {"logprobs": [{"token": word, "logprob": logprob, "bytes": list(word.encode("utf-8"))}
+                             for word, logprob in words]}
 
     def _on_TranscriptFailed(self, msg: m.TranscriptFailed) -> list[Event]:
         self.errors += 1
+        if self.clips.owns(msg.item_id):
+            response_id = self.clips.give_up(msg.item_id)
+            if response_id is None:
+                return []
+            state = self.pending.pop(response_id, None)
+            return [server_event("error", error={
+                "type": "invalid_request_error", "code": "input_audio_transcription_failed", "param": "response.input",
+                "message": f"The response was not started: its input audio could not be transcribed ({msg.message}).",
+                "event_id": state.event_id if state is not None else None})]
         return [server_event("conversation.item.input_audio_transcription.failed", item_id=msg.item_id, content_index=0,
                              error={"type": "transcription_error", "code": "transcription_failed", "message": msg.message, "param": None})]
 
+    def _clip_transcribed(self, clip_id: str, transcript: str) -> None:
+        """A clip of a response's inline audio has its transcript: the response starts once all have."""
+        # The STT passed the clip to the LM's history as a user turn: take it out again.
+        self.port.submit(m.DeleteItem(generation=self.port.generation, item_id=clip_id))
+        ready = self.clips.transcribed(clip_id, transcript)
+        if ready is None:
+            return
+        req, transcripts = ready
+        context = tuple(replace(item, text=" ".join(filter(None, (item.text, transcripts[item.item_id]))))
+                        if item.item_id in transcripts else item for item in req.extra_input or ())
+        self.port.submit(replace(req, extra_input=context))
+
     def _on_ResponseStarted(self, msg: m.ResponseStarted) -> list[Event]:
-        state = self.pending.pop(msg.response_id, None) or ResponseState(msg.response_id, msg.out_of_band)
+        state = self.pending.pop(msg.response_id, None) or ResponseState(
+            msg.response_id, msg.out_of_band, max_output_tokens=self.session.max_output_tokens)
         state.item_id, state.modalities = msg.item_id, msg.output_modalities
         state.output_format, state.voice = msg.output_format, msg.voice
         state.conversation_id = None if msg.out_of_band else self.id
         self.responses[msg.response_id] = state
-        if self.active is None:
+        if self.active is None and not state.out_of_band:
             self.active = state
         self.idle_due = None
-        item = self._assistant_item(state, "in_progress")
-        events = [server_event("response.created", response=self._response_obj(state, []))]
-        if not state.out_of_band:
-            previous = self._last_item_id()
-            self._store(item, previous)
-            events += [server_event("conversation.item.added", previous_item_id=previous, item=item)]
-        events += [
-            server_event("response.output_item.added", response_id=state.id, output_index=0, item=item),
-            server_event("response.content_part.added", response_id=state.id, item_id=state.item_id, output_index=0,
-                         content_index=0, part=self._part(state, done=False)),
-        ]
+        return [server_event("response.created", response=self._response_obj(state, []))]
+
+    def _open_message(self, state: ResponseState) -> list[Event]:
+        """The assistant message, added when the first text or audio comes (a call-only response has none)."""
+        if state.message_index is not None:
+            return []
+        state.message_index = len(state.output)
+        events = self._output_added(state, self._assistant_item(state, "in_progress"))
+        events.append(server_event("response.content_part.added", response_id=state.id, item_id=state.item_id,
+                                   output_index=state.message_index, content_index=0,
+                                   part=event_part(self._part(state, done=False))))
+        return events
+
+    def _output_added(self, state: ResponseState, item: Event) -> list[Event]:
+        """A new output item of ``state``: ``response.output_item.added``, then (in the conversation) ``.added``."""
+        state.output.append(item)
+        events = [server_event("response.output_item.added", response_id=state.id, output_index=len(state.output) - 1,
+                               item=item)]
+        if not state.out_of_band:  # the API adds the item to the conversation once it is a response's output
+            self._store(item, None)
+            events.append(server_event("conversation.item.added", previous_item_id=self._previous_of(item["id"]),
+                                       item=item))
         return events
 
     def _on_TextDelta(self, msg: m.TextDelta) -> list[Event]:
         state = self.responses.get(msg.response_id)
         if state is None or state.status != "in_progress":
             return []
+        events = self._open_message(state)
         state.text += msg.delta
-        return [server_event("response.output_text.delta", response_id=state.id, item_id=state.item_id,
-                             output_index=0, content_index=0, delta=msg.delta)]
+        events.append(server_event("response.output_text.delta", response_id=state.id, item_id=state.item_id,
+                                   output_index=state.message_index, content_index=0, delta=msg.delta))
+        return events
+
+    def _on_FunctionCallStarted(self, msg: m.FunctionCallStarted) -> list[Event]:
+        state = self.responses.get(msg.response_id)
+        if state is None or state.status != "in_progress":
+            return []
+        state.calls[msg.item_id] = len(state.output)
+        return self._output_added(state, {"id": msg.item_id, "object": "realtime.item", "type": "function_call",
+                                          "status": "in_progress", "call_id": msg.call_id, "name": msg.name,
+                                          "arguments": ""})
+
+    def _call(self, response_id: str, item_id: str) -> tuple[ResponseState, int] | None:
+        """The running response and output index of a call the client was told of (None: cancelled or unknown)."""
+        state = self.responses.get(response_id)
+        if state is None or state.status != "in_progress" or item_id not in state.calls:
+            return None
+        return state, state.calls[item_id]
+
+    def _on_FunctionCallArgumentsDelta(self, msg: m.FunctionCallArgumentsDelta) -> list[Event]:
+        if (found := self._call(msg.response_id, msg.item_id)) is None:
+            return []
+        state, index = found
+        state.output[index] = {**state.output[index], "arguments": state.output[index]["arguments"] + msg.delta}
+        return [server_event("response.function_call_arguments.delta", response_id=state.id, item_id=msg.item_id,
+                             output_index=index, call_id=msg.call_id, delta=msg.delta)]
+
+    def _on_FunctionCallDone(self, msg: m.FunctionCallDone) -> list[Event]:
+        if (found := self._call(msg.response_id, msg.item_id)) is None:
+            return []
+        state, index = found
+        item = {**state.output[index], "status": "completed", "arguments": msg.arguments}
+        return [server_event("response.function_call_arguments.done", response_id=state.id, item_id=msg.item_id,
+                             output_index=index, call_id=msg.call_id, name=msg.name, arguments=msg.arguments),
+                *self._output_done(state, index, item)]
+
+    def _output_done(self, state: ResponseState, index: int, item: Event) -> list[Event]:
+        """An output item is final: ``response.output_item.done``, then (in the conversation) ``.done``."""
+        state.output[index] = item
+        events = [server_event("response.output_item.done", response_id=state.id, output_index=index, item=item)]
+        if not state.out_of_band and item["id"] in self.items:
+            self.items[item["id"]] = item
+            self._account(item["id"], text_bytes(item_text(item)))
+            events.append(server_event("conversation.item.done", previous_item_id=self._previous_of(item["id"]),
+                                       item=item))
+        return events
 
     def _on_AudioOut(self, msg: m.AudioOut) -> list[Event]:
         state = self.responses.get(msg.response_id)
@@ -271,14 +392,17 @@ class Conversation:
             return []  # cancelled: nothing more reaches the client
         if state.first_audio_at is None:
             state.first_audio_at = time.monotonic()
-        events = [server_event("response.output_audio.delta", response_id=state.id, item_id=state.item_id,
-                               output_index=0, content_index=0, delta=encode_audio(msg.data))]
+            self.session.audio_produced = True
+        events = self._open_message(state)
+        events.append(server_event("response.output_audio.delta", response_id=state.id, item_id=state.item_id,
+                                   output_index=state.message_index, content_index=0, delta=encode_audio(msg.data)))
         if msg.transcript:
             delta = (" " if state.text else "") + msg.transcript
             state.spoken.append((msg.transcript, state.audio_ms))
             state.text += delta
             events.append(server_event("response.output_audio_transcript.delta", response_id=state.id,
-                                       item_id=state.item_id, output_index=0, content_index=0, delta=delta))
+                                       item_id=state.item_id, output_index=state.message_index, content_index=0,
+                                       delta=delta))
         state.audio_bytes += len(msg.data)
         return events
 
@@ -292,40 +416,45 @@ class Conversation:
             self.active = None
         self.finished.append(state)
         del self.finished[:-20]
-        item_status = "completed" if state.status == "completed" else "incomplete"
-        item = self._assistant_item(state, item_status)
-        if not state.out_of_band and state.item_id in self.items:
-            self.items[state.item_id] = item
-        part = self._part(state, done=True)
-        ids = {"response_id": state.id, "item_id": state.item_id, "output_index": 0, "content_index": 0}
         events: list[Event] = []
         if state.status == "failed":
             self.errors += 1
-            events.append(server_event("error", error={"type": "server_error", "code": "response_failed",
-                                                        "message": f"The response failed: {state.reason}", "param": None, "event_id": None}))
-        if "audio" in state.modalities:
-            events += [server_event("response.output_audio.done", **ids),
-                       server_event("response.output_audio_transcript.done", **ids, transcript=state.text)]
-        else:
-            events.append(server_event("response.output_text.done", **ids, text=state.text))
-        events += [
-            server_event("response.content_part.done", **ids, part=part),
-            server_event("response.output_item.done", response_id=state.id, output_index=0, item=item),
-        ]
-        if not state.out_of_band:
-            events.append(server_event("conversation.item.done", previous_item_id=self._previous_of(state.item_id), item=item))
+            events.append(server_event("error", error={
+                "type": "server_error", "code": "response_failed", "message": f"The response failed: {state.reason}",
+                "param": None, "event_id": state.event_id}))
+        if not state.output:  # nothing came (an empty or early-cancelled answer): the message says so
+            events += self._open_message(state)
+        for index, item in enumerate(list(state.output)):
+            if index == state.message_index:
+                events += self._message_done(state)
+            elif item["status"] == "in_progress":  # a call cut short: its arguments are not valid, nothing may run it
+                events += self._output_done(state, index, {**item, "status": "incomplete"})
         usage = {"total_tokens": msg.input_tokens + msg.output_tokens, "input_tokens": msg.input_tokens,
                  "output_tokens": msg.output_tokens,
-                 "input_token_details": {"text_tokens": msg.input_tokens, "audio_tokens": 0, "cached_tokens": 0},
+                 "input_token_details": {"text_tokens": msg.input_tokens, "audio_tokens": 0,
+                                         "cached_tokens": msg.cached_tokens},
                  "output_token_details": {"text_tokens": msg.output_tokens, "audio_tokens": 0}}
-        events.append(server_event("response.done", response=self._response_obj(state, [item], usage)))
+        events.append(server_event("response.done", response=self._response_obj(state, list(state.output), usage)))
         self._arm_idle_timeout(state)
         return events
+
+    def _message_done(self, state: ResponseState) -> list[Event]:
+        """The end of the response's assistant message: its text or audio, its part, the item."""
+        item = self._assistant_item(state, "completed" if state.status == "completed" else "incomplete")
+        ids = {"response_id": state.id, "item_id": state.item_id, "output_index": state.message_index,
+               "content_index": 0}
+        if "audio" in state.modalities:
+            events = [server_event("response.output_audio.done", **ids),
+                      server_event("response.output_audio_transcript.done", **ids, transcript=state.text)]
+        else:
+            events = [server_event("response.output_text.done", **ids, text=state.text)]
+        events.append(server_event("response.content_part.done", **ids, part=event_part(self._part(state, done=True))))
+        return events + self._output_done(state, state.message_index or 0, item)
 
     def _arm_idle_timeout(self, state: ResponseState) -> None:
         """Counts ``idle_timeout_ms`` from when the response's audio has finished playing."""
         td = self.session.turn_detection or {}
-        timeout_ms = td.get("idle_timeout_ms") if td.get("type") == "server_vad" else None
+        timeout_ms = td.get("idle_timeout_ms")
         if not timeout_ms or state.out_of_band or state.status != "completed":
             return
         self.idle_due = time.monotonic() + (state.audio_ms + timeout_ms) / 1000
@@ -333,33 +462,53 @@ class Conversation:
     def idle_timeout(self) -> list[Event]:
         """The user stayed silent past ``idle_timeout_ms``: say so and prompt them with a response."""
         self.idle_due = None
-        heard_ms = audio.duration_ms(self.audio_in_bytes, self.session.input_format)
+        heard_ms = int(self.audio_in_seconds * 1000)
         timeout_ms = (self.session.turn_detection or {}).get("idle_timeout_ms") or 0
         settings = self.session.settings()
         prompt = ("The user has been silent for a while. In one short sentence, "
                   "check whether they are still there or continue the conversation.")
-        req = m.ResponseRequest(
-            generation=self.port.generation, response_id=new_id("resp"),
-            instructions=f"{settings.instructions}\n{prompt}".strip(), output_modalities=settings.output_modalities,
-            max_output_tokens=settings.max_output_tokens, voice=settings.voice, output_format=settings.output_format,
-            temperature=settings.temperature,
-        )
-        self.pending[req.response_id] = ResponseState(req.response_id, out_of_band=False)
+        req = m.ResponseRequest.from_settings(settings, self.port.generation,
+                                              instructions=f"{settings.instructions}\n{prompt}".strip())
+        self.pending[req.response_id] = ResponseState(req.response_id, out_of_band=False,
+                                                      max_output_tokens=self.session.max_output_tokens)
+        # As the API does: the silent stretch is committed as an (empty) user audio item, then answered.
+        item_id = new_id("item")
+        previous = self._last_item_id()
+        item = {"id": item_id, "object": "realtime.item", "type": "message", "status": "completed", "role": "user",
+                "content": [{"type": "input_audio", "transcript": ""}]}
+        self._store(item, None)
         self.port.submit(req)
         return [server_event("input_audio_buffer.timeout_triggered", audio_start_ms=max(0, heard_ms - timeout_ms),
-                             audio_end_ms=heard_ms, item_id=new_id("item"))]
+                             audio_end_ms=heard_ms, item_id=item_id),
+                server_event("input_audio_buffer.committed", previous_item_id=previous, item_id=item_id),
+                *self._item_added(item)]
 
     def _on_PipelineError(self, msg: m.PipelineError) -> list[Event]:
         self.errors += 1
         error_type = "invalid_request_error" if msg.code.startswith("input_audio_buffer") else "server_error"
         return [server_event("error", error={"type": error_type, "code": msg.code, "message": msg.message,
-                                              "param": None, "event_id": None})]
+                                              "param": None, "event_id": msg.event_id})]
 
     # --- helpers --------------------------------------------------------------
 
+    def _check_item(self, item: ClientItem, param: str) -> int:
+        """The item's text in bytes; raises ``string_above_max_length`` past the per-item limit."""
+        size = (text_bytes(item.output) + text_bytes(item.arguments) + text_bytes(item.name)
+                + sum(text_bytes(part.text) for part in item.content))
+        if size > self.caps.max_item_bytes:
+            raise EventError("string_above_max_length", f"Invalid '{param}': its text is {size} bytes, the limit is "
+                             f"{self.caps.max_item_bytes} bytes per item.", param)
+        return size
+
+    def _account(self, item_id: str, size: int) -> None:
+        """Counts an item's text (0: the item is gone) in the conversation's total."""
+        self.text_bytes += size - self._sizes.pop(item_id, 0)
+        if size and item_id in self.items:
+            self._sizes[item_id] = size
+
     def _cancel(self, state: ResponseState, reason: str) -> None:
         state.status, state.reason = "cancelled", reason
-        self.port.cancel(state.id)
+        self.port.cancel(state.id, reason)
 
     def _item(self, item_id: str) -> Event:
         if item_id not in self.items:
@@ -375,18 +524,11 @@ class Conversation:
         return keys[at - 1] if at > 0 else None
 
     def _store(self, item: Event, previous: str | None) -> None:
-        if previous in (None, "root") or previous not in self.items:
-            if previous == "root":
-                self.items = {item["id"]: item, **self.items}
-            else:
-                self.items[item["id"]] = item
-            return
-        entries = list(self.items.items())
-        at = [key for key, _ in entries].index(previous) + 1
-        entries.insert(at, (item["id"], item))
-        self.items = dict(entries)
+        self.items = m.insert_after(self.items, item["id"], item, previous)
 
-    def _item_added(self, item: Event, previous: str | None) -> list[Event]:
+    def _item_added(self, item: Event) -> list[Event]:
+        """``conversation.item.added`` and ``.done``, naming the item's real predecessor (None when it is first)."""
+        previous = self._previous_of(item["id"])
         return [server_event("conversation.item.added", previous_item_id=previous, item=item),
                 server_event("conversation.item.done", previous_item_id=previous, item=item)]
 
@@ -410,60 +552,96 @@ class Conversation:
             details = {"type": "failed", "error": {"type": "server_error", "code": "response_failed", "message": state.reason}}
         return {"object": "realtime.response", "id": state.id, "status": state.status, "status_details": details,
                 "output": output, "conversation_id": state.conversation_id, "output_modalities": list(state.modalities),
-                "max_output_tokens": self.session.max_output_tokens,
+                "max_output_tokens": state.max_output_tokens,
                 "audio": {"output": {"format": {"type": state.output_format}, "voice": state.voice}},
                 "usage": usage, "metadata": state.metadata}
 
-    def _parse_item(self, item: Event) -> tuple[Event, m.HistoryItem | None, bytes | None]:
-        """Validates a client item; returns (stored item, text for the LM, audio to transcribe)."""
-        item_id = optional(item, "id", str, "item.id") or new_id("item")
-        if item_id in self.items:
-            raise EventError("invalid_value", f"Item with id '{item_id}' already exists.", "item.id")
-        kind = optional(item, "type", str, "item.type", "message")
-        if kind == "function_call_output":
-            output = require(item, "output", str, "item.output")
-            stored = {"id": item_id, "object": "realtime.item", "type": kind, "status": "completed",
-                      "call_id": optional(item, "call_id", str, "item.call_id"), "output": output}
-            return stored, m.HistoryItem(item_id, "user", f"Tool result: {output}"), None
-        if kind != "message":
-            raise EventError("invalid_value", f"Invalid value for 'item.type': '{kind}'. Supported: 'message', 'function_call_output'.", "item.type")
-        role = require(item, "role", str, "item.role")
-        if role not in ("user", "assistant", "system"):
-            raise EventError("invalid_value", "Invalid value for 'item.role': expected 'user', 'assistant' or 'system'.", "item.role")
-        content = require(item, "content", list, "item.content")
-        parts, texts, audio_data = [], [], None
-        for index, part in enumerate(content):
-            param = f"item.content[{index}]"
-            check_type(part, dict, param)
-            ptype = require(part, "type", str, f"{param}.type")
-            if ptype in ("input_text", "text", "output_text"):
-                text = require(part, "text", str, f"{param}.text")
-                texts.append(text)
-                parts.append({"type": ptype if role != "assistant" else "output_text", "text": text})
-            elif ptype == "input_audio" and role == "user":
-                if audio_data is not None:
-                    raise EventError("invalid_value", "Only one input_audio part per item is supported.", param)
-                audio_data = decode_audio(require(part, "audio", str, f"{param}.audio"), f"{param}.audio", self.max_audio_bytes)
-                parts.append({"type": "input_audio", "transcript": None})
-            else:
-                raise EventError("invalid_value", f"Invalid content type '{ptype}' for a {role} message.", f"{param}.type")
-        stored = {"id": item_id, "object": "realtime.item", "type": "message", "status": "completed",
-                  "role": role, "content": parts}
-        history = m.HistoryItem(item_id, role, " ".join(texts)) if texts else None
-        return stored, history, audio_data
+    def _response_input(self, entries: tuple[ClientItem | ItemReference, ...]
+                        ) -> tuple[tuple[m.HistoryEntry, ...], dict[str, bytes]]:
+        """A response's own context: referenced items of the conversation, and items given inline.
 
-    def _response_input(self, value: Any) -> list[m.HistoryItem]:
-        check_type(value, list, "response.input")
-        out = []
-        for index, entry in enumerate(value):
-            check_type(entry, dict, f"response.input[{index}]")
-            if entry.get("type") == "item_reference":
-                item = self._item(require(entry, "id", str, f"response.input[{index}].id"))
-            else:
-                item, _, _ = self._parse_item({**entry, "id": entry.get("id") or new_id("item")})
-            text = " ".join(p.get("text") or p.get("transcript") or "" for p in item.get("content", []))
-            out.append(m.HistoryItem(item["id"], item.get("role", "user"), text))
-        return out
+        Also the inline audio to transcribe before the response starts: clip id -> audio.
+        """
+        if len(entries) > self.caps.max_items:
+            raise EventError("array_above_max_length", f"Invalid 'response.input': {len(entries)} items, the limit is "
+                             f"{self.caps.max_items}.", "response.input")
+        out: list[m.HistoryEntry] = []
+        clips: dict[str, bytes] = {}
+        total = 0
+        for index, entry in enumerate(entries):
+            if isinstance(entry, ClientItem):
+                total += self._check_item(entry, f"response.input[{index}]")
+                if total > self.caps.max_total_bytes:
+                    raise EventError("string_above_max_length", "Invalid 'response.input': its text passes the limit "
+                                     f"of {self.caps.max_total_bytes} bytes.", "response.input")
+            if isinstance(entry, ItemReference):
+                if entry.id not in self.items:
+                    raise EventError("item_not_found", f"Item with id '{entry.id}' not found.",
+                                     f"response.input[{index}].id")
+                out.append(stored_history(self.items[entry.id]))
+            elif entry.audio is not None:  # transcribed first, under an id the conversation never shows
+                clip_id = new_id("item")
+                clips[clip_id] = entry.audio
+                out.append(m.HistoryItem(clip_id, entry.role, entry.text))
+            elif (history := history_item(entry.id or new_id("item"), entry)) is not None:
+                out.append(history)
+        return tuple(out), clips
+
+
+def event_part(part: Event) -> Event:
+    """A content part as ``response.content_part.added``/``done`` carry it: type ``text`` or ``audio``.
+
+    Items say ``output_text``/``output_audio``; the content-part events use the short names (the SDK's ``Part``).
+    """
+    return {**part, "type": EVENT_PART_TYPES.get(part["type"], part["type"])}
+
+
+EVENT_PART_TYPES = {"output_text": "text", "output_audio": "audio"}
+
+
+def stored_item(item: ClientItem, item_id: str) -> Event:
+    """The conversation's copy of a client item, as ``conversation.item.retrieve`` returns it."""
+    if item.type == "function_call_output":
+        return {"id": item_id, "object": "realtime.item", "type": item.type, "status": "completed",
+                "call_id": item.call_id, "output": item.output}
+    if item.type == "function_call":
+        return {"id": item_id, "object": "realtime.item", "type": item.type, "status": "completed",
+                "call_id": item.call_id, "name": item.name, "arguments": item.arguments}
+    parts: list[Event] = []
+    for part in item.content:
+        if part.audio is not None:
+            parts.append({"type": "input_audio", "transcript": None})
+        else:
+            parts.append({"type": part.type, "text": part.text})
+    return {"id": item_id, "object": "realtime.item", "type": "message", "status": "completed", "role": item.role,
+            "content": parts}
+
+
+def history_item(item_id: str, item: ClientItem) -> m.HistoryEntry | None:
+    """What the LM's history keeps of a client item (None: nothing to read, e.g. audio still to transcribe)."""
+    if item.type == "function_call_output":
+        return m.FunctionCallOutputItem(item_id, item.call_id or "", item.output or "")
+    if item.type == "function_call":
+        return m.FunctionCallItem(item_id, item.call_id or "", item.name or "", item.arguments or "")
+    return m.HistoryItem(item_id, item.role, item.text) if item.text else None
+
+
+def stored_history(item: Event) -> m.HistoryEntry:
+    """An item of the conversation as the LM reads it (for a response's ``input`` that references it)."""
+    if item["type"] == "function_call":
+        return m.FunctionCallItem(item["id"], item.get("call_id") or "", item["name"], item["arguments"])
+    if item["type"] == "function_call_output":
+        return m.FunctionCallOutputItem(item["id"], item["call_id"], item["output"])
+    return m.HistoryItem(item["id"], item.get("role", "user"), item_text(item))
+
+
+def item_text(item: Event) -> str:
+    """The text an item holds: its parts' text or transcripts, a call's arguments, a call's output."""
+    if item["type"] == "function_call":
+        return item["name"] + item["arguments"]
+    if item["type"] == "function_call_output":
+        return item["output"]
+    return " ".join(p.get("text") or p.get("transcript") or "" for p in item.get("content", []))
 
 
 def heard_text(state: ResponseState, audio_end_ms: int) -> str:

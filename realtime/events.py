@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.ids import new_id
@@ -37,8 +38,9 @@ BETA_EVENT_NAMES = {
     "response.output_text.done": "response.text.done",
     "conversation.item.added": "conversation.item.created",
 }
-# Beta clients get no separate "done" for items: "created" carries them.
-BETA_DROPPED_EVENTS = {"conversation.item.done"}
+# Beta clients get no separate "done" for items ("created" carries them), and beta has no idle timeout
+# event (the committed item and the response that follow it say what happened).
+BETA_DROPPED_EVENTS = {"conversation.item.done", "input_audio_buffer.timeout_triggered"}
 BETA_CONTENT_TYPES = {"output_audio": "audio", "output_text": "text"}
 GA_CONTENT_TYPES = {"audio": "output_audio", "text": "output_text"}
 
@@ -94,14 +96,177 @@ def _beta_content(obj: dict[str, Any]) -> dict[str, Any]:
 # --- parsing ---------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ContentPart:
+    """One part of a client message: text, or audio to transcribe."""
+
+    type: str
+    text: str | None = None
+    audio: bytes | None = None
+
+
+@dataclass(frozen=True)
+class ClientItem:
+    """A conversation item sent by the client, validated."""
+
+    id: str | None
+    type: str  # message | function_call | function_call_output
+    role: str = "user"
+    content: tuple[ContentPart, ...] = ()
+    call_id: str | None = None
+    output: str | None = None  # function_call_output: the result
+    name: str | None = None  # function_call: the function called
+    arguments: str | None = None  # function_call: its arguments, JSON text
+
+    @property
+    def text(self) -> str:
+        return " ".join(part.text for part in self.content if part.text)
+
+    @property
+    def audio(self) -> bytes | None:
+        return next((part.audio for part in self.content if part.audio is not None), None)
+
+
+@dataclass(frozen=True)
+class ItemReference:
+    """``{"type": "item_reference", "id": ...}`` in a response's ``input``."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class ClientEvent:
+    """A parsed client event: ``type``, the client's ``event_id``, and the fields of that type, typed."""
+
+    type: str
+    event_id: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.fields[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def parse_event(text: str | bytes | None, max_audio_bytes: int) -> ClientEvent:
+    """Parses and validates one client frame; raises :class:`EventError` (with the client's ``event_id``)."""
+    raw = parse(text)
+    event_id = raw.get("event_id")
+    try:
+        return ClientEvent(raw["type"], event_id, _FIELDS[raw["type"]](raw, max_audio_bytes))
+    except EventError as exc:
+        exc.event_id = event_id
+        raise
+
+
+def _audio_append(e: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    return {"audio": decode_audio(require(e, "audio", str), "audio", max_bytes)}
+
+
+def _item_create(e: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    previous = optional(e, "previous_item_id", str)
+    return {"item": parse_item(require(e, "item", dict), "item", max_bytes), "previous_item_id": previous}
+
+
+def _item_id(e: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    return {"item_id": require(e, "item_id", str)}
+
+
+def _item_truncate(e: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    return {"item_id": require(e, "item_id", str), "content_index": require(e, "content_index", int),
+            "audio_end_ms": require(e, "audio_end_ms", int)}
+
+
+def _response_create(e: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    params = optional(e, "response", dict, default={})
+    if "input" in params and params["input"] is not None:
+        params = dict(params, input=parse_input(params["input"], "response.input", max_bytes))
+    return {"response": params}
+
+
+def _response_cancel(e: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    return {"response_id": optional(e, "response_id", str)}
+
+
+def _session_update(e: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    return {"session": require(e, "session", dict)}
+
+
+def _nothing(e: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    return {}
+
+
+_FIELDS = {
+    "session.update": _session_update,
+    "transcription_session.update": _session_update,
+    "input_audio_buffer.append": _audio_append,
+    "input_audio_buffer.commit": _nothing,
+    "input_audio_buffer.clear": _nothing,
+    "conversation.item.create": _item_create,
+    "conversation.item.retrieve": _item_id,
+    "conversation.item.delete": _item_id,
+    "conversation.item.truncate": _item_truncate,
+    "response.create": _response_create,
+    "response.cancel": _response_cancel,
+    "output_audio_buffer.clear": _nothing,
+}
+
+
+def parse_item(item: dict[str, Any], param: str, max_audio_bytes: int) -> ClientItem:
+    item_id = optional(item, "id", str, f"{param}.id")
+    kind = optional(item, "type", str, f"{param}.type", "message")
+    if kind == "function_call_output":
+        return ClientItem(item_id, kind, call_id=require(item, "call_id", str, f"{param}.call_id"),
+                          output=require(item, "output", str, f"{param}.output"))
+    if kind == "function_call":
+        return ClientItem(item_id, kind, call_id=optional(item, "call_id", str, f"{param}.call_id") or new_id("call"),
+                          name=require(item, "name", str, f"{param}.name"),
+                          arguments=require(item, "arguments", str, f"{param}.arguments"))
+    if kind != "message":
+        raise EventError("invalid_value", f"Invalid value for '{param}.type': '{kind}'. Supported: 'message', "
+                         "'function_call', 'function_call_output'.", f"{param}.type")
+    role = require(item, "role", str, f"{param}.role")
+    if role not in ("user", "assistant", "system"):
+        raise EventError("invalid_value", f"Invalid value for '{param}.role': expected 'user', 'assistant' or "
+                         "'system'.", f"{param}.role")
+    parts: list[ContentPart] = []
+    for index, part in enumerate(require(item, "content", list, f"{param}.content")):
+        where = f"{param}.content[{index}]"
+        check_type(part, dict, where)
+        ptype = require(part, "type", str, f"{where}.type")
+        if ptype in ("input_text", "text", "output_text"):
+            text = require(part, "text", str, f"{where}.text")
+            parts.append(ContentPart(ptype if role != "assistant" else "output_text", text=text))
+        elif ptype == "input_audio" and role == "user":
+            if any(p.audio is not None for p in parts):
+                raise EventError("invalid_value", "Only one input_audio part per item is supported.", where)
+            data = decode_audio(require(part, "audio", str, f"{where}.audio"), f"{where}.audio", max_audio_bytes)
+            parts.append(ContentPart("input_audio", audio=data))
+        else:
+            raise EventError("invalid_value", f"Invalid content type '{ptype}' for a {role} message.", f"{where}.type")
+    return ClientItem(item_id, "message", role, tuple(parts))
+
+
+def parse_input(value: Any, param: str, max_audio_bytes: int) -> tuple[ClientItem | ItemReference, ...]:
+    """A response's ``input``: items given inline, or references to items of the conversation."""
+    check_type(value, list, param)
+    out: list[ClientItem | ItemReference] = []
+    for index, entry in enumerate(value):
+        where = f"{param}[{index}]"
+        check_type(entry, dict, where)
+        if entry.get("type") == "item_reference":
+            out.append(ItemReference(require(entry, "id", str, f"{where}.id")))
+        else:
+            out.append(parse_item(entry, where, max_audio_bytes))
+    return tuple(out)
+
+
 def parse(text: str | bytes | None) -> dict[str, Any]:
     """Parses one client frame into an event dict with a known ``type``."""
     if text is None:
         raise EventError("invalid_json", "Binary frames are not supported; send JSON text events.")
-    try:
-        event = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise EventError("invalid_json", f"The event is not valid JSON: {exc}") from None
+    event = loads(text)
     if not isinstance(event, dict):
         raise EventError("invalid_type", "An event must be a JSON object.")
     event_id = event.get("event_id")
@@ -120,6 +285,16 @@ def parse(text: str | bytes | None) -> dict[str, Any]:
         exc.event_id = event_id  # an unknown or untyped event is still answered with its id
         raise
     return event
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` for untrusted text: bad JSON and nesting too deep to parse are both ``invalid_json``."""
+    try:
+        return json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EventError("invalid_json", f"The event is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise EventError("invalid_json", "The event is not valid JSON: it is nested too deeply.") from None
 
 
 def require(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], param: str | None = None) -> Any:

@@ -10,6 +10,9 @@ events per second           ``rate_limit_exceeded``           the event is dropp
 input audio buffer length   ``input_audio_buffer_full``       the chunk is dropped; session goes on
 session length              ``session_expired``               the session closes (1008)
 idle time                   ``session_idle_timeout``          the session closes (1008)
+conversation items / text   ``conversation_too_large``        the item is refused; session goes on
+text of one item            ``string_above_max_length``       the item is refused; session goes on
+instructions                ``string_above_max_length``       the update is refused; session goes on
 ==========================  ================================  =====================================
 """
 
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from realtime.conversation import Caps
 from realtime.events import EventError
 
 Clock = Callable[[], float]
@@ -39,6 +43,8 @@ class Limits:
     max_input_buffer_ms: int
     max_session_s: float
     idle_timeout_s: float  # 0: none
+    conversation: Caps
+    max_instructions_bytes: int
 
     @classmethod
     def from_settings(cls) -> Limits:
@@ -49,6 +55,9 @@ class Limits:
             max_input_buffer_ms=settings.S2S_MAX_INPUT_BUFFER_SECONDS * 1000,
             max_session_s=float(settings.S2S_MAX_SESSION_SECONDS),
             idle_timeout_s=float(settings.S2S_IDLE_TIMEOUT_S),
+            conversation=Caps(max_items=settings.S2S_MAX_ITEMS, max_item_bytes=settings.S2S_MAX_ITEM_BYTES,
+                              max_total_bytes=settings.S2S_MAX_CONVERSATION_BYTES),
+            max_instructions_bytes=settings.S2S_MAX_INSTRUCTIONS_BYTES,
         )
 
 
@@ -72,16 +81,19 @@ class TokenBucket:
         return False
 
 
-def rate_limits(bucket: TokenBucket, limits: Limits, session_started: float, now: float | None = None) -> list[dict]:
-    """The session's limits as ``rate_limits.updated`` reports them: client events and session time."""
+def rate_limits(bucket: TokenBucket, token_cap: int, reserved: int, now: float | None = None) -> list[dict]:
+    """The limits ``rate_limits.updated`` reports at a response's start (the API's two names).
+
+    ``requests``: the session's client-event bucket. ``tokens``: the output tokens the server lets
+    one response produce (``token_cap``), less the ``reserved`` share the starting response may use;
+    they come back when it is done.
+    """
     now = time.monotonic() if now is None else now
-    tokens = min(float(bucket.burst), bucket.tokens + (now - bucket.at) * bucket.rate)
-    session_left = max(0.0, limits.max_session_s - (now - session_started))
+    events = min(float(bucket.burst), bucket.tokens + (now - bucket.at) * bucket.rate)
     return [
-        {"name": "requests", "limit": bucket.burst, "remaining": int(tokens),
-         "reset_seconds": round((bucket.burst - tokens) / bucket.rate, 3)},
-        {"name": "session_seconds", "limit": int(limits.max_session_s), "remaining": int(session_left),
-         "reset_seconds": round(session_left, 3)},
+        {"name": "requests", "limit": bucket.burst, "remaining": int(events),
+         "reset_seconds": round((bucket.burst - events) / bucket.rate, 3)},
+        {"name": "tokens", "limit": token_cap, "remaining": max(0, token_cap - reserved), "reset_seconds": 0.0},
     ]
 
 

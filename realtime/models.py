@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import os
+import socket
+import time
+from datetime import datetime, timedelta
+from typing import Any
 
+import psutil
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+
+from realtime.auth_models import ApiKey, ClientSecret
+from realtime.recording_models import Recording
+
+__all__ = ["ApiKey", "ClientSecret", "ConversationItem", "EndReason", "Node", "RealtimeSession", "Recording",
+           "RefusalCount", "ResponseRecord", "Transport", "upsert"]
 
 
 def upsert(model: type[models.Model], keys: dict[str, object], fields: dict[str, object]) -> None:
@@ -33,8 +44,44 @@ class EndReason(models.TextChoices):
     INTERRUPTED = "interrupted", "Interrupted by a crash"
 
 
+class Transport(models.TextChoices):
+    WEBSOCKET = "websocket", "WebSocket"
+    WEBRTC = "webrtc", "WebRTC"
+
+
+class SessionQuerySet(models.QuerySet):
+    def open_on(self, node: str) -> SessionQuerySet:
+        return self.filter(node=node, end_reason=EndReason.ACTIVE)
+
+    def interrupt(self, node: str, before: datetime, at: datetime | None = None) -> int:
+        """Marks the node's sessions still open (and started before ``before``) as interrupted by a crash."""
+        return self.open_on(node).filter(started_at__lt=before).update(
+            end_reason=EndReason.INTERRUPTED, ended_at=at or timezone.now())
+
+    def interrupt_left_open(self, node: str, before: datetime) -> int:
+        """At start: closes the sessions an earlier, crashed run of this node left open.
+
+        "This node" is the same name (set ``S2S_NODE_NAME`` to something stable in a
+        deployment), or, with the default ``host:pid`` names, a process on this host
+        that no longer runs. Nodes elsewhere are reaped by their missing heartbeat
+        (:meth:`NodeQuerySet.reap_dead`).
+        """
+        stale = {node}
+        local = self.filter(end_reason=EndReason.ACTIVE, node__startswith=f"{socket.gethostname()}:")
+        for name in local.values_list("node", flat=True).distinct():
+            pid = name.rpartition(":")[2]
+            if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
+                stale.add(name)
+        return sum(self.interrupt(name, before=before) for name in stale)
+
+    def older_than(self, days: int) -> SessionQuerySet:
+        return self.filter(started_at__lt=timezone.now() - timedelta(days=days))
+
+
 class RealtimeSession(models.Model):
-    """One WebSocket session, from connect to close; rejected connections too."""
+    """One session (over a WebSocket or a WebRTC call), from connect to close; rejected connections too."""
+
+    objects = SessionQuerySet.as_manager()
 
     id = models.CharField(primary_key=True, max_length=64)
     node = models.CharField(max_length=200, db_index=True)
@@ -43,6 +90,7 @@ class RealtimeSession(models.Model):
     principal = models.CharField("who", max_length=200, blank=True, db_index=True,
                                  help_text="The API key or user that opened the session.")
     client_addr = models.CharField(max_length=100, blank=True)
+    transport = models.CharField(max_length=16, choices=Transport.choices, default=Transport.WEBSOCKET, db_index=True)
     user_agent = models.CharField(max_length=500, blank=True)
     started_at = models.DateTimeField(db_index=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -115,8 +163,64 @@ class ResponseRecord(models.Model):
         return self.response_id
 
 
+class RefusalQuerySet(models.QuerySet):
+    def add(self, minute: datetime, node: str, reason: str, close_code: int, count: int) -> None:
+        """Adds ``count`` refusals to the row of that minute (one writer per node: no two race on a row)."""
+        key = {"minute": minute, "node": node, "reason": reason}
+        if not self.filter(**key).update(count=models.F("count") + count):
+            self.create(**key, close_code=close_code, count=count)
+
+    def older_than(self, days: int) -> RefusalQuerySet:
+        return self.filter(minute__lt=timezone.now() - timedelta(days=days))
+
+
+class RefusalCount(models.Model):
+    """Connections that never became a session, counted per minute, node and reason (not one row each:
+    a client that retries in a loop must not be able to fill the disk)."""
+
+    objects = RefusalQuerySet.as_manager()
+
+    minute = models.DateTimeField(db_index=True)
+    node = models.CharField(max_length=200)
+    reason = models.CharField(max_length=64, help_text="The error code the client was sent.")
+    close_code = models.IntegerField()
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-minute", "reason"]
+        constraints = [models.UniqueConstraint(fields=["minute", "node", "reason"], name="one_count_per_minute")]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M} {self.reason}: {self.count}"
+
+
+class NodeQuerySet(models.QuerySet):
+    def reap_dead(self, now: datetime, timeout_s: float) -> list[str]:
+        """Marks nodes whose heartbeat stopped as gone, their slots as gone and their open sessions as interrupted.
+
+        Only the reaper whose UPDATE flips the row interrupts the sessions: another
+        process may be reaping the same node at the same time.
+        """
+        cutoff = now - timedelta(seconds=timeout_s)
+        reaped = []
+        for node in self.filter(gone=False, heartbeat_at__lt=cutoff):
+            slots = [{**slot, "state": "gone"} for slot in node.slots]
+            if self.filter(name=node.name, gone=False, heartbeat_at=node.heartbeat_at).update(
+                    gone=True, slots=slots, free_units=0, admitting=False) != 1:
+                continue
+            RealtimeSession.objects.interrupt(node.name, before=now, at=node.heartbeat_at)
+            reaped.append(node.name)
+        return reaped
+
+    def forgotten(self, after: timedelta) -> NodeQuerySet:
+        """Nodes not heard of for longer than ``after``: history, not state."""
+        return self.filter(heartbeat_at__lt=timezone.now() - after)
+
+
 class Node(models.Model):
     """A server process with its pool, as its last heartbeat described it."""
+
+    objects = NodeQuerySet.as_manager()
 
     name = models.CharField(primary_key=True, max_length=200)
     host = models.CharField(max_length=200, blank=True)
@@ -134,6 +238,7 @@ class Node(models.Model):
 
     class Meta:
         ordering = ["name"]
+        verbose_name_plural = "slot board"
 
     def __str__(self) -> str:
         return self.name
@@ -145,5 +250,29 @@ class Node(models.Model):
             return False
         return self.heartbeat_at >= timezone.now() - timedelta(seconds=settings.S2S_NODE_TIMEOUT_S)
 
+    @property
+    def status(self) -> str:
+        """stopped, gone, warming, ready or draining."""
+        if self.stopped_at is not None:
+            return "stopped"
+        if not self.alive:
+            return "gone"
+        if not self.warm:
+            return "warming"
+        return "ready" if self.admitting else "draining"
 
-from realtime.auth_models import ApiKey, ClientSecret  # noqa: E402,F401  (issue 6: API keys, client secrets)
+    def board_row(self) -> dict[str, Any]:
+        """The node and its slots as the slot board and ``pool_status`` show them, with ages computed now."""
+        now = time.time()
+        alive = self.alive
+        slots = []
+        for slot in self.slots:
+            state = slot["state"] if alive else "gone"
+            since = slot.get("since")
+            slots.append({**slot, "state": state,
+                          "for_s": round(max(0.0, now - float(since)), 1) if since and state == "busy" else None})
+        return {"name": self.name, "host": self.host, "pid": self.pid, "profile": self.profile, "alive": alive,
+                "status": self.status, "heartbeat_at": self.heartbeat_at.isoformat(),
+                "heartbeat_age_s": round((timezone.now() - self.heartbeat_at).total_seconds(), 1),
+                "started_at": self.started_at.isoformat(), "free_units": self.free_units if alive else 0,
+                "rejections": self.rejections, "slots": slots}

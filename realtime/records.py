@@ -16,18 +16,21 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 from django.db.models import F
 from django.utils import timezone
 
 from pipelines import messages as m
-from realtime import metrics
+from realtime import recordings
+from realtime.models import ConversationItem, RealtimeSession, RefusalCount, ResponseRecord, upsert
 
 if TYPE_CHECKING:
-    from realtime.conversation import Conversation
+    from realtime.conversation import Conversation, ResponseState
+    from realtime.events import ClientEvent
+    from realtime.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -97,39 +100,56 @@ class RecordWriter:
         return self._idle.wait(timeout)
 
 
-writer = RecordWriter(max_backlog=settings.S2S_RECORD_BACKLOG)
+class RefusalTally:
+    """Refused connections counted in memory per minute and reason, written at most once a second.
+
+    ``add`` never touches the database; ``flush`` hands what was counted to the
+    record writer as one row update per (minute, reason).
+    """
+
+    def __init__(self, writer: RecordWriter, node: str, every_s: float = 1.0) -> None:
+        self.writer, self.node, self.every_s = writer, node, every_s
+        self._counts: dict[tuple[datetime, str, int], int] = {}
+        self._seen: set[tuple[datetime, str]] = set()  # (minute, reason) already logged
+        self._lock = threading.Lock()
+        self._flushed_at = time.monotonic()
+
+    def add(self, reason: str, close_code: int, at: datetime) -> bool:
+        """Counts one refusal; True when it is the first of its reason this minute (worth a log line)."""
+        minute = at.replace(second=0, microsecond=0)
+        with self._lock:
+            key = (minute, reason, close_code)
+            self._counts[key] = self._counts.get(key, 0) + 1
+            first = (minute, reason) not in self._seen
+            if first:
+                self._seen = {seen for seen in self._seen if seen[0] == minute} | {(minute, reason)}
+            due = time.monotonic() - self._flushed_at >= self.every_s
+        if due:
+            self.flush()
+        return first
+
+    def flush(self) -> None:
+        with self._lock:
+            counts, self._counts = self._counts, {}
+            self._flushed_at = time.monotonic()
+        if not counts:
+            return
+        node = self.node
+
+        def write() -> None:
+            for (minute, reason, code), count in counts.items():
+                RefusalCount.objects.add(minute, node, reason, code, count)
+
+        self.writer.submit(write)
 
 
-def _nudge() -> None:
-    from realtime import cluster
-
-    cluster.nudge()
-
-
-def session_started(session_id: str, **fields: Any) -> None:
-    from realtime.models import RealtimeSession, upsert
-
+def session_started(writer: RecordWriter, session_id: str, **fields: Any) -> None:
+    """Creates the session's row (a refused connection's too, with its end already known)."""
     writer.submit(lambda: upsert(RealtimeSession, {"id": session_id}, fields))
-    _nudge()
 
 
-def session_ended(session_id: str, **fields: Any) -> None:
-    """Closes the record, then queues the post-session summary (a Celery task)."""
-    from realtime.models import RealtimeSession
-
+def session_ended(writer: RecordWriter, session_id: str, **fields: Any) -> None:
     writer.submit(lambda: RealtimeSession.objects.filter(id=session_id).update(**fields))
-    writer.submit(lambda: _queue_summary(session_id))
-    _nudge()
-
-
-def _queue_summary(session_id: str) -> None:
-    from realtime import tasks
-
-    try:
-        tasks.summarize_session.delay(session_id)
-    except Exception:
-        # A broker that is down must not hold up the records behind it; the summary can be recomputed.
-        logger.exception("session %s: could not queue its summary", session_id)
 
 
 def principal_of(scope: dict[str, Any]) -> str:
@@ -151,39 +171,41 @@ class SessionRecorder:
     and enqueues writes.
     """
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, writer: RecordWriter, metrics: Metrics) -> None:
         self.session_id = session_id
+        self.writer = writer
+        self.metrics = metrics
         self._seq = 0
         self._speech_end: float | None = None  # monotonic time the user's last turn ended
         self._stt_s: float | None = None
         self._committed_ms: dict[str, int] = {}
+        self.audio = recordings.for_session(session_id, writer.submit)  # None unless S2S_RECORD_AUDIO
 
-    def client_event(self, event: dict[str, Any], conversation: Conversation) -> None:
+    def client_event(self, event: ClientEvent, conversation: Conversation) -> None:
         """Records what an accepted client event changed: an item added, or a spoken answer truncated."""
         try:
-            if event.get("type") == "conversation.item.create":
+            if self.audio is not None:
+                self.audio.client_event(event, conversation)
+            if event.type == "conversation.item.create":
                 self._client_item(event, conversation)
-            elif event.get("type") == "conversation.item.truncate":
-                self._truncated(event, conversation)
+            elif event.type == "conversation.item.truncate":
+                self._truncated(event.item_id, event.audio_end_ms, conversation)
         except Exception:
             logger.exception("session %s: could not record a client item", self.session_id)
 
-    def _truncated(self, event: dict[str, Any], conversation: Conversation) -> None:
+    def _truncated(self, item_id: str, audio_ms: int, conversation: Conversation) -> None:
         """The history keeps what the user heard; so does the record."""
-        item_id = event["item_id"]
         item = conversation.items.get(item_id) or {}
         heard = next((p.get("transcript") or "" for p in item.get("content", []) if p.get("type") == "output_audio"), "")
-        session_id, audio_ms = self.session_id, event["audio_end_ms"]
+        session_id = self.session_id
 
         def write() -> None:
-            from realtime.models import ConversationItem
-
             ConversationItem.objects.filter(session_id=session_id, item_id=item_id).update(text=heard, audio_ms=audio_ms)
 
-        writer.submit(write)
+        self.writer.submit(write)
 
-    def _client_item(self, event: dict[str, Any], conversation: Conversation) -> None:
-        item_id = (event.get("item") or {}).get("id")
+    def _client_item(self, event: ClientEvent, conversation: Conversation) -> None:
+        item_id = event.item.id
         item = conversation.items.get(item_id) if item_id else next(reversed(conversation.items.values()), None)
         if item is None or item.get("type") != "message":
             return
@@ -193,6 +215,8 @@ class SessionRecorder:
     def output(self, msg: m.Outbound, conversation: Conversation) -> None:
         """Never raises: a recording problem must not cost the client an event."""
         try:
+            if self.audio is not None:
+                self.audio.output(msg, conversation)
             self._output(msg, conversation)
         except Exception:
             logger.exception("session %s: could not record %s", self.session_id, type(msg).__name__)
@@ -207,14 +231,14 @@ class SessionRecorder:
         elif isinstance(msg, m.TranscriptCompleted):
             self._stt_s = msg.stt_s
             if msg.stt_s is not None:
-                metrics.observe("stt", msg.stt_s)
+                self.metrics.observe("stt", msg.stt_s)
             self._item(msg.item_id, "user", msg.transcript, self._committed_ms.pop(msg.item_id, None))
         elif isinstance(msg, m.ResponseFinished):
             state = next((s for s in reversed(conversation.finished) if s.id == msg.response_id), None)
             if state is not None:
                 self._response(msg, state)
 
-    def _response(self, msg: m.ResponseFinished, state: Any) -> None:
+    def _response(self, msg: m.ResponseFinished, state: ResponseState) -> None:
         voice_to_voice = None
         if self._speech_end is not None and state.first_audio_at is not None and state.first_audio_at >= self._speech_end:
             voice_to_voice = state.first_audio_at - self._speech_end
@@ -229,20 +253,18 @@ class SessionRecorder:
         for stage, key in (("lm_first_token", "lm_first_token_s"), ("tts_first_audio", "tts_first_audio_s"),
                            ("voice_to_voice", "voice_to_voice_s")):
             if fields[key] is not None:
-                metrics.observe(stage, fields[key])
-        metrics.count_response(msg.status)
+                self.metrics.observe(stage, fields[key])
+        self.metrics.count_response(msg.status)
         self._speech_end, self._stt_s = None, None
         if not state.out_of_band:
             self._item(state.item_id, "assistant", state.text, state.audio_ms)
         session_id, audio_s = self.session_id, state.audio_ms / 1000
 
         def write() -> None:
-            from realtime.models import RealtimeSession, ResponseRecord, upsert
-
             upsert(ResponseRecord, {"session_id": session_id, "response_id": msg.response_id}, fields)
             RealtimeSession.objects.filter(id=session_id).update(audio_out_seconds=F("audio_out_seconds") + audio_s)
 
-        writer.submit(write)
+        self.writer.submit(write)
 
     def _item(self, item_id: str, role: str, text: str, audio_ms: int | None) -> None:
         self._seq += 1
@@ -250,8 +272,6 @@ class SessionRecorder:
         fields = {"seq": self._seq, "role": role, "text": text, "audio_ms": audio_ms, "created_at": timezone.now()}
 
         def write() -> None:
-            from realtime.models import ConversationItem, upsert
-
             upsert(ConversationItem, {"session_id": session_id, "item_id": item_id}, fields)
 
-        writer.submit(write)
+        self.writer.submit(write)

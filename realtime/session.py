@@ -4,33 +4,84 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines import audio
-from pipelines.config import SessionSettings, TurnDetection
-from realtime.events import EventError, check_type
+from pipelines import audio, tools as tool_parsing
+from pipelines.config import FunctionTool, SessionSettings, ToolChoice, TurnDetection
+from pipelines.errors import ToolDefinitionError
+from realtime.events import ClientItem, EventError, ItemReference, check_type, optional
 
 BETA_FORMATS = {"pcm16": audio.PCM, "g711_ulaw": audio.PCMU, "g711_alaw": audio.PCMA}
 GA_TO_BETA_FORMATS = {v: k for k, v in BETA_FORMATS.items()}
-SEMANTIC_EAGERNESS_MS = {"low": 1200, "medium": 700, "auto": 700, "high": 350}
+EAGERNESS = ("low", "medium", "high", "auto")
+MAX_INSTRUCTIONS_BYTES = 128 * 1024
+# Replies are heard, not read: short, plain sentences that a TTS voice says well.
+DEFAULT_INSTRUCTIONS = ("You are a helpful voice assistant. Your replies are spoken aloud, so answer in one or two "
+                        "short, plain sentences and give the answer first. Never use lists, markdown or emoji. "
+                        "Write numbers as words.")
+# The GA API has no temperature: the server decodes greedily (a check with a small model found it right about
+# twice as often as sampling at 0.8; bench/quality.py measures both). A client that asks for sampling stays
+# within the beta's range.
+DEFAULT_TEMPERATURE = 0.0
+BETA_TEMPERATURE_RANGE = (0.6, 1.2)
 # Fields the server accepts and echoes without acting on them.
-PASSTHROUGH = ("tracing", "prompt", "include", "truncation", "tools", "tool_choice", "speed", "client_secret")
+PASSTHROUGH = ("tracing", "prompt", "truncation", "speed", "client_secret")
+# What a session may set, by shape (the openai SDK's session types; ``temperature`` is this server's own
+# addition for GA). The object the server echoes may be sent back: its read-only keys are ignored.
+READ_ONLY = {"id", "object", "expires_at"}
+GA_KEYS = {"type", "audio", "include", "instructions", "max_output_tokens", "model", "output_modalities",
+           "parallel_tool_calls", "prompt", "reasoning", "tool_choice", "tools", "tracing", "truncation",
+           "temperature"} | READ_ONLY
+GA_TRANSCRIPTION_KEYS = {"type", "audio", "include"} | READ_ONLY
+GA_AUDIO_INPUT_KEYS = {"format", "noise_reduction", "transcription", "turn_detection"}
+GA_AUDIO_OUTPUT_KEYS = {"format", "speed", "voice"}
+BETA_KEYS = {"type", "client_secret", "input_audio_format", "input_audio_noise_reduction", "input_audio_transcription",
+             "instructions", "max_response_output_tokens", "modalities", "model", "output_audio_format", "speed",
+             "temperature", "tool_choice", "tools", "tracing", "turn_detection", "voice", "output_modalities",
+             "include", "prompt", "truncation", "max_output_tokens"} | READ_ONLY
+BETA_TRANSCRIPTION_KEYS = {"client_secret", "include", "input_audio_format", "input_audio_noise_reduction",
+                           "input_audio_transcription", "modalities", "turn_detection"} | READ_ONLY
+TRANSCRIPTION_KEYS = {"model", "language", "prompt"}
+TURN_DETECTION_KEYS = {
+    "server_vad": {"type", "threshold", "prefix_padding_ms", "silence_duration_ms", "create_response",
+                   "interrupt_response", "idle_timeout_ms"},
+    "semantic_vad": {"type", "eagerness", "create_response", "interrupt_response", "idle_timeout_ms"},
+}
+NOISE_REDUCTION_TYPES = ("near_field", "far_field")
+# The OpenAI transcription models a client may name: every one is served by the configured STT (faster-whisper).
+TRANSCRIPTION_MODELS = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "gpt-4o-mini-transcribe-2025-12-15",
+                        "gpt-transcribe", "gpt-realtime-whisper")
+LOGPROBS = "item.input_audio_transcription.logprobs"
 
 
 def _format_object(fmt: str) -> dict[str, Any]:
     return {"type": fmt, "rate": audio.RATES[fmt]} if fmt == audio.PCM else {"type": fmt}
 
 
+@dataclass(frozen=True)
+class ResponseOptions:
+    """A validated ``response.create``: where it goes, its own context, and its overrides of the session."""
+
+    out_of_band: bool = False
+    metadata: Any = None
+    input: tuple[ClientItem | ItemReference, ...] | None = None  # None: the conversation is the context
+    overrides: dict[str, Any] = field(default_factory=dict)  # fields of ``ResponseRequest``
+
+
 class SessionConfig:
     """The session as the client sees it. ``settings()`` gives what the pipeline needs."""
 
-    def __init__(self, session_id: str, model: str, voices: tuple[str, ...]) -> None:
+    def __init__(self, session_id: str, model: str, voices: tuple[str, ...],
+                 max_instructions_bytes: int = MAX_INSTRUCTIONS_BYTES, lifetime_s: float = 3600) -> None:
+        """``lifetime_s``: the longest the session may last (``S2S_MAX_SESSION_SECONDS``), for ``expires_at``."""
         self.id = session_id
+        self.max_instructions_bytes = max_instructions_bytes
         self.model = model
         self.voices = voices
         self.created = int(time.time())
-        self.instructions = ("You are a helpful voice assistant. Answer briefly, in one or two short sentences, "
-                             "in plain spoken English without lists or markup.")
+        self.expires_at = self.created + int(lifetime_s)
+        self.instructions = DEFAULT_INSTRUCTIONS
         self.output_modalities: list[str] = ["audio"]
         self.input_format = audio.PCM
         self.output_format = audio.PCM
@@ -42,55 +93,95 @@ class SessionConfig:
             "create_response": True, "interrupt_response": True, "idle_timeout_ms": None,
         }
         self.max_output_tokens: int | str = "inf"
-        self.temperature = 0.8
-        self.extra: dict[str, Any] = {"tracing": None, "prompt": None, "include": None, "truncation": "auto",
-                                      "tools": [], "tool_choice": "auto"}
+        self.temperature = DEFAULT_TEMPERATURE
+        self.include: list[str] | None = None
+        self.type = "realtime"  # or "transcription": VAD and STT only, no responses
+        self.audio_produced = False  # once true, the voice and the model are fixed (as the API has it)
+        self.tools: tuple[FunctionTool, ...] = ()
+        self.tool_choice = ToolChoice()
+        self.extra: dict[str, Any] = {"tracing": None, "prompt": None, "truncation": "auto"}
+
+    @property
+    def transcription_only(self) -> bool:
+        return self.type == "transcription"
+
+    @property
+    def logprobs(self) -> bool:
+        return LOGPROBS in (self.include or [])
 
     # --- updates ----------------------------------------------------------
 
-    def update(self, session: Any, beta: bool) -> None:
-        """Applies a ``session.update``. Validates everything before changing anything."""
+    def update(self, session: Any, beta: bool, transcription: bool = False) -> None:
+        """Applies a ``session.update`` (``transcription``: a beta ``transcription_session.update``).
+
+        Validates everything before changing anything: a bad value raises :class:`EventError`
+        naming its ``param`` and leaves the session as it was.
+        """
         check_type(session, dict, "session")
         trial = copy.copy(self)
         trial.extra = dict(self.extra)
-        if "audio" in session or not beta and "type" in session:
+        if transcription:
+            unknown_keys(session, BETA_TRANSCRIPTION_KEYS, "session")
+            trial.type = "transcription"
+            trial._update_beta(session)
+        elif "audio" in session or not beta and ("type" in session or self.transcription_only):
             trial._update_ga(session)
         else:
+            unknown_keys(session, BETA_KEYS, "session")
             trial._update_beta(session)
+        if self.audio_produced:
+            if trial.voice != self.voice:
+                raise EventError("invalid_value", "Cannot update a conversation's voice if assistant audio is present.",
+                                 "session.audio.output.voice" if not beta else "session.voice")
+            if trial.model != self.model:
+                raise EventError("invalid_value", "Cannot update a conversation's model if assistant audio is present.",
+                                 "session.model")
         self.__dict__.update(trial.__dict__)
 
     def _update_common(self, s: dict[str, Any]) -> None:
         if "instructions" in s:
-            self.instructions = check_type(s["instructions"], str, "session.instructions")
+            self.instructions = self.parse_instructions(s["instructions"], "session.instructions")
         if "model" in s and s["model"] is not None:
             self.model = check_type(s["model"], str, "session.model")
         if "temperature" in s and s["temperature"] is not None:
-            value = check_type(s["temperature"], (int, float), "session.temperature")
-            if not 0.0 <= value <= 2.0:
-                raise EventError("invalid_value", "'session.temperature' must be between 0 and 2.", "session.temperature")
-            self.temperature = float(value)
+            self.temperature = parse_temperature(s["temperature"], "session.temperature")
         for key in ("max_output_tokens", "max_response_output_tokens"):
             if key in s and s[key] is not None:
                 self.max_output_tokens = parse_max_tokens(s[key], f"session.{key}")
+        if s.get("tools") is not None or s.get("tool_choice") is not None:
+            self.tools, self.tool_choice = parse_tools(s.get("tools"), s.get("tool_choice"), self.tools,
+                                                       self.tool_choice, "session")
+        if "include" in s:
+            self.include = parse_include(s["include"], "session.include")
         for key in PASSTHROUGH:
             if key in s:
                 self.extra[key] = s[key]
 
     def _update_ga(self, s: dict[str, Any]) -> None:
-        if "type" in s and s["type"] not in ("realtime", "transcription"):
-            raise EventError("invalid_value", "Invalid value for 'session.type': expected 'realtime'.", "session.type")
+        kind = s.get("type", self.type)
+        if kind not in ("realtime", "transcription"):
+            raise EventError("invalid_value", "Invalid value for 'session.type': expected 'realtime' or "
+                             "'transcription'.", "session.type")
+        if kind != self.type and self.audio_produced:
+            raise EventError("invalid_value", "Cannot change the type of a session that has produced audio.",
+                             "session.type")
+        self.type = kind
+        unknown_keys(s, GA_TRANSCRIPTION_KEYS if kind == "transcription" else GA_KEYS, "session")
         self._update_common(s)
         if "output_modalities" in s and s["output_modalities"] is not None:
             self.output_modalities = parse_modalities(s["output_modalities"], "session.output_modalities")
         audio_cfg = check_type(s.get("audio") or {}, dict, "session.audio")
+        unknown_keys(audio_cfg, {"input", "output"} if kind == "realtime" else {"input"}, "session.audio")
         inp = check_type(audio_cfg.get("input") or {}, dict, "session.audio.input")
         out = check_type(audio_cfg.get("output") or {}, dict, "session.audio.output")
+        unknown_keys(inp, GA_AUDIO_INPUT_KEYS, "session.audio.input")
+        unknown_keys(out, GA_AUDIO_OUTPUT_KEYS, "session.audio.output")
         if "format" in inp:
             self.input_format = parse_ga_format(inp["format"], "session.audio.input.format")
         if "transcription" in inp:
-            self.transcription = check_type(inp["transcription"], (dict, type(None)), "session.audio.input.transcription")
+            self.transcription = parse_transcription(inp["transcription"], "session.audio.input.transcription")
         if "noise_reduction" in inp:
-            self.noise_reduction = check_type(inp["noise_reduction"], (dict, type(None)), "session.audio.input.noise_reduction")
+            self.noise_reduction = parse_noise_reduction(inp["noise_reduction"], "session.audio.input.noise_reduction")
         if "turn_detection" in inp:
             self.turn_detection = parse_turn_detection(inp["turn_detection"], "session.audio.input.turn_detection", self.turn_detection)
         if "format" in out:
@@ -114,11 +205,21 @@ class SessionConfig:
         if "voice" in s:
             self.voice = self.parse_voice(s["voice"], "session.voice")
         if "input_audio_transcription" in s:
-            self.transcription = check_type(s["input_audio_transcription"], (dict, type(None)), "session.input_audio_transcription")
+            self.transcription = parse_transcription(s["input_audio_transcription"],
+                                                     "session.input_audio_transcription")
         if "input_audio_noise_reduction" in s:
-            self.noise_reduction = s["input_audio_noise_reduction"]
+            self.noise_reduction = parse_noise_reduction(s["input_audio_noise_reduction"],
+                                                         "session.input_audio_noise_reduction")
         if "turn_detection" in s:
             self.turn_detection = parse_turn_detection(s["turn_detection"], "session.turn_detection", self.turn_detection)
+
+    def parse_instructions(self, value: Any, param: str) -> str:
+        check_type(value, str, param)
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > self.max_instructions_bytes:
+            raise EventError("string_above_max_length", f"Invalid '{param}': string too long. Expected at most "
+                             f"{self.max_instructions_bytes} bytes, got {size}.", param)
+        return value
 
     def parse_voice(self, value: Any, param: str) -> str:
         check_type(value, (str, dict), param)
@@ -129,6 +230,35 @@ class SessionConfig:
                              + ", ".join(f"'{v}'" for v in self.voices) + ".", param)
         return value
 
+    def response_options(self, params: dict[str, Any]) -> ResponseOptions:
+        """The ``response`` of a ``response.create``, validated against this session (its voices, formats)."""
+        options: dict[str, Any] = {}
+        if params.get("output_modalities") is not None:
+            options["output_modalities"] = tuple(parse_modalities(params["output_modalities"], "response.output_modalities"))
+        elif params.get("modalities") is not None:
+            options["output_modalities"] = tuple(parse_modalities(params["modalities"], "response.modalities",
+                                                                  allow_both=True))
+        for key in ("max_output_tokens", "max_response_output_tokens"):
+            if params.get(key) is not None:
+                value = parse_max_tokens(params[key], f"response.{key}")
+                options["max_output_tokens"] = None if value == "inf" else int(value)
+        audio_out = optional(optional(params, "audio", dict, "response.audio", {}), "output", dict,
+                             "response.audio.output", {})
+        if "voice" in audio_out or "voice" in params:
+            options["voice"] = self.parse_voice(audio_out.get("voice", params.get("voice")), "response.audio.output.voice")
+        if "format" in audio_out:
+            options["output_format"] = parse_ga_format(audio_out["format"], "response.audio.output.format")
+        if params.get("instructions") is not None:
+            options["instructions"] = self.parse_instructions(params["instructions"], "response.instructions")
+        if params.get("temperature") is not None:
+            options["temperature"] = parse_temperature(params["temperature"], "response.temperature")
+        if params.get("tools") is not None or params.get("tool_choice") is not None:
+            options["tools"], options["tool_choice"] = parse_tools(params.get("tools"), params.get("tool_choice"),
+                                                                   self.tools, self.tool_choice, "response")
+        return ResponseOptions(
+            out_of_band=optional(params, "conversation", str, "response.conversation", "auto") == "none",
+            metadata=params.get("metadata"), input=params.get("input"), overrides=options)
+
     # --- what the pipeline needs -------------------------------------------
 
     def settings(self) -> SessionSettings:
@@ -136,25 +266,30 @@ class SessionConfig:
         if td is None:
             detection = TurnDetection(type=None)
         else:
-            silence = td.get("silence_duration_ms", 500)
-            if td["type"] == "semantic_vad":
-                silence = SEMANTIC_EAGERNESS_MS[td.get("eagerness", "auto")]
             detection = TurnDetection(
-                type=td["type"], threshold=td.get("threshold", 0.5), prefix_padding_ms=td.get("prefix_padding_ms", 300),
-                silence_duration_ms=silence, create_response=td.get("create_response", True),
-                interrupt_response=td.get("interrupt_response", True), idle_timeout_ms=td.get("idle_timeout_ms"),
+                type=td["type"], eagerness=td.get("eagerness", "auto"), threshold=td.get("threshold", 0.5),
+                prefix_padding_ms=td.get("prefix_padding_ms", 300), silence_duration_ms=td.get("silence_duration_ms", 500),
+                create_response=td.get("create_response", True) and not self.transcription_only,
+                interrupt_response=td.get("interrupt_response", True) and not self.transcription_only,
+                idle_timeout_ms=None if self.transcription_only else td.get("idle_timeout_ms"),
             )
         return SessionSettings(
             input_format=self.input_format, output_format=self.output_format, voice=self.voice,
             instructions=self.instructions, output_modalities=tuple(self.output_modalities),
             max_output_tokens=None if self.max_output_tokens == "inf" else int(self.max_output_tokens),
-            temperature=self.temperature, turn_detection=detection, transcription=self.transcription is not None,
+            temperature=self.temperature, turn_detection=detection,
+            transcription=self.transcription is not None or self.transcription_only,
+            transcription_logprobs=self.logprobs,
             transcription_language=(self.transcription or {}).get("language"),
+            transcription_prompt=(self.transcription or {}).get("prompt"),
+            tools=self.tools, tool_choice=self.tool_choice,
         )
 
     # --- echo ---------------------------------------------------------------
 
     def as_ga(self) -> dict[str, Any]:
+        if self.transcription_only:
+            return self.as_ga_transcription()
         return {
             "type": "realtime", "object": "realtime.session", "id": self.id, "model": self.model,
             "output_modalities": list(self.output_modalities), "instructions": self.instructions,
@@ -164,9 +299,33 @@ class SessionConfig:
                 "output": {"format": _format_object(self.output_format), "voice": self.voice,
                            "speed": self.extra.get("speed", 1.0)},
             },
-            "max_output_tokens": self.max_output_tokens,
-            "expires_at": self.created + 3600,
+            "max_output_tokens": self.max_output_tokens, "include": self.include,
+            "expires_at": self.expires_at, "tools": [tool_parsing.tool_to_json(t) for t in self.tools],
+            "tool_choice": tool_parsing.tool_choice_to_json(self.tool_choice),
             **{k: v for k, v in self.extra.items() if k not in ("speed", "client_secret")},
+        }
+
+    def as_ga_transcription(self) -> dict[str, Any]:
+        """A GA transcription session (``type: "transcription"``): audio in, transcripts out."""
+        return {
+            "type": "transcription", "object": "realtime.transcription_session", "id": self.id,
+            "audio": {"input": {"format": _format_object(self.input_format), "transcription": self.transcription,
+                                "noise_reduction": self.noise_reduction, "turn_detection": self.turn_detection}},
+            "include": self.include, "expires_at": self.expires_at,
+        }
+
+    def as_beta_transcription(self) -> dict[str, Any]:
+        """A beta transcription session, as ``transcription_session.updated`` carries it.
+
+        The beta type requires ``client_secret``; a WebSocket session has none of its own, so
+        ``value`` is empty and ``expires_at`` is when the session ends.
+        """
+        return {
+            "object": "realtime.transcription_session", "id": self.id,
+            "client_secret": {"value": "", "expires_at": self.expires_at},
+            "modalities": ["text"], "input_audio_format": GA_TO_BETA_FORMATS[self.input_format],
+            "input_audio_transcription": self.transcription, "input_audio_noise_reduction": self.noise_reduction,
+            "turn_detection": self.turn_detection, "include": self.include,
         }
 
     def as_beta(self) -> dict[str, Any]:
@@ -178,9 +337,92 @@ class SessionConfig:
             "output_audio_format": GA_TO_BETA_FORMATS[self.output_format],
             "input_audio_transcription": self.transcription, "input_audio_noise_reduction": self.noise_reduction,
             "turn_detection": self.turn_detection, "temperature": self.temperature,
-            "max_response_output_tokens": self.max_output_tokens, "expires_at": self.created + 3600,
+            "max_response_output_tokens": self.max_output_tokens, "expires_at": self.expires_at,
+            "include": self.include, "tools": [tool_parsing.tool_to_json(t) for t in self.tools],
+            # The beta type has a string here: a named function is given by its name.
+            "tool_choice": self.tool_choice.name if self.tool_choice.mode == "function" else self.tool_choice.mode,
             **{k: v for k, v in self.extra.items() if k not in ("speed", "client_secret")},
         }
+
+
+def parse_tools(tools: Any, choice: Any, current_tools: tuple[FunctionTool, ...], current_choice: ToolChoice,
+                scope: str) -> tuple[tuple[FunctionTool, ...], ToolChoice]:
+    """``tools`` and ``tool_choice`` of a session or a response (None: the current value stays).
+
+    The choice is checked against the tools it will be used with, so a named function must be among
+    them and ``required`` needs one. A bad value raises :class:`EventError` naming its ``param``
+    (``session.tools[1].parameters``, ``response.tool_choice.name``).
+    """
+    try:
+        parsed = current_tools if tools is None else tool_parsing.parse_tools(tools, f"{scope}.tools")
+        if choice is None:
+            tool_parsing.check_tool_choice(current_choice, parsed, f"{scope}.tool_choice")
+            return parsed, current_choice
+        if isinstance(choice, str) and choice not in tool_parsing.MODES and any(t.name == choice for t in parsed):
+            choice = {"type": "function", "name": choice}  # the beta shape: a function named by a string
+        return parsed, tool_parsing.parse_tool_choice(choice, parsed, f"{scope}.tool_choice")
+    except ToolDefinitionError as exc:
+        raise EventError("invalid_value", exc.message, exc.param) from None
+
+
+def unknown_keys(obj: dict[str, Any], known: set[str], param: str) -> None:
+    """Rejects a key the API does not know (as the API does: ``unknown_parameter``), naming it."""
+    for key in obj:
+        if key not in known:
+            raise EventError("unknown_parameter", f"Unknown parameter: '{param}.{key}'.", f"{param}.{key}")
+
+
+def parse_transcription(value: Any, param: str) -> dict[str, Any] | None:
+    """``audio.input.transcription``: a model name this server serves with its STT, ``language``, ``prompt``."""
+    if value is None:
+        return None
+    check_type(value, dict, param)
+    unknown_keys(value, TRANSCRIPTION_KEYS, param)
+    model = value.get("model") or "whisper-1"
+    check_type(model, str, f"{param}.model")
+    if model not in TRANSCRIPTION_MODELS:
+        raise EventError("invalid_value", f"Invalid value for '{param}.model': '{model[:100]}'. Supported: "
+                         + ", ".join(f"'{m}'" for m in TRANSCRIPTION_MODELS) + ".", f"{param}.model")
+    out: dict[str, Any] = {"model": model}
+    for key in ("language", "prompt"):
+        if value.get(key) is not None:
+            out[key] = check_type(value[key], str, f"{param}.{key}")
+    if "language" in out and not (2 <= len(out["language"]) <= 3 and out["language"].isalpha()):
+        raise EventError("invalid_value", f"Invalid value for '{param}.language': expected an ISO-639-1 code "
+                         "such as 'en'.", f"{param}.language")
+    return out
+
+
+def parse_noise_reduction(value: Any, param: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    check_type(value, dict, param)
+    unknown_keys(value, {"type"}, param)
+    kind = value.get("type")
+    if kind not in NOISE_REDUCTION_TYPES:
+        raise EventError("invalid_value", f"Invalid value for '{param}.type': expected 'near_field' or 'far_field'.",
+                         f"{param}.type")
+    return {"type": kind}
+
+
+def parse_include(value: Any, param: str) -> list[str] | None:
+    if value is None:
+        return None
+    check_type(value, list, param)
+    for index, entry in enumerate(value):
+        if entry != LOGPROBS:
+            raise EventError("invalid_value", f"Invalid value for '{param}[{index}]': expected '{LOGPROBS}'.",
+                             f"{param}[{index}]")
+    return list(value)
+
+
+def parse_temperature(value: Any, param: str) -> float:
+    """A client's sampling temperature, within the beta's range."""
+    check_type(value, (int, float), param)
+    low, high = BETA_TEMPERATURE_RANGE
+    if isinstance(value, bool) or not low <= value <= high:
+        raise EventError("invalid_value", f"'{param}' must be between {low} and {high}.", param)
+    return float(value)
 
 
 def parse_max_tokens(value: Any, param: str) -> int | str:
@@ -197,7 +439,7 @@ def parse_modalities(value: Any, param: str, allow_both: bool = False) -> list[s
     if not all(isinstance(v, str) for v in value):
         raise EventError("invalid_value", f"Invalid value for '{param}': expected [\"audio\"] or [\"text\"].", param)
     allowed = [["audio"], ["text"]] + ([["text", "audio"], ["audio", "text"]] if allow_both else [])
-    if value not in allowed and not (not allow_both and sorted(value) == ["audio", "text"]):
+    if value not in allowed:
         raise EventError("invalid_value", f"Invalid value for '{param}': expected [\"audio\"] or [\"text\"].", param)
     return ["audio"] if "audio" in value else ["text"]
 
@@ -229,15 +471,17 @@ def parse_turn_detection(value: Any, param: str, current: dict[str, Any] | None)
     if kind not in ("server_vad", "semantic_vad"):
         raise EventError("invalid_value", f"Invalid value for '{param}.type': expected 'server_vad' or 'semantic_vad'.", f"{param}.type")
     base = dict(current) if current and current.get("type") == kind else {}
+    unknown_keys(value, TURN_DETECTION_KEYS[kind], param)
     if kind == "server_vad":
         td = {"type": kind, "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500,
               "create_response": True, "interrupt_response": True, "idle_timeout_ms": None, **base}
         numbers = {"threshold": (0.0, 1.0), "prefix_padding_ms": (0, 10000), "silence_duration_ms": (0, 10000),
                    "idle_timeout_ms": (1000, 30 * 60 * 1000)}
     else:
-        td = {"type": kind, "eagerness": "auto", "create_response": True, "interrupt_response": True, **base}
-        numbers = {}
-        if "eagerness" in value and value["eagerness"] not in SEMANTIC_EAGERNESS_MS:
+        td = {"type": kind, "eagerness": "auto", "create_response": True, "interrupt_response": True,
+              "idle_timeout_ms": None, **base}
+        numbers = {"idle_timeout_ms": (1000, 30 * 60 * 1000)}
+        if "eagerness" in value and (not isinstance(value["eagerness"], str) or value["eagerness"] not in EAGERNESS):
             raise EventError("invalid_value", f"Invalid value for '{param}.eagerness': expected low, medium, high or auto.", f"{param}.eagerness")
     for key, (low, high) in numbers.items():
         if key in value and value[key] is not None:

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from realtime import cluster
+from realtime.models import ClientSecret, Node, RealtimeSession, RefusalCount
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +32,6 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def summarize(session_id: str) -> dict[str, Any] | None:
     """Latency percentiles per stage and word counts per role, from the session's records."""
-    from realtime.models import RealtimeSession
-
     session = RealtimeSession.objects.filter(id=session_id).first()
     if session is None:
         return None
@@ -62,8 +60,6 @@ def _round(value: float | None) -> float | None:
              max_retries=5, retry_backoff=True)
 def summarize_session(session_id: str) -> dict[str, Any] | None:
     """After a session ends: computes its summary onto the record."""
-    from realtime.models import RealtimeSession
-
     summary = summarize(session_id)
     if summary is not None:
         RealtimeSession.objects.filter(id=session_id).update(summary=summary, summarized_at=timezone.now())
@@ -72,14 +68,15 @@ def summarize_session(session_id: str) -> dict[str, Any] | None:
 
 @shared_task(name="realtime.tasks.purge_old_sessions")
 def purge_old_sessions() -> int:
-    """Deletes sessions (with their items and responses) older than S2S_RETENTION_DAYS, and long-gone nodes."""
-    from realtime.models import Node, RealtimeSession
-
-    now = timezone.now()
-    _, per_model = RealtimeSession.objects.filter(
-        started_at__lt=now - timedelta(days=settings.S2S_RETENTION_DAYS)).delete()
+    """Deletes sessions (with their items and responses) older than S2S_RETENTION_DAYS, long-gone nodes,
+    and expired client secrets (with the session settings they carried)."""
+    _, per_model = RealtimeSession.objects.older_than(settings.S2S_RETENTION_DAYS).delete()
     deleted = per_model.get(RealtimeSession._meta.label, 0)
-    Node.objects.filter(heartbeat_at__lt=now - FORGET_NODES_AFTER).delete()
+    Node.objects.forgotten(FORGET_NODES_AFTER).delete()
+    RefusalCount.objects.older_than(settings.S2S_RETENTION_DAYS).delete()
+    secrets, _ = ClientSecret.objects.expired().delete()
+    if secrets:
+        logger.info("retention: deleted %s expired client secrets", secrets)
     if deleted:
         logger.info("retention: deleted %s sessions older than %s days", deleted, settings.S2S_RETENTION_DAYS)
     return deleted
@@ -88,4 +85,15 @@ def purge_old_sessions() -> int:
 @shared_task(name="realtime.tasks.reap_dead_nodes")
 def reap_dead_nodes() -> list[str]:
     """Nodes whose heartbeat stopped: marked gone, their sessions interrupted."""
-    return cluster.reap_dead_nodes()
+    reaped = Node.objects.reap_dead(timezone.now(), settings.S2S_NODE_TIMEOUT_S)
+    for name in reaped:
+        logger.warning("node %s: no heartbeat; marked gone and its open sessions interrupted", name)
+    return reaped
+
+
+def queue_summary(session_id: str) -> None:
+    """Queues the post-session summary; a broker that is down costs the summary, never the caller."""
+    try:
+        summarize_session.delay(session_id)
+    except Exception:
+        logger.exception("session %s: could not queue its summary", session_id)

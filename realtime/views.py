@@ -1,18 +1,24 @@
-"""HTTP views: the browser client page and the health probes."""
+"""HTTP views: the browser client page, a session's per-turn timings, and the health probes."""
 
 from __future__ import annotations
 
 import hmac
+import json
+from pathlib import Path
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import Resolver404, resolve, reverse
 
-from realtime import auth, runtime
+from pipelines.config import EngineConfig
+from realtime import auth, channel_layer, runtime
+from realtime import metrics as metrics_exposition
+from realtime.models import ResponseRecord
 
 REALTIME_PATH = "/v1/realtime"
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
+CALLS_PATH = "/v1/realtime/calls"
 
 
 def index(request: HttpRequest) -> HttpResponse:
@@ -32,9 +38,71 @@ def index(request: HttpRequest) -> HttpResponse:
         "realtime_path": REALTIME_PATH,
         "client_secrets_url": secrets_url,
         "sign_in_url": sign_in_url,
-        "voices": settings.S2S_POOL.engines.all_voices,
+        "voices": installed_voices(settings.S2S_POOL.engines),
+        "timings_url": TIMINGS_PATH,
+        "calls_url": CALLS_PATH if _routed(CALLS_PATH) else "",
+        "ice_servers": json.dumps(list(settings.S2S_ICE_SERVERS)),
+        "models": settings.S2S_POOL.engines.describe() if settings.S2S_POOL.profile == "real"
+        else "FAKE loopback stages (S2S_PIPELINE=loopback)",
     }
     return render(request, "realtime/index.html", context)
+
+
+def installed_voices(engines: EngineConfig) -> list[tuple[str, str]]:
+    """(value, label) per voice model really loaded: the default voice once, then each extra voice.
+
+    The OpenAI names in ``engines.voices`` are aliases of the one default voice; listing them
+    all would offer ten choices that sound the same. The default is sent as its first alias.
+    """
+    model = engines.tts_model_name or (Path(engines.tts_model).stem if engines.tts_model else "")
+    default = f"Default voice ({engines.tts_backend.capitalize()}{', ' + model if model else ''})"
+    voices = [(engines.voices[0], default)] if engines.voices else []
+    voices += [(name, name.replace("_", " ").replace("-", " ")) for name, _ in engines.extra_voices
+               if name not in engines.voices]
+    return voices
+
+
+TIMINGS_PATH = "/v1/realtime/sessions/SESSION_ID/timings"
+TIMING_FIELDS = {"stt_ms": "stt_s", "lm_first_token_ms": "lm_first_token_s",
+                 "tts_first_audio_ms": "tts_first_audio_s", "voice_to_voice_ms": "voice_to_voice_s"}
+
+
+def session_timings(request: HttpRequest, session_id: str) -> JsonResponse:
+    """``GET``: what the server measured for each response of a session, in milliseconds.
+
+    The Realtime events carry no timings, so the page reads its own session's breakdown
+    (STT, LM first token, TTS first audio, end of speech to first audio) here, the same
+    figures the admin and ``/metrics`` show. Only numbers and ids, never text or audio.
+    With authentication on, the caller needs an API key or a staff sign-in, as for a secret.
+    """
+    if request.method != "GET":
+        return JsonResponse({"error": {"type": "invalid_request_error", "code": "method_not_allowed",
+                                       "message": "Use GET.", "param": None}}, status=405)
+    if settings.S2S_AUTH_REQUIRED and not _may_read_timings(request):
+        return JsonResponse({"error": {"type": "invalid_request_error", "code": "invalid_api_key",
+                                       "message": "Missing credentials.", "param": None}}, status=401)
+    rows = ResponseRecord.objects.filter(session_id=session_id).order_by("finished_at")
+    responses = [{"response_id": row.response_id, "item_id": row.item_id, "status": row.status,
+                  **{key: _ms(getattr(row, field)) for key, field in TIMING_FIELDS.items()}} for row in rows]
+    return JsonResponse({"session_id": session_id, "responses": responses})
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * 1000)
+
+
+def _may_read_timings(request: HttpRequest) -> bool:
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated and user.is_staff:
+        return True
+    token = auth.bearer_token(request.headers.get("Authorization", ""))
+    if token is None or token.startswith(auth.SECRET_PREFIX):
+        return False
+    try:
+        auth.verify_api_key(token)
+    except auth.AuthError:
+        return False
+    return True
 
 
 def _routed(path: str) -> bool:
@@ -51,21 +119,51 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def readyz(request: HttpRequest) -> JsonResponse:
-    """Ready: the pool is warm, admitting, and has a free unit (a load balancer routes on this)."""
-    pool = runtime.get_pool()
-    if pool is None:
-        state = "failed" if runtime.start_error else "starting"
-        return JsonResponse({"status": state, "error": runtime.start_error}, status=503)
-    free = pool.free_units()
-    body = {"status": "ready", "warm": pool.warm, "admitting": pool.admitting, "units": len(pool.units), "free_units": free}
-    if settings.REDIS_URL:  # degraded Redis: sessions go on, so this alone does not make the node unready
-        from realtime import channel_layer
+    """Ready: the pool is warm, admitting, and has a free unit (a load balancer routes on this).
 
+    Anyone gets the status and its code; the details (units, the start error with its model
+    paths, the channel layer) only a caller this server knows (see :func:`may_see_details`).
+    """
+    body, code = _readiness()
+    if not may_see_details(request):
+        body = {"status": body["status"]}
+    return JsonResponse(body, status=code)
+
+
+def _readiness() -> tuple[dict[str, object], int]:
+    rt = runtime.current()
+    pool = rt.pool
+    if pool is None:
+        state = "failed" if rt.start_error else "starting"
+        return {"status": state, "error": rt.start_error}, 503
+    free = pool.free_units()
+    body: dict[str, object] = {"status": "ready", "warm": pool.warm, "admitting": pool.admitting,
+                               "units": len(pool.units), "free_units": free}
+    if settings.REDIS_URL:  # degraded Redis: sessions go on, so this alone does not make the node unready
         body["channel_layer"] = channel_layer.status()
     if not pool.admitting or free == 0:
         body["status"] = "warming" if not pool.warm else ("draining" if not pool.admitting else "full")
-        return JsonResponse(body, status=503)
-    return JsonResponse(body)
+        return body, 503
+    return body, 200
+
+
+def may_see_details(request: HttpRequest) -> bool:
+    """Authentication off (a trusted local setup), a signed-in staff user, the metrics token, or an API key."""
+    if not settings.S2S_AUTH_REQUIRED:
+        return True
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated and user.is_staff:
+        return True
+    token = auth.bearer_token(request.headers.get("Authorization", ""))
+    if not token:
+        return False
+    if settings.S2S_METRICS_TOKEN and hmac.compare_digest(token.encode(), settings.S2S_METRICS_TOKEN.encode()):
+        return True
+    try:
+        auth.verify_api_key(token)
+    except auth.AuthError:
+        return False
+    return True
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
@@ -73,15 +171,12 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
     With ``S2S_METRICS_TOKEN`` set, only a request carrying ``Authorization: Bearer <token>`` gets them.
     """
-    from realtime import metrics as exposition
-
     if settings.S2S_METRICS_TOKEN and not _bearer_matches(request, settings.S2S_METRICS_TOKEN):
         response = HttpResponse("A metrics token is required.\n", status=401, content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
 
-    body = exposition.render(runtime.get_pool(), settings.S2S_NODE_NAME)
-    return HttpResponse(body, content_type="text/plain; version=0.0.4; charset=utf-8")
+    return HttpResponse(runtime.current().metrics.render(), content_type=metrics_exposition.CONTENT_TYPE)
 
 
 def _bearer_matches(request: HttpRequest, token: str) -> bool:

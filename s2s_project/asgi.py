@@ -1,11 +1,15 @@
 """ASGI entry point: HTTP through Django, WebSocket to the Realtime consumer.
 
-Under uvicorn (which speaks ASGI lifespan) the pool starts and stops with the
-lifespan events; daphne has no lifespan, so ``manage.py serve`` starts it.
+Under uvicorn (which speaks ASGI lifespan) the process's parts start and stop
+with the lifespan events; daphne has no lifespan, so ``manage.py serve`` does the
+same through the same :class:`realtime.runtime.Runtime`. uvicorn closes live
+WebSockets itself (1012) before the lifespan's shutdown, so there the drain finds
+them ended already and only flushes the records.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from django.core.asgi import get_asgi_application
@@ -15,7 +19,9 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from realtime import cluster, runtime  # noqa: E402
+from django.conf import settings  # noqa: E402
+
+from realtime import runtime  # noqa: E402
 from realtime.routing import websocket_urlpatterns  # noqa: E402
 
 
@@ -23,13 +29,12 @@ async def lifespan(scope, receive, send) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
-            if runtime.get_pool() is None:
-                runtime.start(background=True)
-                cluster.start_heartbeat()
+            runtime.current().start()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
-            cluster.stop_heartbeat()
-            runtime.stop()
+            rt = runtime.current()
+            await rt.drain(settings.S2S_SHUTDOWN_GRACE_S)
+            await asyncio.to_thread(rt.stop)
             await send({"type": "lifespan.shutdown.complete"})
             return
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -68,16 +69,6 @@ def envlist(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
-def envpath(name: str) -> str | None:
-    """An optional path; when given it must exist."""
-    raw = os.environ.get(name)
-    if not raw:
-        return None
-    if not os.path.exists(raw):
-        raise ImproperlyConfigured(f"{name}={raw!r}: no such file or directory")
-    return raw
-
-
 def envpairs(name: str) -> tuple[tuple[str, str], ...]:
     """``name=value,name=value`` pairs, e.g. voice names and their model paths."""
     raw = os.environ.get(name, "").strip()
@@ -90,3 +81,29 @@ def envpairs(name: str) -> tuple[tuple[str, str], ...]:
             raise ImproperlyConfigured(f"{name}: {part!r} is not of the form name=value")
         pairs.append((key.strip(), value.strip()))
     return tuple(pairs)
+
+
+def envicelist(name: str) -> tuple[dict[str, object], ...]:
+    """ICE servers as a browser's ``RTCConfiguration.iceServers`` takes them: a JSON list of
+    ``{"urls": ..., "username": ..., "credential": ...}``, or plain comma-separated ``stun:``/``turn:`` URLs."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ()
+    if raw[0] not in "[{":
+        servers: list[object] = [{"urls": url} for url in envlist(name, ())]
+    else:
+        try:
+            servers = json.loads(raw)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name} is not valid JSON: {exc}") from None
+    if not isinstance(servers, list):
+        raise ImproperlyConfigured(f"{name} must be a JSON list of ICE servers")
+    for server in servers:
+        urls = server.get("urls") if isinstance(server, dict) else None
+        urls = [urls] if isinstance(urls, str) else urls
+        if not urls or not all(isinstance(u, str) and u.split(":", 1)[0] in ("stun", "stuns", "turn", "turns")
+                               for u in urls):
+            raise ImproperlyConfigured(f"{name}: {server!r} needs 'urls' of stun:, stuns:, turn: or turns: URLs")
+        if any(u.startswith("turn") for u in urls) and not (server.get("username") and server.get("credential")):
+            raise ImproperlyConfigured(f"{name}: the TURN server {urls[0]} needs a 'username' and a 'credential'")
+    return tuple(servers)  # type: ignore[arg-type]

@@ -5,7 +5,8 @@ Stock daphne also cannot send an application's close code outside 1000 and
 3000-4999 (autobahn refuses them and daphne falls back to 1011) and drops the
 close reason; :class:`CloseCodeWebSocketProtocol` sends both as given, and
 bounds what a connection may have waiting to be sent (a client that does not
-read cannot make the server buffer without end).
+read cannot make the server buffer without end). Twisted's warnings and errors, which daphne drops,
+go to Python logging (:func:`route_twisted_log`).
 
 SIGTERM (and SIGINT) stop admitting sessions (``/readyz`` answers 503), let
 the live ones run for up to ``S2S_SHUTDOWN_GRACE_S``, close what is left with
@@ -15,18 +16,23 @@ the live ones run for up to ``S2S_SHUTDOWN_GRACE_S``, close what is left with
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import resource
 import signal
-import time
 
+from daphne import server as daphne_server
 from daphne import ws_protocol
 from daphne.endpoints import build_endpoint_description_strings
 from daphne.server import Server
 from django.conf import settings
-from django.utils import timezone
+from django.core.exceptions import ImproperlyConfigured
 
-from realtime import cluster, records, runtime
+from realtime import runtime
+from realtime.checks import uses_development_key
 from realtime.limits import max_frame_bytes
+from s2s_project import http_phase
+from s2s_project.asgi import application
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +57,14 @@ class CloseCodeWebSocketProtocol(ws_protocol.WebSocketProtocol):
     """
 
     send_overflow = False
+
+    def onConnect(self, request: object) -> object:
+        """daphne's connect timeout counts from the TCP accept, not from the upgrade: one deadline in all."""
+        result = super().onConnect(request)
+        accepted = http_phase.opened_at(self.transport)
+        if accepted is not None:
+            self.socket_opened = min(self.socket_opened, accepted)
+        return result
 
     def handle_reply(self, message: dict) -> None:
         if message.get("type") == "websocket.send" and self._send_buffer_full():
@@ -79,22 +93,22 @@ class CloseCodeWebSocketProtocol(ws_protocol.WebSocketProtocol):
         super().onClose(wasClean, SEND_BUFFER_FULL_CODE if self.send_overflow else code, reason)
 
 
-def install_close_code_protocol() -> None:
+def install_protocols() -> None:
+    """Our WebSocket protocol (close codes, send buffer, one handshake deadline) and HTTP channel (request
+    deadline, per-address cap: :mod:`s2s_project.http_phase`) in daphne."""
     ws_protocol.WebSocketFactory.protocol = CloseCodeWebSocketProtocol
+    daphne_server.HTTPFactory = http_phase.DeadlineHTTPFactory  # type: ignore[misc]
 
 
 LISTEN_BACKLOG = 2048
 
 
 def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
-    """Starts the pool (in the background, so probes answer while models load) and runs daphne."""
-    from s2s_project.asgi import application
-
-    install_close_code_protocol()
-    started_at = timezone.now()
-    runtime.interrupt_stale_sessions(started_at)
-    runtime.start(background=True, warm=warm)
-    cluster.start_heartbeat()  # publishes this node's slots for the admin and pool_status
+    """Starts the process's parts (the pool in the background, so probes answer while models load), runs daphne."""
+    refuse_public_development_key(host)
+    install_protocols()
+    rt = runtime.current()
+    rt.start(warm=warm)
     # The consumer answers a frame over the limit with "event_too_large" and goes on; only frames far over
     # it (beyond what is worth reading into memory) make autobahn close the socket with 1009.
     max_bytes = 2 * max_frame_bytes(settings.S2S_MAX_EVENT_BYTES)
@@ -113,7 +127,8 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
         application_close_timeout=15,
         signal_handlers=False,  # ours below: drain first, then stop
     )
-    install_shutdown_handlers()
+    install_shutdown_handlers(rt)
+    route_twisted_log()
     if not settings.S2S_AUTH_REQUIRED:
         logger.warning("authentication is OFF (S2S_AUTH_REQUIRED=0): anyone who can reach %s:%s may open sessions",
                        host, port)
@@ -121,8 +136,50 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
     try:
         server.run()
     finally:
-        cluster.stop_heartbeat()
-        runtime.stop()
+        rt.stop()
+
+
+# autobahn's warning for a client that did not answer the server's close frame within a second: routine
+# (the connection is dropped, as it should be), and one line per such client under load.
+ROUTINE_DROP = "dropping connection to peer"
+
+
+def route_twisted_log() -> None:
+    """Twisted's warnings and errors go to Python logging (logger ``twisted``); daphne sends Twisted's whole
+    log nowhere below verbosity 2, which hid, among others, an exception in a protocol and a connection
+    closed unanswered because the process was out of file descriptors (logged here as a warning)."""
+    from twisted.logger import LogLevel, STDLibLogObserver, formatEvent, globalLogPublisher
+
+    forward = STDLibLogObserver("twisted")
+    shown = {LogLevel.warn, LogLevel.error, LogLevel.critical}
+
+    def observe(event: dict) -> None:
+        text = formatEvent(event)
+        if text.startswith("EMFILE recovery: Closed socket"):
+            logger.warning("out of file descriptors (open-files limit %s): a new connection was closed "
+                           "unanswered (%s)", resource.getrlimit(resource.RLIMIT_NOFILE)[0], text)
+        elif event.get("log_level") in shown and not text.startswith(ROUTINE_DROP):
+            forward(event)
+
+    globalLogPublisher.addObserver(observe)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def refuse_public_development_key(host: str) -> None:
+    """Anyone can forge cookies signed with the public development key: never serve other hosts with it."""
+    if uses_development_key() and not is_loopback(host):
+        raise ImproperlyConfigured(
+            f"Refusing to serve on {host}: DJANGO_SECRET_KEY is not set, and the development key is public "
+            "(anyone could forge this server's signed cookies). Set DJANGO_SECRET_KEY to 50 or more random "
+            "characters, or bind to 127.0.0.1.")
 
 
 # --- graceful shutdown -----------------------------------------------------------
@@ -130,49 +187,25 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
 _shutdown: asyncio.Task[None] | None = None
 
 
-def install_shutdown_handlers() -> None:
+def install_shutdown_handlers(rt: runtime.Runtime) -> None:
     """SIGTERM/SIGINT start the drain on the reactor's loop; a second one stops at once."""
-    from twisted.internet import reactor
+
+    from twisted.internet import reactor  # daphne installs its asyncio reactor first: import it late
 
     def on_signal(signum: int, frame: object) -> None:
         logger.info("received %s", signal.Signals(signum).name)
-        reactor.callFromThread(_begin_shutdown)
+        reactor.callFromThread(_begin_shutdown, rt)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
 
-def _begin_shutdown() -> None:
+def _begin_shutdown(rt: runtime.Runtime) -> None:
     global _shutdown
     from twisted.internet import reactor
-
     if _shutdown is not None:
         logger.warning("second signal: stopping now")
         reactor.stop()
         return
-    _shutdown = asyncio.ensure_future(drain(settings.S2S_SHUTDOWN_GRACE_S))
+    _shutdown = asyncio.ensure_future(rt.drain(settings.S2S_SHUTDOWN_GRACE_S))
     _shutdown.add_done_callback(lambda _: reactor.stop())
-
-
-async def drain(grace_s: float) -> None:
-    """Stops admitting, waits up to ``grace_s`` for live sessions, closes the rest with 1001, flushes the records."""
-    from realtime import consumers
-
-    pool = runtime.get_pool()
-    if pool is not None:
-        pool.stop_admitting()
-    cluster.nudge()
-    logger.info("shutting down: no new sessions; %s live session(s) get up to %.0fs", len(consumers.LIVE), grace_s)
-    deadline = time.monotonic() + grace_s
-    while consumers.LIVE and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-    try:
-        closed = await consumers.close_all()
-        if closed:
-            logger.info("closed %s session(s) with 1001 after the grace period", closed)
-            await asyncio.sleep(0.2)  # let the close frames go out
-        flushed = await asyncio.to_thread(records.writer.flush, 10.0)
-        if not flushed:
-            logger.error("shutting down with %s session record(s) unwritten", records.writer.backlog)
-    except Exception:
-        logger.exception("the graceful shutdown failed; stopping anyway")

@@ -13,13 +13,15 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from pipelines.config import EngineConfig, PoolConfig
-from s2s_project.env import envbool, envchoice, envfloat, envint, envlist, envpairs, envstr
+from pipelines.config import DEFAULT_LM_BACKEND, DEFAULT_STT_MODEL, LM_BACKENDS, EngineConfig, PoolConfig
+from s2s_project.env import envbool, envchoice, envfloat, envicelist, envint, envlist, envpairs, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = envbool("DJANGO_DEBUG", False)
-SECRET_KEY = envstr("DJANGO_SECRET_KEY", "insecure-local-development-key-change-me-in-production")
+# Public (it is in this file): ``manage.py serve`` refuses it on any address but loopback, ``check --deploy`` reports it.
+DEVELOPMENT_SECRET_KEY = "insecure-local-development-key-change-me-in-production"
+SECRET_KEY = envstr("DJANGO_SECRET_KEY", DEVELOPMENT_SECRET_KEY)
 ALLOWED_HOSTS = list(envlist("DJANGO_ALLOWED_HOSTS", ("127.0.0.1", "localhost", "[::1]")))
 CSRF_TRUSTED_ORIGINS = list(envlist("DJANGO_CSRF_TRUSTED_ORIGINS", ()))
 
@@ -44,7 +46,14 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "realtime.middleware.ContentSecurityPolicyMiddleware",
 ]
+# Only the server's own scripts run (no inline script, no eval); styles may be inline (the admin's are).
+S2S_CONTENT_SECURITY_POLICY = envstr(
+    "S2S_CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; media-src 'self' blob:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+    "form-action 'self'")
 
 ROOT_URLCONF = "s2s_project.urls"
 ASGI_APPLICATION = "s2s_project.asgi.application"
@@ -98,7 +107,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
-# --- browser client static files (issue 5) ---
+# --- browser client static files ---
 # WhiteNoise serves the client's few plain ES modules straight from the finders, so the
 # server needs no collectstatic step; a collected STATIC_ROOT is served as well when present.
 WHITENOISE_USE_FINDERS = True
@@ -117,8 +126,8 @@ LOGGING = {
     "filters": {"not_readiness": {"()": "django.utils.log.CallbackFilter", "callback": _not_a_readiness_answer}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["not_readiness"]}},
     "root": {"handlers": ["console"], "level": envchoice("S2S_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()},
-    # faster-whisper logs every transcription at INFO: too chatty for partial transcripts.
-    "loggers": {"faster_whisper": {"level": "WARNING"}},
+    # faster-whisper logs every transcription at INFO: too chatty for partial transcripts; aioice every ICE check.
+    "loggers": {"faster_whisper": {"level": "WARNING"}, "aioice": {"level": "WARNING"}},
 }
 
 # --- the speech-to-speech server -------------------------------------------
@@ -135,11 +144,22 @@ S2S_POOL = PoolConfig(
     engines=EngineConfig(
         device=envchoice("S2S_DEVICE", "auto", ("auto", "cpu", "cuda")),
         vad_model=envstr("S2S_VAD_MODEL", "") or None,
-        stt_model=envstr("S2S_STT_MODEL", "") or None,
+        stt_model=envstr("S2S_STT_MODEL", "") or DEFAULT_STT_MODEL,
         lm_model=envstr("S2S_LM_MODEL", "") or None,
         lm_gguf_file=envstr("S2S_LM_GGUF_FILE", "") or None,
         lm_cache_dir=envstr("S2S_LM_CACHE_DIR", "") or None,
         lm_max_new_tokens=envint("S2S_LM_MAX_NEW_TOKENS", 96, minimum=1),
+        lm_backend=envchoice("S2S_LM_BACKEND", DEFAULT_LM_BACKEND, LM_BACKENDS),
+        lm_batching=envbool("S2S_LM_BATCHING", False),
+        lm_max_batch=envint("S2S_LM_MAX_BATCH", 0, minimum=0),
+        lm_base_url=envstr("S2S_LM_BASE_URL", ""),
+        lm_api_key=envstr("S2S_LM_API_KEY", ""),
+        lm_timeout_s=envfloat("S2S_LM_TIMEOUT_S", 30.0, minimum=0.1),
+        lm_context_length=envint("S2S_LM_CONTEXT_LENGTH", 8192, minimum=256),
+        stt_batch_window_ms=envint("S2S_STT_BATCH_WINDOW_MS", 0, minimum=0),
+        tts_slots=envint("S2S_TTS_SLOTS", 0, minimum=0),
+        lm_context=envint("S2S_LM_CONTEXT", 4096, minimum=256),
+        lm_history_tokens=envint("S2S_LM_HISTORY_TOKENS", 0, minimum=0),
         tts_backend=envchoice("S2S_TTS_BACKEND", "piper", ("piper", "coqui")),
         tts_model=envstr("S2S_TTS_MODEL", "") or None,
         tts_config=envstr("S2S_TTS_CONFIG", "") or None,
@@ -150,17 +170,27 @@ S2S_POOL = PoolConfig(
         extra_voices=envpairs("S2S_TTS_VOICES"),
         partial_every_ms=envint("S2S_PARTIAL_TRANSCRIPT_MS", 1000, minimum=0),
         speculate_after_ms=envint("S2S_SPECULATE_AFTER_MS", 96, minimum=0),
+        smart_turn_model=envstr("S2S_SMART_TURN_MODEL", "") or None,
+        smart_turn_silence_ms=envint("S2S_SMART_TURN_SILENCE_MS", 200, minimum=32, maximum=2000),
+        turn_text_model=envstr("S2S_TURN_TEXT_MODEL", "default"),
+        min_interrupt_ms=envint("S2S_MIN_INTERRUPT_MS", 640, minimum=0, maximum=5000),
         first_piece_words=envint("S2S_FIRST_PIECE_WORDS", 4, minimum=0),
         torch_threads=envint("S2S_TORCH_THREADS", 0, minimum=0),
     ),
 )
 
-# --- audit, cluster and background jobs (issue 4) ---------------------------
+if S2S_POOL.engines.lm_backend == "openai" and not S2S_POOL.engines.lm_base_url:
+    raise ImproperlyConfigured("S2S_LM_BACKEND=openai needs S2S_LM_BASE_URL (e.g. http://vllm.internal:8000/v1)")
+
+# --- audit, cluster and background jobs --------------------------------------
 
 S2S_HEARTBEAT_S = envfloat("S2S_HEARTBEAT_S", 2.0, minimum=0.2)
 S2S_NODE_TIMEOUT_S = envfloat("S2S_NODE_TIMEOUT_S", max(10.0, 5 * S2S_HEARTBEAT_S), minimum=1.0)
 S2S_RECORD_BACKLOG = envint("S2S_RECORD_BACKLOG", 50_000, minimum=100)
 S2S_RETENTION_DAYS = envint("S2S_RETENTION_DAYS", 30, minimum=1)
+# Each turn's user and assistant audio, kept through Django's storage and deleted with its session.
+S2S_RECORD_AUDIO = envbool("S2S_RECORD_AUDIO", False)
+MEDIA_ROOT = envstr("S2S_MEDIA_ROOT", str(BASE_DIR / "media"))
 S2S_SLOT_BOARD_REFRESH_S = envfloat("S2S_SLOT_BOARD_REFRESH_S", 2.0, minimum=0.5)
 # Set, /metrics answers only a scraper that sends it as a bearer token; unset, it is open to whoever reaches it.
 S2S_METRICS_TOKEN = envstr("S2S_METRICS_TOKEN", "")
@@ -172,16 +202,20 @@ CELERY_BEAT_SCHEDULE = {
 # Without a broker no beat runs: each server process runs the schedule above itself, on its heartbeat thread.
 S2S_EMBEDDED_BEAT = envbool("S2S_EMBEDDED_BEAT", CELERY_TASK_ALWAYS_EAGER)
 
-# --- authentication, limits, shutdown, production hardening (issue 6) -------
+# --- authentication, limits, shutdown, production hardening -------------------
 
 # Sessions and client secrets need an API key (``manage.py create_api_key NAME``).
 # Off only for a trusted local setup: ``make run`` turns it off when it binds to loopback.
 S2S_AUTH_REQUIRED = envbool("S2S_AUTH_REQUIRED", True)
 S2S_CLIENT_SECRET_TTL_S = envint("S2S_CLIENT_SECRET_TTL_S", 600, minimum=10, maximum=7200)
 S2S_AUTH_CACHE_S = envfloat("S2S_AUTH_CACHE_S", 60.0, minimum=0.0)
-# How long a connection may take to finish its WebSocket opening handshake (daphne's default, 5 s, drops
-# the TCP connection without an answer when a burst of connections keeps the server busy for that long).
+# How long a connection may take, from the TCP accept, to send a whole HTTP request and (WebSocket) to finish
+# its opening handshake, whatever it trickles (daphne's default, 5 s, drops the TCP connection without an
+# answer when a burst of connections keeps the server busy for that long). Also each kept-alive request.
 S2S_WS_HANDSHAKE_TIMEOUT_S = envint("S2S_WS_HANDSHAKE_TIMEOUT_S", 30, minimum=1)
+# Connections one client address may have open without a whole request yet (0: no cap; behind a proxy every
+# client has the proxy's address: raise it or set 0 and let the proxy cap each client).
+S2S_MAX_PENDING_PER_ADDRESS = envint("S2S_MAX_PENDING_PER_ADDRESS", 32, minimum=0)
 S2S_MAX_SESSION_SECONDS = envint("S2S_MAX_SESSION_SECONDS", 3600, minimum=1)
 S2S_IDLE_TIMEOUT_S = envint("S2S_IDLE_TIMEOUT_S", 600, minimum=0)  # 0: no idle limit
 S2S_MAX_EVENTS_PER_SECOND = envint("S2S_MAX_EVENTS_PER_SECOND", 200, minimum=1)
@@ -189,6 +223,21 @@ S2S_EVENTS_BURST = envint("S2S_EVENTS_BURST", 2 * S2S_MAX_EVENTS_PER_SECOND, min
 S2S_MAX_INPUT_BUFFER_SECONDS = envint("S2S_MAX_INPUT_BUFFER_SECONDS", 900, minimum=1)
 S2S_MAX_SEND_BUFFER_BYTES = envint("S2S_MAX_SEND_BUFFER_BYTES", 16 * 1024 * 1024, minimum=64 * 1024)
 S2S_SHUTDOWN_GRACE_S = envfloat("S2S_SHUTDOWN_GRACE_S", 30.0, minimum=0.0)
+# What one session's conversation may hold (docs/security.md): a long honest conversation stays far below.
+S2S_MAX_ITEMS = envint("S2S_MAX_ITEMS", 4096, minimum=16)
+S2S_MAX_ITEM_BYTES = envint("S2S_MAX_ITEM_BYTES", 256 * 1024, minimum=1024)
+S2S_MAX_CONVERSATION_BYTES = envint("S2S_MAX_CONVERSATION_BYTES", 8 * 1024 * 1024, minimum=S2S_MAX_ITEM_BYTES)
+S2S_MAX_INSTRUCTIONS_BYTES = envint("S2S_MAX_INSTRUCTIONS_BYTES", 128 * 1024, minimum=1024)
+# The session settings a client secret may carry (JSON bytes): room for the longest instructions.
+S2S_MAX_CLIENT_SECRET_CONFIG_BYTES = envint("S2S_MAX_CLIENT_SECRET_CONFIG_BYTES", S2S_MAX_INSTRUCTIONS_BYTES + 64 * 1024,
+                                            minimum=1024)
+
+# WebRTC calls (POST /v1/realtime/calls). STUN/TURN servers for the server's side of ICE: none is needed on
+# loopback or a LAN; on real networks a STUN server, and for clients behind symmetric NAT a TURN server.
+S2S_ICE_SERVERS = envicelist("S2S_ICE_SERVERS")
+# A call whose peer sends no media (and whose data channel does not open) for this long is hung up.
+S2S_WEBRTC_PEER_TIMEOUT_S = envfloat("S2S_WEBRTC_PEER_TIMEOUT_S", 15.0, minimum=1.0)
+S2S_MAX_SDP_BYTES = envint("S2S_MAX_SDP_BYTES", 64 * 1024, minimum=1024)
 
 # Production mode: HTTPS-only cookies, HSTS, redirect to HTTPS (``check --deploy`` passes).
 # Off by default so that the local run command keeps working over plain http.

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import path
 
-from realtime import auth_views, views
+from realtime import auth_views, call_views, views
 
 urlpatterns = [
     path("", views.index, name="index"),
@@ -11,5 +11,9 @@ urlpatterns = [
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),
     path("v1/realtime/client_secrets", auth_views.client_secrets, name="client_secrets"),
+    path("v1/realtime/calls", call_views.create_call, name="calls"),
+    path("v1/realtime/calls/<slug:call_id>", call_views.hang_up, name="call"),
+    path("v1/realtime/calls/<slug:call_id>/hangup", call_views.hang_up, name="call_hangup"),
+    path("v1/realtime/sessions/<str:session_id>/timings", views.session_timings, name="session_timings"),
     path("admin/", admin.site.urls),
 ]

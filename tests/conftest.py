@@ -62,9 +62,9 @@ def loopback_pool() -> Iterator[PipelinePool]:
     from realtime import runtime
 
     pool = make_loopback_pool()
-    runtime.install(pool)
+    runtime.current().install(pool)
     yield pool
-    runtime.install(None)
+    runtime.current().install(None)
     pool.shutdown()
 
 

@@ -8,9 +8,14 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ._lm_grammar import ToolConstraint
     from .transformers_lm import TransformersLM
 
 logger = logging.getLogger(__name__)
+
+REPETITION_PENALTY = 1.1
+TOP_K = 50
+TOP_P = 0.95
 
 
 class PrefixCache:
@@ -25,7 +30,6 @@ class PrefixCache:
     def __init__(self) -> None:
         self.ids: list[int] = []
         self.cache = None  # transformers.DynamicCache holding exactly ``ids``
-        self.reused_tokens = 0  # of the last prompt, for the figures
 
     def take(self, prompt_ids: list[int]):  # -> tuple[DynamicCache, int]
         """A cache holding a prefix of ``prompt_ids`` (at least one token left to feed), and its length."""
@@ -38,13 +42,12 @@ class PrefixCache:
             common += 1
         common = min(common, len(prompt_ids) - 1)
         if self.cache is None or common <= 0:
-            self.ids, self.cache, self.reused_tokens = [], None, 0
+            self.ids, self.cache = [], None
             return DynamicCache(), 0
         cache, self.cache = self.cache, None  # in use: a failed turn leaves nothing half-written behind
         surplus = cache.get_seq_length() - common
         if surplus > 0:
             cache.crop(-surplus)  # a negative count removes that many tokens from the end
-        self.reused_tokens = common
         return cache, common
 
     def keep(self, cache, ids: list[int]) -> None:
@@ -67,6 +70,7 @@ class LMStream:
         cancel: threading.Event | None,
         seed: int | None,
         prefix: PrefixCache | None = None,
+        constraint: ToolConstraint | None = None,
     ) -> None:
         self._lm = lm
         self._prompt_ids = prompt_ids
@@ -75,7 +79,9 @@ class LMStream:
         self._cancel = cancel
         self._seed = seed
         self._prefix = prefix
+        self._constraint = constraint
         self.input_tokens = len(prompt_ids)
+        self.cached_tokens = 0  # of the prompt, read from the conversation's KV cache instead of computed
         self.output_tokens = 0
         self.finish_reason: str | None = None
 
@@ -107,6 +113,7 @@ class LMStream:
             cache, cached = self._prefix.take(self._prompt_ids)
         else:
             cache, cached = DynamicCache(), 0
+        self.cached_tokens = cached
         ids = all_ids[:, cached:]
         fed = list(self._prompt_ids)  # what the cache will hold after the next forward pass
         self.finish_reason = "length"
@@ -129,13 +136,10 @@ class LMStream:
                 fed.append(pending)
             with torch.inference_mode():
                 out = lm.model(input_ids=ids, cache=cache, use_cache=True)  # fills cache in place
-                logits = processors(all_ids, out.logits[:, -1, :].float())
-                if self._temperature > 0:
-                    probs = torch.softmax(logits, dim=-1)
-                    token = torch.multinomial(probs, 1, generator=generator)
-                else:
-                    token = logits.argmax(dim=-1, keepdim=True)
+                token = self._choose(processors, all_ids, out.logits[:, -1, :].float(), generator)
             token_id = int(token[0, 0])
+            if self._constraint is not None:
+                self._constraint.accept(token_id)
             if token_id in lm._stop_ids:
                 self.finish_reason = "stop"
                 return
@@ -144,23 +148,54 @@ class LMStream:
             all_ids = torch.cat([all_ids, token], dim=1)
             pending = token_id
             yield token_id
-    def _logits_processors(self):  # -> transformers.LogitsProcessorList
-        from transformers import (
-            LogitsProcessorList,
-            RepetitionPenaltyLogitsProcessor,
-            TemperatureLogitsWarper,
-            TopKLogitsWarper,
-            TopPLogitsWarper,
-        )
-        from .transformers_lm import REPETITION_PENALTY, TOP_K, TOP_P
 
-        processors = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(REPETITION_PENALTY)])
+    def _choose(self, processors, all_ids, logits, generator):  # -> torch.Tensor of shape [1, 1]
+        """The next token: sampled, or the most likely one allowed inside a tool call.
+
+        A call's arguments are data copied from the conversation, so they are
+        decoded greedily and without the repetition penalty, which would push
+        the model away from the very words it must copy.
+        """
+        import torch
+
+        constraint = self._constraint
+        if constraint is not None and constraint.in_call:
+            constraint.mask(logits)
+            return logits.argmax(dim=-1, keepdim=True)
+        logits = processors(all_ids, logits)
         if self._temperature > 0:
-            processors.extend(
-                [
-                    TemperatureLogitsWarper(self._temperature),
-                    TopKLogitsWarper(TOP_K),
-                    TopPLogitsWarper(TOP_P),
-                ]
-            )
-        return processors
+            probs = torch.softmax(logits, dim=-1)
+            return torch.multinomial(probs, 1, generator=generator)
+        return logits.argmax(dim=-1, keepdim=True)
+
+    def _logits_processors(self):  # -> transformers.LogitsProcessorList
+        return sampling_processors(self._temperature, self._constraint)
+
+
+def sampling_processors(temperature: float, constraint: ToolConstraint | None = None):  # -> LogitsProcessorList
+    """The sampler of every generation: repetition penalty, a tool constraint's mask, then temperature, top-k, top-p."""
+    from transformers import (
+        LogitsProcessorList,
+        RepetitionPenaltyLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    processors = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(REPETITION_PENALTY)])
+    if constraint is not None:  # before top-k/top-p, which must choose among allowed tokens
+        processors.append(_Masking(constraint))
+    if temperature > 0:
+        processors.extend([TemperatureLogitsWarper(temperature), TopKLogitsWarper(TOP_K), TopPLogitsWarper(TOP_P)])
+    return processors
+
+
+class _Masking:
+    """A logits processor that applies a tool constraint's mask."""
+
+    def __init__(self, constraint: ToolConstraint) -> None:
+        self._constraint = constraint
+
+    def __call__(self, input_ids, scores):
+        self._constraint.mask(scores)
+        return scores

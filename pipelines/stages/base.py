@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
+from pipelines import audio
 from pipelines.config import SessionSettings
-from pipelines.messages import Downstream, Message, Outbound, TurnAbandoned, TurnConfirmed
+from pipelines.messages import (
+    AudioOut,
+    Downstream,
+    Message,
+    Outbound,
+    ResponseFinished,
+    ResponseStarted,
+    TurnAbandoned,
+    TurnConfirmed,
+)
 
 
 class SessionContext:
@@ -21,27 +32,37 @@ class SessionContext:
     def __init__(self) -> None:
         self.generation = 0
         self.settings = SessionSettings()
-        self._cancelled: set[str] = set()
+        self._cancelled: dict[str, str] = {}  # response id -> why
         self._abandoned: set[str] = set()
         self._confirmed: set[str] = set()
         self._held: dict[str, list[Outbound]] = {}
         self._cancel_all = False
         self._lock = threading.Lock()
         self.cancel_event = threading.Event()  # set whenever anything is cancelled
+        self._responding: dict[str, str] = {}  # responses started and not finished -> their audio format
+        self._audio_until = 0.0  # time.monotonic() when the audio sent so far has played, at real-time pace
+        self._turn_words: tuple[str, str] = ("", "")  # (speculative turn, its transcript): the latest only
 
     def is_current(self, generation: int) -> bool:
         return generation == self.generation
 
-    def cancel(self, response_id: str) -> None:
+    def cancel(self, response_id: str, reason: str) -> None:
+        """Cancels a response; ``reason`` is what its ``status_details`` will say (e.g. ``turn_detected``)."""
         with self._lock:
-            self._cancelled.add(response_id)
+            self._cancelled.setdefault(response_id, reason)
         self.cancel_event.set()
 
-    def is_cancelled(self, response_id: str, generation: int, turn: str = "") -> bool:
+    def cancel_reason(self, response_id: str, generation: int, turn: str = "") -> str | None:
+        """Why the response was cancelled, or None while it is not."""
         if generation != self.generation or self._cancel_all:
-            return True
+            return "client_cancelled"  # the session ended
         with self._lock:
-            return response_id in self._cancelled or (bool(turn) and turn in self._abandoned)
+            if response_id in self._cancelled:
+                return self._cancelled[response_id]
+            return "turn_detected" if turn and turn in self._abandoned else None
+
+    def is_cancelled(self, response_id: str, generation: int, turn: str = "") -> bool:
+        return self.cancel_reason(response_id, generation, turn) is not None
 
     # --- speculative turns ---------------------------------------------------
     # Called by the unit under its sink lock, so holding, flushing and dropping
@@ -49,6 +70,12 @@ class SessionContext:
 
     def admit(self, out: Outbound) -> list[Outbound]:
         """What of ``out`` (and of output held before it) may go to the session now."""
+        ready = self._admit(out)
+        for sent in ready:
+            self._note_sent(sent)
+        return ready
+
+    def _admit(self, out: Outbound) -> list[Outbound]:
         if isinstance(out, TurnConfirmed):
             with self._lock:
                 self._confirmed.add(out.turn)
@@ -76,6 +103,36 @@ class SessionContext:
         with self._lock:
             return turn in self._confirmed
 
+    def note_words(self, turn: str, transcript: str) -> None:
+        """What the STT heard in a speculative turn, for the VAD's check of whether the turn is over."""
+        with self._lock:
+            self._turn_words = (turn, transcript)
+
+    def words_of(self, turn: str) -> str | None:
+        """The transcript of speculative ``turn``, or None while the STT has not given it."""
+        with self._lock:
+            noted, transcript = self._turn_words
+            return transcript if turn and noted == turn else None
+
+    # --- is the assistant speaking? -------------------------------------------
+
+    def _note_sent(self, out: Outbound) -> None:
+        with self._lock:
+            if isinstance(out, ResponseStarted):
+                self._responding[out.response_id] = out.output_format
+            elif isinstance(out, AudioOut):
+                seconds = audio.duration_ms(len(out.data), self._responding.get(out.response_id, audio.PCM)) / 1000
+                self._audio_until = max(self._audio_until, time.monotonic()) + seconds
+            elif isinstance(out, ResponseFinished):
+                self._responding.pop(out.response_id, None)
+                if out.status == "cancelled":
+                    self._audio_until = 0.0
+
+    def assistant_speaking(self) -> bool:
+        """A response is in progress, or the audio sent to the client is still playing there."""
+        with self._lock:
+            return bool(self._responding) or time.monotonic() < self._audio_until
+
     def cancel_everything(self) -> None:
         self._cancel_all = True
         self.cancel_event.set()
@@ -86,6 +143,9 @@ class SessionContext:
             self._abandoned.clear()
             self._confirmed.clear()
             self._held.clear()
+            self._responding.clear()
+            self._audio_until = 0.0
+            self._turn_words = ("", "")
         self._cancel_all = False
         self.cancel_event.clear()
         self.settings = SessionSettings()

@@ -4,26 +4,30 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
-from typing import Protocol
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 from pipelines.ids import new_id
 from pipelines.messages import (
+    ROOT,
     AddItem,
     DeleteItem,
     Downstream,
+    FunctionTool,
+    HistoryEntry,
     HistoryItem,
     Message,
     ResponseEnd,
     ResponseRequest,
     ResponseStarted,
-    TextDelta,
-    TextForSpeech,
     TruncateItem,
     UserTurn,
+    insert_after,
 )
 from pipelines.stages.base import CancelFlag, SessionContext, Stage
-from pipelines.text import SentenceSplitter
+from pipelines.stages.lm_output import ResponseOutput
+from pipelines.tool_calls import chat_messages
 
 logger = logging.getLogger(__name__)
 
@@ -36,38 +40,47 @@ class LMStream(Protocol):
 
 
 class LanguageModel(Protocol):
+    """``messages`` are in transformers' chat shape, tool calls and tool results included.
+
+    ``generate_stream`` receives ``tools`` and ``tool_choice`` only when the
+    response offers tools; it writes calls in the ``pipelines.tool_calls`` format.
+    """
+
     context_length: int
 
-    def count_tokens(self, messages: list[dict[str, str]]) -> int: ...
+    def count_tokens(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> int: ...
 
-    def generate_stream(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float,
-                        cancel: object | None = None, **options: object) -> LMStream: ...
+    def generate_stream(self, messages: list[dict[str, Any]], max_new_tokens: int, temperature: float,
+                        cancel: object | None = None, **options: Any) -> LMStream: ...
 
 
-def request_from_settings(context: SessionContext, generation: int) -> ResponseRequest:
-    s = context.settings
-    return ResponseRequest(
-        generation=generation,
-        response_id=new_id("resp"),
-        instructions=s.instructions,
-        output_modalities=s.output_modalities,
-        max_output_tokens=s.max_output_tokens,
-        voice=s.voice,
-        output_format=s.output_format,
-        temperature=s.temperature,
-    )
+class SessionGone(Exception):
+    """The response was cancelled or its session ended while its prompt was being built."""
 
 
 class LmStage(Stage):
+    """Holds the conversation for the LM and answers from it.
+
+    The history is bounded in tokens (``max_history_tokens``, default the model's
+    context: an older item could never be in a prompt): each item's token count is
+    kept beside it, so adding an item, trimming the oldest and fitting a prompt to
+    the context take time linear in what they touch, never a recount of the whole
+    history per item dropped.
+    """
+
     name = "lm"
 
     def __init__(self, context: SessionContext, model: LanguageModel, max_new_tokens: int = 128,
-                 first_piece_words: int = 4) -> None:
+                 first_piece_words: int = 4, max_history_tokens: int = 0) -> None:
         super().__init__(context)
         self.model = model
         self.max_new_tokens = max_new_tokens
         self.first_piece_words = first_piece_words
-        self.history: dict[str, HistoryItem] = {}
+        self.max_history_tokens = max_history_tokens or model.context_length
+        self.history: dict[str, HistoryEntry] = {}
+        self.history_tokens = 0  # the sum of _tokens
+        self._tokens: dict[str, int] = {}  # item id -> tokens of its entry as it is now
+        self._scaffold: int | None = None  # tokens the chat template adds once per prompt
         # speculative turn -> the item ids it added, taken back if the turn is abandoned
         self._speculative: dict[str, list[str]] = {}
         self._prefix = self._new_prefix()
@@ -79,6 +92,8 @@ class LmStage(Stage):
 
     def on_session_end(self) -> None:
         self.history = {}
+        self._tokens = {}
+        self.history_tokens = 0
         self._speculative = {}
         self._prefix = self._new_prefix()
 
@@ -86,23 +101,23 @@ class LmStage(Stage):
         self._settle_speculation()
         if isinstance(msg, UserTurn):
             if msg.text:
-                self.history.pop(msg.item_id, None)  # a later round of the same turn replaces it
-                self.history[msg.item_id] = HistoryItem(msg.item_id, "user", msg.text)
+                self._forget(msg.item_id)  # a later round of the same turn replaces it
+                self._keep(HistoryItem(msg.item_id, "user", msg.text))
                 if msg.turn:
                     self._speculative[msg.turn] = [msg.item_id]
             if msg.create_response or msg.response is not None:
-                req = msg.response or request_from_settings(self.context, msg.generation)
+                req = msg.response or ResponseRequest.from_settings(self.context.settings, msg.generation)
                 yield from self._respond(req, msg.turn)
         elif isinstance(msg, ResponseRequest):
             yield from self._respond(msg)
         elif isinstance(msg, AddItem):
             self._add(msg)
         elif isinstance(msg, DeleteItem):
-            self.history.pop(msg.item_id, None)
+            self._forget(msg.item_id)
         elif isinstance(msg, TruncateItem):
             item = self.history.get(msg.item_id)
-            if item is not None:
-                self.history[msg.item_id] = HistoryItem(item.item_id, item.role, msg.text)
+            if isinstance(item, HistoryItem):
+                self._keep(HistoryItem(item.item_id, item.role, msg.text))
         else:
             yield msg
 
@@ -111,28 +126,84 @@ class LmStage(Stage):
         for turn in list(self._speculative):
             if self.context.turn_abandoned(turn):
                 for item_id in self._speculative.pop(turn):
-                    self.history.pop(item_id, None)
+                    self._forget(item_id)
             elif self.context.turn_confirmed(turn):
                 del self._speculative[turn]
 
     def _add(self, msg: AddItem) -> None:
-        if msg.previous_item_id is None or msg.previous_item_id not in self.history:
-            self.history[msg.item.item_id] = msg.item
+        self._forget(msg.item.item_id)
+        previous = msg.previous_item_id
+        if previous is None or previous != ROOT and previous not in self.history:
+            self._keep(msg.item)  # last: no copy of the history per item
             return
-        items = list(self.history.items())
-        at = [key for key, _ in items].index(msg.previous_item_id) + 1
-        items.insert(at, (msg.item.item_id, msg.item))
-        self.history = dict(items)
+        self.history = insert_after(self.history, msg.item.item_id, msg.item, previous)
+        self._count(msg.item)
 
-    def _messages(self, req: ResponseRequest) -> list[dict[str, str]]:
-        turns = req.extra_input if req.out_of_band and req.extra_input else tuple(self.history.values())
+    # --- the history, bounded in tokens ----------------------------------------------
+
+    def _keep(self, item: HistoryEntry) -> None:
+        """Puts ``item`` in the history (last, or in its place when it is there already)."""
+        self.history[item.item_id] = item
+        self._count(item)
+
+    def _count(self, item: HistoryEntry) -> None:
+        tokens = self._message_tokens(item)
+        self.history_tokens += tokens - self._tokens.get(item.item_id, 0)
+        self._tokens[item.item_id] = tokens
+        while self.history_tokens > self.max_history_tokens and len(self.history) > 1:
+            self._forget(next(iter(self.history)))  # the oldest item goes first
+
+    def _forget(self, item_id: str) -> None:
+        self.history.pop(item_id, None)
+        self.history_tokens -= self._tokens.pop(item_id, 0)
+
+    def _message_tokens(self, item: HistoryEntry) -> int:
+        """The tokens ``item`` adds to a prompt: its own count, less what the chat template adds once."""
+        messages = chat_messages([item])
+        if not messages:
+            return 0
+        if self._scaffold is None:  # T([m]) = S + w, T([m, m]) = S + 2w
+            probe = {"role": "user", "content": "hello"}
+            self._scaffold = max(0, 2 * self.model.count_tokens([probe]) - self.model.count_tokens([probe, probe]))
+        return max(1, self.model.count_tokens(messages) - self._scaffold)
+
+    def _messages(self, req: ResponseRequest, cancel: CancelFlag) -> list[dict[str, Any]]:
+        """The prompt: the instructions and the newest entries that fit the context with room for the answer.
+
+        Linear: entries are taken newest first with their kept token counts, then the
+        whole prompt is counted once (a few times at most) to settle the estimate.
+        Raises :class:`SessionGone` as soon as the response is cancelled or its session ends.
+        """
+        own = req.extra_input is not None
+        entries = req.extra_input if own else tuple(self.history.values())
         system = [{"role": "system", "content": req.instructions}] if req.instructions else []
-        messages = [{"role": item.role, "content": item.text} for item in turns if item.text]
         budget = self.model.context_length - self._max_tokens(req)
-        # Oldest turns go first when the conversation outgrows the model's context.
-        while len(messages) > 1 and self.model.count_tokens(system + messages) > budget:
-            messages.pop(0)
-        return system + messages
+        used = self._prompt_tokens(system, req.tools) if system or req.tools else 0
+        kept: deque[tuple[HistoryEntry, int]] = deque()
+        for item in reversed(entries):  # the oldest go first when the conversation outgrows the context
+            if cancel.is_set():
+                raise SessionGone
+            tokens = None if own else self._tokens.get(item.item_id)
+            if tokens is None:
+                tokens = self._message_tokens(item)
+            if not tokens:
+                continue
+            if kept and used + tokens > budget:
+                break
+            kept.appendleft((item, tokens))
+            used += tokens
+        for _ in range(4):  # the estimate is close; the exact count decides
+            if cancel.is_set():
+                raise SessionGone
+            excess = self._prompt_tokens(system + chat_messages(e for e, _ in kept), req.tools) - budget
+            if excess <= 0 or len(kept) <= 1:
+                break
+            while excess > 0 and len(kept) > 1:
+                excess -= kept.popleft()[1]
+        return system + chat_messages(e for e, _ in kept)
+
+    def _prompt_tokens(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool]) -> int:
+        return self.model.count_tokens(messages, tools) if tools else self.model.count_tokens(messages)
 
     def _max_tokens(self, req: ResponseRequest) -> int:
         if req.max_output_tokens is None:
@@ -145,47 +216,48 @@ class LmStage(Stage):
         yield ResponseStarted(generation=gen, response_id=req.response_id, item_id=item_id,
                               output_modalities=req.output_modalities, output_format=req.output_format,
                               voice=req.voice, out_of_band=req.out_of_band, turn=turn)
-        speak = "audio" in req.output_modalities
         cancel = CancelFlag(self.context, req.response_id, gen, turn)
         started = time.perf_counter()
         first_token_s: float | None = None
-        text_parts: list[str] = []
+        output = ResponseOutput(req, turn, self.first_piece_words)
         status, reason = "completed", None
         stream = None
         try:
-            # An out-of-band response has its own prompt: it would only displace the conversation's cache.
-            options = {"prefix": self._prefix} if self._prefix is not None and not req.out_of_band else {}
-            stream = self.model.generate_stream(self._messages(req), self._max_tokens(req), req.temperature, cancel,
-                                                **options)
-            splitter = SentenceSplitter(first_words=self.first_piece_words)
+            # A response with its own input has its own prompt: it would only displace the conversation's cache.
+            own_prompt = req.out_of_band or req.extra_input is not None
+            options: dict[str, Any] = {"prefix": self._prefix} if self._prefix is not None and not own_prompt else {}
+            if req.tools:
+                options.update(tools=req.tools, tool_choice=req.tool_choice)
+            stream = self.model.generate_stream(self._messages(req, cancel), self._max_tokens(req), req.temperature,
+                                                cancel, **options)
             for piece in self._pieces(stream, cancel):
                 if first_token_s is None:
                     first_token_s = time.perf_counter() - started
-                text_parts.append(piece)
-                if speak:
-                    for sentence in splitter.feed(piece):
-                        yield TextForSpeech(generation=gen, response_id=req.response_id, text=sentence,
-                                            voice=req.voice, output_format=req.output_format, turn=turn)
-                else:
-                    yield TextDelta(generation=gen, response_id=req.response_id, delta=piece, turn=turn)
+                yield from output.feed(piece)
             if cancel.is_set():
-                status, reason = "cancelled", "turn_detected"
-            elif speak and (rest := splitter.flush()):
-                yield TextForSpeech(generation=gen, response_id=req.response_id, text=rest,
-                                    voice=req.voice, output_format=req.output_format, turn=turn)
+                status, reason = "cancelled", self.context.cancel_reason(req.response_id, gen, turn)
             if status == "completed" and stream.output_tokens >= self._max_tokens(req):
                 status, reason = "incomplete", "max_output_tokens"
+            yield from output.finish(completed=status != "cancelled")
+        except SessionGone:
+            status, reason = "cancelled", self.context.cancel_reason(req.response_id, gen, turn)
         except Exception as exc:
             logger.exception("generation failed")
             status, reason = "failed", f"{type(exc).__name__}: {exc}"
-        text = "".join(text_parts).strip()
-        if text and not req.out_of_band and not (turn and self.context.turn_abandoned(turn)):
-            self.history[item_id] = HistoryItem(item_id, "assistant", text)
-            if turn in self._speculative:
-                self._speculative[turn].append(item_id)
+        self._remember(req, turn, item_id, output)
         yield ResponseEnd(generation=gen, response_id=req.response_id, status=status, reason=reason,
                           input_tokens=getattr(stream, "input_tokens", 0), output_tokens=getattr(stream, "output_tokens", 0),
-                          lm_first_token_s=first_token_s, turn=turn)
+                          cached_tokens=getattr(stream, "cached_tokens", 0), lm_first_token_s=first_token_s, turn=turn)
+
+    def _remember(self, req: ResponseRequest, turn: str, item_id: str, output: ResponseOutput) -> None:
+        """Adds the response's text and finished calls to the conversation (not for out-of-band ones)."""
+        if req.out_of_band or (turn and self.context.turn_abandoned(turn)):
+            return
+        entries: list[HistoryEntry] = [HistoryItem(item_id, "assistant", output.text)] if output.text else []
+        for entry in entries + list(output.calls):
+            self._keep(entry)
+            if turn in self._speculative:
+                self._speculative[turn].append(entry.item_id)
 
     @staticmethod
     def _pieces(stream: Iterable[str], cancel: CancelFlag) -> Iterator[str]:

@@ -18,6 +18,7 @@ from pipelines.messages import (
     TranscriptFailed,
     UserTurn,
     Utterance,
+    WordLogprobs,
 )
 from pipelines.stages.base import SessionContext, Stage
 
@@ -25,7 +26,11 @@ logger = logging.getLogger(__name__)
 
 
 class Transcriber(Protocol):
-    def transcribe(self, audio: np.ndarray, language: str | None = None) -> str: ...
+    def transcribe(self, audio: np.ndarray, language: str | None = None, prompt: str | None = None) -> str: ...
+
+    def transcribe_words(self, audio: np.ndarray, language: str | None = None,
+                         prompt: str | None = None) -> WordLogprobs:
+        """The transcript's words (each with its leading space) and their natural-log probabilities."""
 
 
 class SttStage(Stage):
@@ -52,7 +57,18 @@ class SttStage(Stage):
 
     def _transcribe(self, samples: bytes) -> str:
         audio = np.frombuffer(samples, dtype=np.float32)
-        return self.transcriber.transcribe(audio, self.context.settings.transcription_language).strip()
+        settings = self.context.settings
+        return self.transcriber.transcribe(audio, settings.transcription_language, settings.transcription_prompt).strip()
+
+    def _transcribe_final(self, samples: bytes) -> tuple[str, WordLogprobs | None]:
+        """The final transcript, with its words' log probabilities when the session asked for them."""
+        settings = self.context.settings
+        if not settings.transcription_logprobs:
+            return self._transcribe(samples), None
+        audio = np.frombuffer(samples, dtype=np.float32)
+        words = tuple(self.transcriber.transcribe_words(audio, settings.transcription_language,
+                                                        settings.transcription_prompt))
+        return "".join(word for word, _ in words).strip(), words
 
     def _partial(self, msg: PartialUtterance) -> Iterator[Message]:
         """Sends the words two partial transcripts agree on (never the newest one): deltas only append."""
@@ -75,9 +91,11 @@ class SttStage(Stage):
         """A finished turn, or a speculative one (``msg.turn``) whose output is held until confirmed."""
         started = time.perf_counter()
         try:
-            text = self._transcribe(msg.samples)
+            text, logprobs = self._transcribe_final(msg.samples)
         except Exception as exc:
             logger.exception("transcription failed")
+            if msg.turn:
+                self.context.note_words(msg.turn, "")  # no words: the VAD's turn check goes by the audio
             yield TranscriptFailed(generation=msg.generation, item_id=msg.item_id,
                                    message=f"{type(exc).__name__}: {exc}", turn=msg.turn)
             return
@@ -86,12 +104,15 @@ class SttStage(Stage):
         words = text.split()
         if len(words) > len(said) and _common_prefix(said, words) == len(said):
             delta = (" " if said else "") + " ".join(words[len(said):])
-            yield TranscriptDelta(generation=msg.generation, item_id=msg.item_id, delta=delta, turn=msg.turn)
+            yield TranscriptDelta(generation=msg.generation, item_id=msg.item_id, delta=delta, turn=msg.turn,
+                                  logprobs=_tail(logprobs, len(words) - len(said)))
         if msg.turn:  # a speculative turn may yet be abandoned: then partials go on from here
             self._speculated = (msg.item_id, msg.turn)
+            self.context.note_words(msg.turn, text)
         else:
             self._partial_item, self._said, self._last = "", [], []
-        yield TranscriptCompleted(generation=msg.generation, item_id=msg.item_id, transcript=text, stt_s=elapsed, turn=msg.turn)
+        yield TranscriptCompleted(generation=msg.generation, item_id=msg.item_id, transcript=text, stt_s=elapsed,
+                                  logprobs=logprobs, turn=msg.turn)
         yield UserTurn(
             generation=msg.generation,
             item_id=msg.item_id,
@@ -100,6 +121,13 @@ class SttStage(Stage):
             response=msg.response,
             turn=msg.turn,
         )
+
+
+def _tail(logprobs: WordLogprobs | None, count: int) -> WordLogprobs | None:
+    """The log probabilities of the last ``count`` words (a delta's share of the transcript)."""
+    if logprobs is None:
+        return None
+    return logprobs[len(logprobs) - count:] if count <= len(logprobs) else logprobs
 
 
 def _norm(word: str) -> str:

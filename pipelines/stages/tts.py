@@ -11,6 +11,7 @@ import numpy as np
 
 from pipelines import audio
 from pipelines.messages import AudioOut, Downstream, Message, ResponseEnd, ResponseFinished, TextForSpeech
+from pipelines.speech_order import SpeechOrder
 from pipelines.stages.base import CancelFlag, SessionContext, Stage
 
 logger = logging.getLogger(__name__)
@@ -29,9 +30,11 @@ class TtsStage(Stage):
 
     name = "tts"
 
-    def __init__(self, context: SessionContext, voices: dict[str, Synthesizer]) -> None:
+    def __init__(self, context: SessionContext, voices: dict[str, Synthesizer],
+                 order: SpeechOrder | None = None) -> None:
         super().__init__(context)
         self.voices = voices
+        self.order = order  # shared by the units: each response's first sentence is synthesized first
         self._started: dict[str, float] = {}
         self._first_audio: dict[str, float] = {}
         self._failed: dict[str, str] = {}
@@ -50,6 +53,15 @@ class TtsStage(Stage):
             yield msg
 
     def _speak(self, msg: TextForSpeech) -> Iterator[Message]:
+        if self.order is None:
+            yield from self._synthesize(msg)
+            return
+        cancel = CancelFlag(self.context, msg.response_id, msg.generation, msg.turn)
+        with self.order.turn(first=msg.response_id not in self._first_audio, cancel=cancel) as admitted:
+            if admitted:
+                yield from self._synthesize(msg)
+
+    def _synthesize(self, msg: TextForSpeech) -> Iterator[Message]:
         cancel = CancelFlag(self.context, msg.response_id, msg.generation, msg.turn)
         if cancel.is_set() or msg.response_id in self._failed:
             return
@@ -70,12 +82,10 @@ class TtsStage(Stage):
                 for at in range(0, len(samples), step):
                     if cancel.is_set():
                         return
-                    first = msg.response_id not in self._first_audio
-                    if first:
-                        self._first_audio[msg.response_id] = time.perf_counter()
+                    self._first_audio.setdefault(msg.response_id, time.perf_counter())
                     yield AudioOut(generation=msg.generation, response_id=msg.response_id,
                                    data=audio.encode(samples[at:at + step], msg.output_format),
-                                   transcript=transcript_pending, first=first, turn=msg.turn)
+                                   transcript=transcript_pending, turn=msg.turn)
                     transcript_pending = ""
         except Exception as exc:
             logger.exception("synthesis failed")
@@ -86,8 +96,9 @@ class TtsStage(Stage):
         failure = self._failed.pop(msg.response_id, None)
         if failure and status == "completed":
             status, reason = "failed", f"text to speech failed: {failure}"
-        if status == "completed" and self.context.is_cancelled(msg.response_id, msg.generation, msg.turn):
-            status, reason = "cancelled", "client_cancelled"
+        cancelled = self.context.cancel_reason(msg.response_id, msg.generation, msg.turn)
+        if status == "completed" and cancelled is not None:
+            status, reason = "cancelled", cancelled
         latencies: dict[str, float] = {}
         if msg.lm_first_token_s is not None:
             latencies["lm_first_token_s"] = msg.lm_first_token_s
@@ -97,4 +108,4 @@ class TtsStage(Stage):
             latencies["tts_first_audio_s"] = first - started
         return ResponseFinished(generation=msg.generation, response_id=msg.response_id, status=status,
                                 input_tokens=msg.input_tokens, output_tokens=msg.output_tokens,
-                                reason=reason, latencies=latencies, turn=msg.turn)
+                                cached_tokens=msg.cached_tokens, reason=reason, latencies=latencies, turn=msg.turn)

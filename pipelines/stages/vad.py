@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from collections.abc import Iterator
 from typing import Protocol
@@ -30,9 +31,13 @@ from pipelines.messages import (
 )
 from pipelines.stages.base import SessionContext, Stage
 
+logger = logging.getLogger(__name__)
+
 FRAME = 512  # samples at 16 kHz, 32 ms: the frame Silero scores
 FRAME_MS = FRAME * 1000 // audio.PIPELINE_RATE
 MIN_COMMIT_MS = 100
+# Speech heard while the assistant speaks adds up across pauses shorter than this ("Hold on, ...").
+GATE_PAUSE_MS = 500
 MAX_BUFFER_S = 15 * 60  # an uncommitted buffer longer than this is cut from the front
 
 
@@ -45,17 +50,57 @@ class VadModel(Protocol):
     def new_state(self) -> VadState: ...
 
 
+class TurnModel(Protocol):
+    def probability(self, samples: np.ndarray) -> float: ...
+
+
+class TextTurnModel(Protocol):
+    def finished_probability(self, transcript: str) -> float: ...
+
+
+# semantic_vad: the longest silence after an unfinished-sounding turn before it ends anyway (the API's
+# documented waits), and the end-of-turn probability above which a turn counts as finished.
+SEMANTIC_MAX_WAIT_MS = {"low": 8000, "medium": 4000, "auto": 4000, "high": 2000}
+SEMANTIC_THRESHOLD = {"low": 0.7, "medium": 0.5, "auto": 0.5, "high": 0.3}
+# The words' check (a text turn model on the speculative transcript): the chance of a finished message
+# below which the words overrule a finished-sounding pause, and how long such a pause then waits for more
+# speech before the turn ends anyway (half the longest wait). Chosen by bench/turn_taking.py.
+SEMANTIC_TEXT_FLOOR = {"low": 0.08, "medium": 0.05, "auto": 0.05, "high": 0.02}
+SEMANTIC_TEXT_WAIT_MS = {name: wait // 2 for name, wait in SEMANTIC_MAX_WAIT_MS.items()}
+# How long after the turn model's verdict the words may take to come from the STT; later, the sound decides.
+WORDS_DUE_MS = 800
+
+
 class VadStage(Stage):
-    """Scores 32 ms frames; in ``server_vad`` mode cuts turns, otherwise only buffers."""
+    """Scores 32 ms frames; with turn detection on, cuts turns, otherwise only buffers.
+
+    ``server_vad`` ends a turn after a fixed silence. ``semantic_vad`` asks the turn model,
+    once per pause, after ``check_after_ms`` of silence: an unfinished-sounding turn waits for
+    more speech up to the eagerness's longest wait. The model is asked once because its
+    end-of-turn probability rises as more silence is fed to it, for unfinished sentences too.
+    A finished-sounding turn ends at once, unless a text turn model reads its words (the
+    transcript of the turn sent ahead at ``speculate_after_ms``) as unfinished, e.g. "I'd like
+    to order a": then it waits for more speech up to half the longest wait. Without a turn
+    model (the loopback profile) a pause of ``check_after_ms`` ends the turn.
+
+    While the assistant speaks, speech counts as a barge-in (``SpeechStarted``, which
+    cancels the response) only once ``min_interrupt_ms`` of it has been heard; a shorter
+    sound (a cough, a click, "mm-hmm") is dropped without a trace.
+    """
 
     name = "vad"
 
     def __init__(self, context: SessionContext, model: VadModel, partial_every_ms: int = 0,
-                 speculate_after_ms: int = 0) -> None:
+                 speculate_after_ms: int = 0, turn_model: TurnModel | None = None, check_after_ms: int = 200,
+                 min_interrupt_ms: int = 0, text_model: TextTurnModel | None = None) -> None:
         super().__init__(context)
         self.model = model
         self.partial_every_ms = partial_every_ms
         self.speculate_after_ms = speculate_after_ms
+        self.turn_model = turn_model
+        self.text_model = text_model
+        self.check_after_ms = check_after_ms
+        self.min_interrupt_ms = min_interrupt_ms
         self._state: VadState | None = None
         self._reset_session()
 
@@ -74,10 +119,14 @@ class VadStage(Stage):
         self._speech_frames = 0
         self._silence_ms = 0
         self._item_id = ""
+        self._start_ms = 0
         self._since_partial_ms = 0
         self._speculation = ""  # the turn sent ahead while the silence window is still open
         self._speech_end_at = 0.0
         self._rounds = 0
+        self._verdict = ""  # of the current pause: "" (not asked), "unfinished", "sounds finished", "words unfinished"
+        self._gated = False  # speech while the assistant speaks, not yet long enough to interrupt
+        self._heard_ms = 0
         if self._state is not None:
             self._state.reset()
 
@@ -95,8 +144,7 @@ class VadStage(Stage):
             yield Utterance(generation=msg.generation, item_id=msg.item_id, samples=samples.tobytes(), create_response=False)
         elif isinstance(msg, ClearAudio):
             self._buffer.clear()
-            self._speaking = False
-            self._silence_ms = 0
+            self._stop_speaking()
             if self._speculation:
                 yield TurnAbandoned(generation=msg.generation, turn=self._speculation)
                 self._speculation = ""
@@ -125,37 +173,26 @@ class VadStage(Stage):
         assert self._state is not None
         prob = self._state.prob(frame)
         if not self._speaking:
-            self._prefix.append(frame)
-            keep = max(1, detection.prefix_padding_ms // FRAME_MS + 1)
-            while len(self._prefix) > keep:
-                self._prefix.popleft()
-            self._speech_frames = self._speech_frames + 1 if prob >= detection.threshold else 0
-            if self._speech_frames >= 2:  # two frames in a row: not a click
-                self._speaking = True
-                self._silence_ms = 0
-                self._speech_end_at = time.monotonic()
-                self._since_partial_ms = 0
-                self._item_id = new_id("item")
-                self._buffer = list(self._prefix)
-                self._prefix.clear()
-                start_ms = max(0, self._processed_ms - len(self._buffer) * FRAME_MS)
-                yield SpeechStarted(generation=generation, item_id=self._item_id, audio_start_ms=start_ms)
+            yield from self._onset(generation, frame, prob >= detection.threshold)
             return
         self._buffer.append(frame)
         self._since_partial_ms += FRAME_MS
-        if prob >= max(0.0, detection.threshold - 0.15):
+        speech = prob >= max(0.0, detection.threshold - 0.15)
+        if speech:
             self._silence_ms = 0
+            self._verdict = ""
             self._speech_end_at = time.monotonic()
             if self._speculation:  # the user goes on: drop the work started ahead
                 yield TurnAbandoned(generation=generation, turn=self._speculation)
                 self._speculation = ""
         else:
             self._silence_ms += FRAME_MS
-        if self._silence_ms >= detection.silence_duration_ms:
+        if self._gated:
+            yield from self._gate(generation, speech)
+        elif self._turn_ended():
             yield from self._end_turn(generation)
-        elif (self.speculate_after_ms and not self._speculation
-              and self.speculate_after_ms <= self._silence_ms < detection.silence_duration_ms):
-            # Start STT, LM and TTS now; their output is held until the window closes.
+        elif self.speculate_after_ms and not self._speculation and self._silence_ms >= self.speculate_after_ms:
+            # Start STT, LM and TTS now; their output is held until the turn ends.
             self._rounds += 1
             self._speculation = f"{self._item_id}#{self._rounds}"
             yield Utterance(generation=generation, item_id=self._item_id, samples=self._samples(),
@@ -164,13 +201,107 @@ class VadStage(Stage):
             self._since_partial_ms = 0
             yield PartialUtterance(generation=generation, item_id=self._item_id, samples=self._samples())
 
+    def _onset(self, generation: int, frame: np.ndarray, speech: bool) -> Iterator[Message]:
+        """Before a turn: keeps the prefix padding; two speech frames in a row start a turn (one is a click)."""
+        detection = self.context.settings.turn_detection
+        self._prefix.append(frame)
+        keep = max(1, detection.prefix_padding_ms // FRAME_MS + 1)
+        while len(self._prefix) > keep:
+            self._prefix.popleft()
+        self._speech_frames = self._speech_frames + 1 if speech else 0
+        if self._speech_frames < 2:
+            return
+        self._speaking = True
+        self._silence_ms = 0
+        self._verdict = ""
+        self._speech_end_at = time.monotonic()
+        self._since_partial_ms = 0
+        self._item_id = new_id("item")
+        self._buffer = list(self._prefix)
+        self._prefix.clear()
+        self._start_ms = max(0, self._processed_ms - len(self._buffer) * FRAME_MS)
+        self._heard_ms = self._speech_frames * FRAME_MS
+        self._gated = self.min_interrupt_ms > self._heard_ms and self.context.assistant_speaking()
+        if not self._gated:
+            yield SpeechStarted(generation=generation, item_id=self._item_id, audio_start_ms=self._start_ms)
+
+    def _gate(self, generation: int, speech: bool) -> Iterator[Message]:
+        """Speech heard while the assistant speaks: a barge-in once long enough, else dropped at the pause."""
+        if speech:
+            self._heard_ms += FRAME_MS
+        if self._heard_ms >= self.min_interrupt_ms:
+            self._gated = False
+            yield SpeechStarted(generation=generation, item_id=self._item_id, audio_start_ms=self._start_ms)
+        elif self._silence_ms >= GATE_PAUSE_MS:
+            logger.debug("dropped %d ms of speech heard while the assistant spoke", self._heard_ms)
+            self._buffer = []
+            self._stop_speaking()
+
+    def _turn_ended(self) -> bool:
+        detection = self.context.settings.turn_detection
+        if detection.type != "semantic_vad":
+            return self._silence_ms >= detection.silence_duration_ms
+        eagerness = detection.eagerness if detection.eagerness in SEMANTIC_MAX_WAIT_MS else "auto"
+        if self._silence_ms >= SEMANTIC_MAX_WAIT_MS[eagerness]:
+            return True
+        if self._verdict == "unfinished" or self._silence_ms < self.check_after_ms:
+            return False
+        if self._verdict == "words unfinished":
+            return self._silence_ms >= SEMANTIC_TEXT_WAIT_MS[eagerness]
+        if not self._verdict:
+            self._verdict = "sounds finished" if self._sounds_finished(eagerness) else "unfinished"
+            if self._verdict == "unfinished":
+                return False
+        return self._words_finished(eagerness)
+
+    def _sounds_finished(self, eagerness: str) -> bool:
+        """The turn model's verdict on the pause (none: the pause ends the turn)."""
+        if self.turn_model is None:
+            return True
+        started = time.perf_counter()
+        try:
+            probability = self.turn_model.probability(np.concatenate(self._buffer))
+        except Exception:
+            logger.exception("the turn model failed; the pause ends the turn")
+            return True
+        logger.debug("turn model: %.2f (finished at %.2f) in %.0f ms", probability, SEMANTIC_THRESHOLD[eagerness],
+                     (time.perf_counter() - started) * 1000)
+        return probability >= SEMANTIC_THRESHOLD[eagerness]
+
+    def _words_finished(self, eagerness: str) -> bool:
+        """Whether the words of a finished-sounding turn agree; False (wait) while they are due."""
+        if self.text_model is None or not self._speculation:
+            return True  # no words to read: the sound decides
+        words = self.context.words_of(self._speculation)
+        if words is None:
+            return self._silence_ms >= self.check_after_ms + WORDS_DUE_MS
+        started = time.perf_counter()
+        try:
+            probability = self.text_model.finished_probability(words)
+        except Exception:
+            logger.exception("the text turn model failed; the sound decides")
+            return True
+        floor = SEMANTIC_TEXT_FLOOR[eagerness]
+        logger.debug("text turn model: %.3f for %r (finished at %.2f) in %.0f ms", probability, words, floor,
+                     (time.perf_counter() - started) * 1000)
+        if probability >= floor:
+            return True
+        self._verdict = "words unfinished"
+        return self._silence_ms >= SEMANTIC_TEXT_WAIT_MS[eagerness]
+
+    def _stop_speaking(self) -> None:
+        self._speaking = False
+        self._speech_frames = 0
+        self._silence_ms = 0
+        self._verdict = ""
+        self._gated = False
+
     def _end_turn(self, generation: int) -> Iterator[Message]:
         detection = self.context.settings.turn_detection
         end_ms = self._processed_ms - self._silence_ms
         samples = self._samples()
         item_id = self._item_id
-        self._speaking = False
-        self._speech_frames = 0
+        self._stop_speaking()
         self._buffer = []
         speculation, self._speculation = self._speculation, ""
         yield SpeechStopped(generation=generation, item_id=item_id, audio_end_ms=end_ms, speech_end_at=self._speech_end_at)
@@ -181,25 +312,27 @@ class VadStage(Stage):
             yield Utterance(generation=generation, item_id=item_id, samples=samples, create_response=detection.create_response)
 
     def _commit(self, msg: CommitAudio) -> Iterator[Message]:
+        if self._resampler is not None:  # what the filter still holds belongs to this turn
+            self._pending = np.concatenate([self._pending, self._resampler.flush()])
         samples = self._samples() + self._pending.tobytes()
         duration = len(samples) // 4 * 1000 // audio.PIPELINE_RATE
         if duration < MIN_COMMIT_MS:
             yield PipelineError(
                 generation=msg.generation,
                 code="input_audio_buffer_commit_empty",
+                event_id=msg.event_id,
                 message=f"Error committing input audio buffer: buffer too small. Expected at least {MIN_COMMIT_MS}ms of audio, but buffer only has {duration}ms of audio.",
             )
             return
         self._buffer = []
         self._pending = np.zeros(0, dtype=np.float32)
-        self._speaking = False
-        self._speech_frames = 0
+        self._stop_speaking()
         if self._speculation:
             yield TurnAbandoned(generation=msg.generation, turn=self._speculation)
             self._speculation = ""
         yield AudioCommitted(generation=msg.generation, item_id=msg.item_id, duration_ms=duration)
         yield Utterance(generation=msg.generation, item_id=msg.item_id, samples=samples,
-                        create_response=msg.create_response, response=msg.response)
+                        create_response=False, response=msg.response)
 
     def _samples(self) -> bytes:
         if not self._buffer:

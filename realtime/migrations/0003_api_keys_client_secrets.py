@@ -1,4 +1,4 @@
-# API keys and client secrets (issue 6): only hashes are stored.
+# API keys and client secrets: only hashes are stored.
 
 import django.db.models.deletion
 import django.utils.timezone

@@ -29,8 +29,23 @@ export function microphoneProblem(error) {
   return `The microphone could not be opened (${(error && error.message) || name || "unknown reason"}).`;
 }
 
+// Fills a <select> with the microphones (labels appear once permission is given); returns their labels.
+export async function listMicrophones(select, selected) {
+  const devices = (await navigator.mediaDevices.enumerateDevices()).filter((device) => device.kind === "audioinput");
+  select.replaceChildren(...devices.map((device, index) => {
+    const option = document.createElement("option");
+    option.value = device.deviceId;
+    option.textContent = device.label || `Microphone ${index + 1}`;
+    return option;
+  }));
+  if (selected) select.value = selected;
+  select.disabled = devices.length === 0;
+  return devices.map((device) => device.label);
+}
+
 export class Microphone {
-  // onChunk(Int16Array pcm24k, level) is called for every chunk (chunkMs long).
+  // onChunk(Int16Array pcm24k, level, capturedAt) is called for every chunk (chunkMs long); capturedAt
+  // is the performance.now() at which its last sample was captured.
   constructor(context, workletUrl, onChunk, chunkMs = 40) {
     this.context = context;
     this.workletUrl = workletUrl;
@@ -41,14 +56,18 @@ export class Microphone {
     this.source = null;
   }
 
-  async start() {
+  // deviceId: a microphone from navigator.mediaDevices.enumerateDevices(), or null for the default.
+  async start(deviceId = null) {
     if (!window.isSecureContext || !navigator.mediaDevices || !this.context.audioWorklet) {
       const error = new Error("insecure context");
       error.name = "InsecureContext";
       throw error;
     }
     this.stream = await navigator.mediaDevices.getUserMedia({
-      audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true },
+      audio: {
+        channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true,
+        ...(deviceId ? { deviceId: { exact: deviceId } } : {}),
+      },
     });
     await this.context.audioWorklet.addModule(this.workletUrl);
     this.source = this.context.createMediaStreamSource(this.stream);
@@ -60,9 +79,17 @@ export class Microphone {
       processorOptions: { chunkMs: this.chunkMs },
     });
     this.node.port.onmessage = (event) => {
-      if (event.data.type === "chunk") this.onChunk(new Int16Array(event.data.pcm), event.data.level);
+      if (event.data.type !== "chunk") return;
+      const lateMs = Math.max(0, (this.context.currentTime - event.data.at) * 1000);
+      this.onChunk(new Int16Array(event.data.pcm), event.data.level, performance.now() - lateMs);
     };
     this.source.connect(this.node);
+  }
+
+  // The id of the microphone in use (what enumerateDevices calls it), or "".
+  get deviceId() {
+    const track = this.stream && this.stream.getAudioTracks()[0];
+    return (track && track.getSettings().deviceId) || "";
   }
 
   setEnabled(enabled) {

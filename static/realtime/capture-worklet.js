@@ -88,7 +88,8 @@ class CaptureProcessor extends AudioWorkletProcessor {
       if (this.fill === this.chunkSamples) {
         const level = Math.sqrt(this.energy / this.fill);
         const full = this.chunk;
-        this.port.postMessage({ type: "chunk", pcm: full.buffer, level }, [full.buffer]);
+        // currentTime: the AudioContext time of this render quantum, when the chunk's last sample was captured
+        this.port.postMessage({ type: "chunk", pcm: full.buffer, level, at: currentTime }, [full.buffer]);
         this.chunk = new Int16Array(this.chunkSamples); // the posted buffer is detached now
         this.fill = 0;
         this.energy = 0;

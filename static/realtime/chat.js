@@ -1,8 +1,9 @@
 // The transcript of both sides as a chat: one list entry per conversation item.
 
 export class Chat {
-  constructor(list) {
+  constructor(list, onChange = () => {}) {
     this.list = list;
+    this.onChange = onChange; // called when an entry is added or the chat is cleared
     this.entries = new Map(); // item id -> {li, text, meta}
   }
 
@@ -25,6 +26,7 @@ export class Chat {
     this.list.append(li);
     entry = { li, text, meta, role };
     this.entries.set(itemId, entry);
+    this.onChange();
     this.scroll();
     return entry;
   }
@@ -59,6 +61,44 @@ export class Chat {
     if (!entry) return;
     entry.meta.textContent = entry.meta.textContent ? `${entry.meta.textContent} · ${text}` : text;
     Object.assign(entry.li.dataset, data);
+  }
+
+  // Everything said so far as plain text, one "Who: words" paragraph per entry, remarks in brackets.
+  text() {
+    const lines = [];
+    for (const entry of this.entries.values()) {
+      const who = entry.role === "user" ? "You" : "Assistant";
+      const remark = entry.meta.textContent ? ` [${entry.meta.textContent}]` : "";
+      lines.push(`${who}: ${entry.text.textContent}${remark}`);
+    }
+    return lines.join("\n\n") + (lines.length ? "\n" : "");
+  }
+
+  // Saves text() as conversation-YYYYMMDD-HHMMSS.txt.
+  download() {
+    const stamp = new Date().toISOString().slice(0, 19).replace(/[-:]/g, "").replace("T", "-");
+    const blob = new Blob([this.text()], { type: "text/plain;charset=utf-8" });
+    const anchor = document.createElement("a");
+    anchor.href = URL.createObjectURL(blob);
+    anchor.download = `conversation-${stamp}.txt`;
+    document.body.append(anchor);
+    anchor.click();
+    anchor.remove();
+    setTimeout(() => URL.revokeObjectURL(anchor.href), 1000);
+  }
+
+  itemIds() {
+    return [...this.entries.keys()];
+  }
+
+  clear() {
+    this.entries.clear();
+    this.list.replaceChildren();
+    this.onChange();
+  }
+
+  get empty() {
+    return this.entries.size === 0;
   }
 
   scroll() {

@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any
 
+from tests.support.conformance import decode
 from tests.support.polling import wait_for  # noqa: F401  (the audit tests import it from here)
 from tests.support.speech import pcm16_chunks, silence, tone
 
@@ -20,7 +21,7 @@ async def receive_until(comm: Any, kind: str, timeout: float = 10.0) -> tuple[Ev
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"no {kind} in {timeout}s; saw {[e['type'] for e in seen]}")
-        event = json.loads(await comm.receive_from(timeout=left))
+        event = decode(await comm.receive_from(timeout=left))
         if event["type"] == kind:
             return event, seen
         seen.append(event)
@@ -53,7 +54,7 @@ def ws_receive_until(ws: Any, kind: str, timeout: float = 10.0) -> Event:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"no {kind} in {timeout}s")
-        event = json.loads(ws.recv(timeout=left))
+        event = decode(ws.recv(timeout=left))
         if event["type"] == kind:
             return event
 

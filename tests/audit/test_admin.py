@@ -9,8 +9,10 @@ import subprocess
 import sys
 import time
 import uuid
+import wave
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -18,11 +20,18 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from realtime import cluster, tasks
+from pipelines import audio
+from pipelines import messages as m
+from pipelines.config import EngineConfig
+from realtime import cluster, recordings, tasks
+from realtime.auth import create_api_key
+from realtime.events import ClientEvent
+from realtime.views import installed_voices
 from realtime.apps import AUDITORS_GROUP
 from realtime.management.commands.pool_status import Command as PoolStatus
-from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, ResponseRecord
+from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, Recording, ResponseRecord
 from tests.audit.conftest import with_database
+from tests.support.speech import tone
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +78,7 @@ class TestSessionAudit:
         positions = [page.index(text) for text in ("what is the weather in lisbon", "It is sunny in Lisbon.",
                                                     "and tomorrow", "Rain, I am afraid.")]
         assert positions == sorted(positions)
-        assert "resp_1" in page and "resp_2" in page and "0.8" in page  # voice-to-voice of the second response
+        assert "resp_1" in page and "resp_2" in page and "800 ms" in page  # voice-to-voice of the second response
 
     def test_the_audit_role_reads_but_cannot_change_or_delete_history(self, auditor):
         make_session()
@@ -127,7 +136,7 @@ class TestTasks:
             "RealtimeSession.objects.create(id='sess_old', node='n', started_at=timezone.now() - timedelta(days=400))\n"
             "assert 'realtime.tasks' not in sys.modules\n"
             "from realtime.cluster import Heartbeat\n"
-            "Heartbeat(1.0)._run_due_tasks()\n"
+            "Heartbeat(lambda: None, timezone.now(), 1.0)._run_due_tasks()\n"
             "print('sessions left:', RealtimeSession.objects.count())\n"
         )
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "s2s_project.settings",
@@ -196,25 +205,132 @@ class TestSlotBoard:
         assert admin_client.post("/admin/realtime/node/end/sess_live/").json() == {"status": "ending", "session_id": "sess_live"}
 
 
-def test_metrics_are_in_the_prometheus_text_format(client, loopback_pool):
-    from realtime import metrics
+class FakeConversation:
+    """What TurnAudio reads of a conversation: the input format and the finished responses."""
 
-    metrics.observe("voice_to_voice", 0.3)
+    def __init__(self) -> None:
+        self.session = SimpleNamespace(input_format=audio.PCM)
+        self.finished: list[SimpleNamespace] = []
+        self.responses: dict[str, SimpleNamespace] = {}
+
+
+def wav_seconds(data: bytes) -> float:
+    with wave.open(io.BytesIO(data)) as file:
+        return file.getnframes() / file.getframerate()
+
+
+@pytest.mark.django_db(transaction=True)
+class TestRecordings:
+    def record_a_turn(self, settings, tmp_path) -> list:
+        """3 s of appended audio, speech from 0.5 s to 2.0 s per the VAD, and a 1.2 s answer."""
+        settings.MEDIA_ROOT = str(tmp_path)
+        settings.S2S_RECORD_AUDIO = True
+        make_session("sess_rec")
+        writes: list = []
+        turn = recordings.for_session("sess_rec", writes.append)
+        conversation = FakeConversation()
+        appended = audio.encode(tone(3.0), audio.PCM)
+        for start in range(0, len(appended), 1920):  # 40 ms chunks
+            turn.client_event(ClientEvent("input_audio_buffer.append", None, {"audio": appended[start:start + 1920]}),
+                              conversation)
+        turn.output(m.SpeechStarted(generation=0, item_id="item_1", audio_start_ms=500), conversation)
+        turn.output(m.SpeechStopped(generation=0, item_id="item_1", audio_end_ms=2000), conversation)
+        turn.output(m.AudioCommitted(generation=0, item_id="item_1", duration_ms=1500), conversation)
+        state = SimpleNamespace(id="resp_a", item_id="item_2", out_of_band=False, output_format=audio.PCM)
+        conversation.responses["resp_a"] = state
+        answer = audio.encode(tone(1.2), audio.PCM)
+        for start in range(0, len(answer), 4800):
+            turn.output(m.AudioOut(generation=0, response_id="resp_a", data=answer[start:start + 4800]), conversation)
+        conversation.finished.append(conversation.responses.pop("resp_a"))
+        turn.output(m.ResponseFinished(generation=0, response_id="resp_a", status="completed"), conversation)
+        for write in writes:
+            write()
+        return writes
+
+    def test_each_turn_is_stored_as_wav_cut_where_the_vad_said(self, settings, tmp_path):
+        assert len(self.record_a_turn(settings, tmp_path)) == 2
+        user = Recording.objects.get(session_id="sess_rec", role="user")
+        assistant = Recording.objects.get(session_id="sess_rec", role="assistant")
+        assert (user.item_id, assistant.item_id) == ("item_1", "item_2")
+        assert user.duration_ms == 1500 and abs(wav_seconds(user.audio.read()) - 1.5) < 0.01
+        assert assistant.duration_ms == 1200 and abs(wav_seconds(assistant.audio.read()) - 1.2) < 0.01
+        assert (tmp_path / user.audio.name).exists()
+
+    def test_recording_is_off_by_default(self, settings):
+        settings.S2S_RECORD_AUDIO = False
+        assert recordings.for_session("sess_x", lambda write: None) is None
+
+    def test_retention_deletes_the_files_with_the_session(self, settings, tmp_path):
+        self.record_a_turn(settings, tmp_path)
+        files = [tmp_path / r.audio.name for r in Recording.objects.all()]
+        assert len(files) == 2 and all(f.exists() for f in files)
+        settings.S2S_RETENTION_DAYS = 1
+        RealtimeSession.objects.filter(id="sess_rec").update(started_at=timezone.now() - timedelta(days=2))
+        assert tasks.purge_old_sessions() == 1
+        assert not Recording.objects.exists()
+        assert not any(f.exists() for f in files)
+
+    def test_the_admin_plays_a_recording_to_readers_only(self, settings, tmp_path, admin_client):
+        self.record_a_turn(settings, tmp_path)
+        user = Recording.objects.get(session_id="sess_rec", role="user")
+        url = f"/admin/realtime/realtimesession/sess_rec/recording/{user.pk}/"
+        page = admin_client.get("/admin/realtime/realtimesession/sess_rec/change/").content.decode()
+        assert url in page and "<audio" in page
+        response = admin_client.get(url)
+        assert response["Content-Type"] == "audio/wav" and b"".join(response.streaming_content)[:4] == b"RIFF"
+        assert Client().get(url).status_code == 302  # to the login page
+        assert admin_client.get("/admin/realtime/realtimesession/sess_other/recording/1/").status_code == 404
+
+
+@pytest.mark.django_db
+class TestTimings:
+    def test_a_session_timings_are_given_in_milliseconds(self, client, settings):
+        settings.S2S_AUTH_REQUIRED = False
+        make_session()
+        body = client.get("/v1/realtime/sessions/sess_audit1/timings").json()
+        assert [r["response_id"] for r in body["responses"]] == ["resp_1", "resp_2"]
+        assert body["responses"][1] == {"response_id": "resp_2", "item_id": "item_4", "status": "completed",
+                                        "stt_ms": 200, "lm_first_token_ms": 100, "tts_first_audio_ms": 140,
+                                        "voice_to_voice_ms": 800}
+
+    def test_with_authentication_on_only_staff_or_a_key_may_read_them(self, client, settings, admin_client):
+        settings.S2S_AUTH_REQUIRED = True
+        make_session()
+        assert client.get("/v1/realtime/sessions/sess_audit1/timings").status_code == 401
+        assert admin_client.get("/v1/realtime/sessions/sess_audit1/timings").status_code == 200
+        _, key = create_api_key("timings")
+        assert client.get("/v1/realtime/sessions/sess_audit1/timings",
+                          HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+
+
+def test_the_page_offers_each_installed_voice_once():
+    engines = EngineConfig(extra_voices=(("en_GB-alan", "/voices/en_GB-alan.onnx"),),
+                           tts_model="/v/en_US-joe-medium.onnx")
+    assert installed_voices(engines) == [("alloy", "Default voice (Piper, en_US-joe-medium)"),
+                                         ("en_GB-alan", "en GB alan")]
+
+
+def test_metrics_are_in_the_prometheus_text_format(client, loopback_pool):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from realtime import runtime
+
+    runtime.current().metrics.observe("voice_to_voice", 0.3)
     response = client.get("/metrics")
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
     samples = {}
-    for line in response.content.decode().splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            samples[name] = float(value)
-    assert samples["s2s_units_free"] == 2 and samples['s2s_units{state="idle"}'] == 2
-    assert samples["s2s_sessions_active"] == 0 and samples["s2s_pool_ready"] == 1
-    assert samples["s2s_record_writes_pending"] >= 0
-    assert {'s2s_record_writes_dropped_total{reason="refused"}',
-            's2s_record_writes_dropped_total{reason="backlog_full"}'} <= samples.keys()
-    assert samples['s2s_latency_seconds_bucket{stage="voice_to_voice",le="+Inf"}'] >= 1
-    assert samples['s2s_latency_seconds_bucket{stage="voice_to_voice",le="0.25"}'] <= samples[
-        's2s_latency_seconds_bucket{stage="voice_to_voice",le="0.5"}']
+    for family in text_string_to_metric_families(response.content.decode()):  # as Prometheus reads it
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    assert samples[("s2s_units_free", ())] == 2 and samples[("s2s_units", (("state", "idle"),))] == 2
+    assert samples[("s2s_sessions_active", ())] == 0 and samples[("s2s_pool_ready", ())] == 1
+    assert samples[("s2s_record_writes_pending", ())] >= 0
+    assert {("s2s_record_writes_dropped_total", (("reason", "refused"),)),
+            ("s2s_record_writes_dropped_total", (("reason", "backlog_full"),))} <= samples.keys()
+    bucket = "s2s_latency_seconds_bucket"
+    assert samples[(bucket, (("le", "+Inf"), ("stage", "voice_to_voice")))] >= 1
+    assert samples[(bucket, (("le", "0.25"), ("stage", "voice_to_voice")))] <= samples[
+        (bucket, (("le", "0.5"), ("stage", "voice_to_voice")))]
 
 
 def test_with_a_metrics_token_only_a_scraper_that_sends_it_gets_the_metrics(client, loopback_pool, settings):

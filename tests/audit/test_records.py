@@ -15,10 +15,12 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
-from realtime import cluster, records
-from realtime.models import ConversationItem, EndReason, RealtimeSession, ResponseRecord
+from realtime import cluster, records, runtime
+from realtime.models import ConversationItem, EndReason, RealtimeSession, RefusalCount, ResponseRecord
 from s2s_project.asgi import application
+from tests.support.conformance import decode
 from tests.audit.clients import receive_until, text_turn, voice_turn
+from tests.support.speech import pcm16_chunks, tone
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,13 +30,13 @@ async def connect() -> tuple[WebsocketCommunicator, str]:
                                  headers=[(b"user-agent", b"audit-test/1.0")])
     connected, _ = await comm.connect()
     assert connected
-    created = json.loads(await comm.receive_from(timeout=5))
+    created = decode(await comm.receive_from(timeout=5))
     assert created["type"] == "session.created"
     return comm, created["session"]["id"]
 
 
 async def flushed() -> None:
-    assert await asyncio.to_thread(records.writer.flush, 15)
+    assert await asyncio.to_thread(runtime.current().writer.flush, 15)
 
 
 async def test_it_records_the_transcript_and_the_latencies_of_each_response(loopback_pool):
@@ -87,7 +89,7 @@ async def test_a_truncated_answer_is_recorded_as_what_the_user_heard(loopback_po
 async def test_a_slow_database_never_delays_an_audio_delta(loopback_pool):
     comm, session_id = await connect()
     gate = threading.Event()
-    records.writer.submit(lambda: gate.wait(20))  # the record writer is stuck behind a slow database
+    runtime.current().writer.submit(lambda: gate.wait(20))  # the record writer is stuck behind a slow database
     try:
         started = time.monotonic()
         await comm.send_json_to({"type": "conversation.item.create", "item": {
@@ -97,7 +99,7 @@ async def test_a_slow_database_never_delays_an_audio_delta(loopback_pool):
         first_delta_s = time.monotonic() - started
         await receive_until(comm, "response.done")
         assert first_delta_s < 2.0
-        assert records.writer.backlog > 0  # the records wait; the audio did not
+        assert runtime.current().writer.backlog > 0  # the records wait; the audio did not
         assert not await ConversationItem.objects.filter(session_id=session_id).aexists()
     finally:
         gate.set()
@@ -122,19 +124,25 @@ def test_while_the_database_stays_away_the_backlog_is_bounded_and_what_fits_is_w
     assert done == [0, 1, 2] and writer.dropped == 0
 
 
-async def test_a_connection_turned_away_is_recorded_as_rejected(loopback_pool):
+async def test_a_connection_turned_away_is_counted_per_minute_and_reason_without_a_row_of_its_own(loopback_pool):
+    runtime.current().refusals.flush()  # what earlier tests counted goes to their database, not this one
+    await flushed()
+    await RefusalCount.objects.all().adelete()
     held = [await connect() for _ in range(2)]
     comm = WebsocketCommunicator(application, "/v1/realtime")
     await comm.connect()
-    error = json.loads(await comm.receive_from(timeout=5))
+    error = decode(await comm.receive_from(timeout=5))
     assert error["error"]["code"] == "session_limit_reached"
     closed = await comm.receive_output(timeout=5)
     assert closed == {"type": "websocket.close", "code": 1008, "reason": "All session slots are in use"}
     for other, _ in held:
         await other.disconnect()
     await flushed()
-    rejected = await RealtimeSession.objects.filter(end_reason=EndReason.REJECTED).alatest("started_at")
-    assert rejected.close_code == 1008 and rejected.unit_index is None and rejected.ended_at is not None
+    runtime.current().refusals.flush()
+    await flushed()
+    assert not await RealtimeSession.objects.filter(end_reason=EndReason.REJECTED).aexists()
+    counted = await RefusalCount.objects.aget(reason="session_limit_reached")
+    assert counted.count == 1 and counted.close_code == 1008
 
 
 async def test_an_admin_message_ends_the_session_frees_the_unit_and_is_recorded(loopback_pool):
@@ -170,3 +178,44 @@ async def test_the_admin_action_ends_the_selected_live_session(loopback_pool, ad
     error, _ = await receive_until(comm, "error", timeout=5)
     assert error["error"]["code"] == "session_ended_by_admin"
     await comm.disconnect()
+
+
+async def slow_response(comm: WebsocketCommunicator, modality: str) -> str:
+    """Starts the fake LM's long, slow answer; returns its response id once its output flows."""
+    await comm.send_json_to({"type": "session.update", "session": {"type": "realtime", "output_modalities": [modality]}})
+    await comm.send_json_to({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "slow answer please"}]}})
+    await comm.send_json_to({"type": "response.create"})
+    delta, _ = await receive_until(comm, f"response.output_{modality}.delta")
+    return delta["response_id"]
+
+
+async def test_a_response_the_client_cancels_is_recorded_as_client_cancelled(loopback_pool):
+    """The cancel carries its reason: before, the LM stage recorded every cancel it saw as turn_detected."""
+    comm, session_id = await connect()
+    response_id = await slow_response(comm, "text")
+    await comm.send_json_to({"type": "response.cancel"})
+    done, _ = await receive_until(comm, "response.done")
+    assert done["response"]["status_details"] == {"type": "cancelled", "reason": "client_cancelled"}
+    await comm.disconnect()
+    await flushed()
+    record = await ResponseRecord.objects.aget(session_id=session_id, response_id=response_id)
+    assert (record.status, record.reason) == ("cancelled", "client_cancelled")
+
+
+async def test_a_response_the_user_talks_over_is_recorded_as_turn_detected(loopback_pool):
+    """Before, the TTS stage recorded every cancel it saw as client_cancelled."""
+    comm, session_id = await connect()
+    response_id = await slow_response(comm, "audio")
+    for chunk in pcm16_chunks(tone(0.4)):
+        await comm.send_json_to({"type": "input_audio_buffer.append", "audio": chunk})
+    await receive_until(comm, "input_audio_buffer.speech_started")
+    while True:
+        done, _ = await receive_until(comm, "response.done")
+        if done["response"]["id"] == response_id:
+            break
+    assert done["response"]["status_details"] == {"type": "cancelled", "reason": "turn_detected"}
+    await comm.disconnect()
+    await flushed()
+    record = await ResponseRecord.objects.aget(session_id=session_id, response_id=response_id)
+    assert (record.status, record.reason) == ("cancelled", "turn_detected")

@@ -78,3 +78,12 @@ def coqui_engine(tiny_vits_files):
 
     checkpoint, config_path = tiny_vits_files
     return CoquiEngine(model_path=str(checkpoint), config_path=str(config_path))
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """``python -m llama_cpp.server`` on the packaged SmolLM2 GGUF; yields the base URL."""
+    from tests.support.llama_server import llama_server as start
+
+    with start(tmp_path_factory.mktemp("llama_server") / "server.log") as url:
+        yield url

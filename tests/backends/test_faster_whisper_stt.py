@@ -4,12 +4,31 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from pipelines.backends.faster_whisper_stt import default_model_path
+from pipelines.backends.faster_whisper_stt import WhisperEngine, default_model_path, packaged_model_path
+from pipelines.config import DEFAULT_STT_MODEL
 
 
-def test_the_default_model_is_the_packaged_folder():
+def test_the_default_model_is_the_packaged_folder_of_the_chosen_default():
+    assert DEFAULT_STT_MODEL in ("tiny.en", "base")
+    assert default_model_path() == packaged_model_path(DEFAULT_STT_MODEL)
     assert (Path(default_model_path()) / "model.bin").is_file()
+
+
+def test_whisper_base_is_joined_from_its_packages_and_other_names_are_refused():
+    folder = Path(packaged_model_path("base"))
+    assert (folder / "model.bin").stat().st_size == 145217532
+    assert {"config.json", "tokenizer.json", "vocabulary.txt"} <= {p.name for p in folder.iterdir()}
+    assert (Path(packaged_model_path("tiny.en")) / "model.bin").is_file()
+    with pytest.raises(FileNotFoundError):
+        packaged_model_path("large-v3")
+
+
+def test_whisper_base_by_its_packaged_name_is_multilingual_and_transcribes(question_audio_16k):
+    engine = WhisperEngine("base", cpu_threads=2)
+    assert engine.model_path == packaged_model_path("base") and engine.is_multilingual
+    assert "france" in engine.transcribe(question_audio_16k, language="en").lower()
 
 
 def test_it_transcribes_speech_from_the_piper_voice(whisper_engine, question_audio_16k):

@@ -32,7 +32,7 @@ def test_it_streams_an_answer_and_counts_tokens(lm):
 
 
 def test_stream_yields_plain_text_pieces(lm):
-    pieces = list(lm.stream(QUESTION, max_new_tokens=20, temperature=0.7))
+    pieces = list(lm.generate_stream(QUESTION, max_new_tokens=20, temperature=0.7))
     assert pieces and all(isinstance(p, str) for p in pieces)
     assert "<|im_end|>" not in "".join(pieces)
 
@@ -63,11 +63,11 @@ def test_cancel_before_start_generates_nothing(lm):
 
 def test_two_threads_generate_independently_on_one_model(lm):
     prompts = [QUESTION, [{"role": "user", "content": "Name three colors."}]]
-    expected = ["".join(lm.stream(p, max_new_tokens=30, temperature=0.0)) for p in prompts]
+    expected = ["".join(lm.generate_stream(p, max_new_tokens=30, temperature=0.0)) for p in prompts]
     results: dict[int, str] = {}
 
     def work(i: int) -> None:
-        results[i] = "".join(lm.stream(prompts[i], max_new_tokens=30, temperature=0.0))
+        results[i] = "".join(lm.generate_stream(prompts[i], max_new_tokens=30, temperature=0.0))
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
     for t in threads:
@@ -98,8 +98,8 @@ def test_a_second_load_reads_the_cache_without_converting(lm, lm_cache_dir, monk
 
     monkeypatch.setattr(_lm_cache, "_convert", fail)
     second = TransformersLM(cache_dir=str(lm_cache_dir))
-    expected = "".join(lm.stream(QUESTION, max_new_tokens=15, temperature=0.0))
-    assert "".join(second.stream(QUESTION, max_new_tokens=15, temperature=0.0)) == expected
+    expected = "".join(lm.generate_stream(QUESTION, max_new_tokens=15, temperature=0.0))
+    assert "".join(second.generate_stream(QUESTION, max_new_tokens=15, temperature=0.0)) == expected
 
 
 def test_racing_cache_writers_leave_one_complete_folder(tmp_path, monkeypatch):
@@ -136,7 +136,7 @@ def test_a_prefix_cache_reuses_the_previous_turn_and_gives_the_same_answer(lm):
     cached_stream = lm.generate_stream(history, 16, 0.0, prefix=prefix)
     cached = "".join(cached_stream)
     assert cached == plain
-    assert prefix.reused_tokens > cached_stream.input_tokens // 2
+    assert cached_stream.cached_tokens > cached_stream.input_tokens // 2  # what usage reports as cached_tokens
 
 
 def test_a_prefix_cache_recovers_from_a_prompt_that_diverges(lm):
@@ -144,5 +144,6 @@ def test_a_prefix_cache_recovers_from_a_prompt_that_diverges(lm):
     base = [{"role": "system", "content": "Answer briefly."}]
     "".join(lm.generate_stream(base + [{"role": "user", "content": "Tell me about cats."}], 12, 0.0, prefix=prefix))
     other = base + [{"role": "user", "content": "What is two plus two?"}]
-    assert "".join(lm.generate_stream(other, 12, 0.0, prefix=prefix)) == "".join(lm.generate_stream(other, 12, 0.0))
-    assert 0 < prefix.reused_tokens < lm.count_tokens(other)
+    diverged = lm.generate_stream(other, 12, 0.0, prefix=prefix)
+    assert "".join(diverged) == "".join(lm.generate_stream(other, 12, 0.0))
+    assert 0 < diverged.cached_tokens < lm.count_tokens(other)

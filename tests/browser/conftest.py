@@ -64,7 +64,7 @@ class BrowserPage:
         return self.page.evaluate("window.s2sStats")  # type: ignore[attr-defined]
 
     def wait_for(self, expression: str, timeout_s: float) -> None:
-        self.page.wait_for_function(expression, timeout=timeout_s * 1000)  # type: ignore[attr-defined]
+        self.page.wait_for_function(f"() => ({expression})", timeout=timeout_s * 1000)  # type: ignore[attr-defined]
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ def open_page(tmp_path) -> Iterator[Callable[..., BrowserPage]]:
         page.on("pageerror", lambda error: watched.errors.append(f"page error: {error}"))
         page.on("response", lambda response: response.status >= 400 and watched.failed.append(f"{response.status} {response.url}"))
         page.goto(url)
-        page.wait_for_function("document.getElementById('app').dataset.ready === 'true'", timeout=10000)
+        page.wait_for_function("() => document.getElementById('app').dataset.ready === 'true'", timeout=10000)
         return watched
 
     try:

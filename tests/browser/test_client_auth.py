@@ -33,7 +33,7 @@ def test_a_signed_in_staff_user_connects_with_a_short_lived_client_secret(auth_s
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
     page.wait_for_url(auth_server.http + "/", timeout=10000)
-    page.wait_for_function("document.getElementById('app').dataset.ready === 'true'", timeout=10000)
+    page.wait_for_function("() => document.getElementById('app').dataset.ready === 'true'", timeout=10000)
     assert page.locator("#sign-in").count() == 0
     assert "sk-s2s-" not in page.content()  # no long-lived key in the page
 

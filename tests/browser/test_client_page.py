@@ -8,6 +8,7 @@ import pytest
 from websockets.sync.client import connect as ws_connect
 
 from tests.browser.conftest import write_microphone_wav
+from tests.support.conformance import decode
 from tests.support.server import LiveServer
 
 pytestmark = pytest.mark.browser
@@ -54,7 +55,7 @@ def test_a_typed_message_gets_a_spoken_reply_by_keyboard_on_a_phone_without_a_mi
     stats = client.stats()
     assert stats["sent"]["conversation.item.create"] == 1 and stats["sent"]["response.create"] == 1
     assert stats["latencies"] and stats["latencies"][0]["kind"] == "text" and stats["latencies"][0]["ms"] > 0
-    assert "text-to-voice" in assistant.inner_text()
+    assert "message to audio" in assistant.inner_text()
     # phone-sized: nothing wider than the screen
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     assert client.errors == []
@@ -67,13 +68,13 @@ def test_settings_go_out_as_a_ga_session_update(loopback_server, open_page):
     client.wait_for("window.s2sStats.state === 'listening'", 15)
     page.click("#settings summary")
     page.fill("#instructions", "Answer like a pirate.")
-    page.select_option("#voice", "ash")
+    page.select_option("#voice", index=0)
     page.fill("#silence", "750")
     page.click("#settings-form button[type=submit]")
     client.wait_for("window.s2sStats.events['session.updated'] === 1", 10)
     assert page.inner_text("#settings-status") == "Settings applied."
     # the form shows what the server echoed back
-    assert page.input_value("#voice") == "ash"
+    assert page.input_value("#voice") == "alloy"
     assert page.input_value("#silence") == "750"
     assert page.input_value("#instructions") == "Answer like a pirate."
 
@@ -87,14 +88,14 @@ def test_settings_go_out_as_a_ga_session_update(loopback_server, open_page):
 def test_it_shows_the_busy_state_when_every_slot_is_taken_and_connects_on_retry(single_slot_server, open_page):
     holder = ws_connect(single_slot_server.ws, subprotocols=["realtime"], open_timeout=10)
     try:
-        assert '"session.created"' in holder.recv(timeout=10)
+        assert decode(holder.recv(timeout=10))["type"] == "session.created"
         client = open_page(single_slot_server.http + "/")
         page = client.page
         page.click("#connect")
         client.wait_for("window.s2sStats.state === 'busy'", 15)
-        assert page.inner_text("#alert") == "All slots are busy, try again"
-        assert page.inner_text("#status-text") == "All slots are busy, try again"
-        assert page.inner_text("#connect") == "Try again"
+        assert page.inner_text("#alert").startswith("All slots are busy. Trying again in")
+        assert page.inner_text("#status-text").startswith("All slots are busy, retrying in")
+        assert page.inner_text("#connect") == "Try again"  # now, without waiting for the countdown
         assert client.stats()["events"]["error"] == 1
     finally:
         holder.close()
@@ -102,10 +103,12 @@ def test_it_shows_the_busy_state_when_every_slot_is_taken_and_connects_on_retry(
     deadline = time.monotonic() + 20  # the server frees the slot once the holder's session is released
     while time.monotonic() < deadline and single_slot_server.get("/readyz")[0] != 200:
         time.sleep(0.1)
-    page.click("#connect")
+    # "Try again" at once; checked and clicked in one go, as the countdown may be retrying right now
+    page.evaluate("window.s2sStats.state === 'busy' && document.getElementById('connect').click()")
     client.wait_for("window.s2sStats.state === 'listening'", 15)
     assert page.is_hidden("#alert")
-    assert client.errors == []
+    # the only error: Chromium's own line about the call refused with 429 (WebRTC's "all slots busy")
+    assert [error for error in client.errors if "status of 429" not in error] == []
 
 
 def test_speaking_over_the_answer_stops_playback_and_truncates_to_what_was_heard(loopback_server, open_page, tmp_path):
@@ -113,9 +116,11 @@ def test_speaking_over_the_answer_stops_playback_and_truncates_to_what_was_heard
     # question starts 1 s after the first ends, while that echo is playing.
     wav = tmp_path / "two-questions.wav"
     write_microphone_wav(wav, ["What is the capital of France?", "Wait, tell me about Spain instead, please."])
-    client = open_page(loopback_server.http + "/", microphone=wav)
+    # Over the WebSocket the page plays the answer and truncates it (tests/browser/test_webrtc.py: the server does)
+    client = open_page(loopback_server.http + "/?transport=websocket", microphone=wav)
     client.page.click("#connect")
     client.wait_for("window.s2sStats.state === 'listening' && window.s2sStats.microphone === 'on'", 15)
+    assert client.stats()["transport"] == "websocket"
     client.wait_for("(window.s2sStats.events['conversation.item.truncated'] || 0) >= 1", 30)
 
     stats = client.stats()

@@ -7,11 +7,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from realtime import records
+from realtime import runtime
 from s2s_project.asgi import application
 from tests.support.client import RealtimeClient
 
 Connect = Callable[..., Awaitable[RealtimeClient]]
+
+
+def is_beta(headers: list[tuple[bytes, bytes]], subprotocols: list[str]) -> bool:
+    """Whether the server will speak the beta protocol to this client (its events are checked against beta types)."""
+    header = b"".join(value for key, value in headers if key.lower() == b"openai-beta").replace(b" ", b"").lower()
+    return b"realtime=v1" in header or "openai-beta.realtime-v1" in subprotocols
 
 
 @pytest.fixture(autouse=True)
@@ -32,12 +38,13 @@ async def connect(loopback_pool) -> AsyncIterator[Connect]:
     clients: list[RealtimeClient] = []
 
     async def open_session(path: str = "/v1/realtime?model=gpt-realtime", headers: list[tuple[bytes, bytes]] | None = None,
-                           expect_session: bool = True) -> RealtimeClient:
-        comm = WebsocketCommunicator(application, path, subprotocols=["realtime"], headers=headers or [])
+                           expect_session: bool = True, subprotocols: list[str] | None = None) -> RealtimeClient:
+        subprotocols = subprotocols or ["realtime"]
+        comm = WebsocketCommunicator(application, path, subprotocols=subprotocols, headers=headers or [])
         connected, subprotocol = await comm.connect(timeout=10)
         assert connected
         communicators.append(comm)
-        client = RealtimeClient.over_communicator(comm)
+        client = RealtimeClient.over_communicator(comm, beta=is_beta(headers or [], subprotocols))
         clients.append(client)
         client.subprotocol = subprotocol  # type: ignore[attr-defined]
         client.communicator = comm  # type: ignore[attr-defined]
@@ -51,6 +58,20 @@ async def connect(loopback_pool) -> AsyncIterator[Connect]:
             await comm.disconnect(timeout=10)
         except Exception:  # already closed by the server or the test
             pass
-    records.writer.flush(10)
+    runtime.current().writer.flush(10)
     missing = [event["type"] for client in clients for event in client.received if not event.get("event_id")]
     assert not missing, f"server events without an event_id: {missing}"
+
+
+@pytest.fixture
+def broken_stt(loopback_pool, monkeypatch) -> None:
+    """Every unit's transcriber raises: what a failing STT engine looks like to the session.
+
+    A test mends it with ``monkeypatch.undo()`` (the same ``monkeypatch`` it asks for)."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the STT engine is out of order")
+
+    for unit in loopback_pool.units:
+        stt = next(stage for stage in unit.stages() if stage.name == "stt")
+        monkeypatch.setattr(stt.transcriber, "transcribe", broken)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import websockets
 
 from tests.support.client import RealtimeClient, text_item
+from tests.support.conformance import decode
 from tests.support.server import LiveServer
 
 SESSION_LIMIT_REASON = "All session slots are in use"
@@ -126,6 +127,14 @@ async def test_a_session_after_a_client_vanished_mid_response_gets_nothing_of_it
         server.stop()
 
 
+async def validated(connection) -> AsyncIterator:
+    """The SDK connection's events, each first validated against the SDK's types (the SDK itself only constructs)."""
+    while True:
+        raw = await connection.recv_bytes()
+        decode(raw)
+        yield connection.parse_event(raw)
+
+
 async def test_the_official_openai_sdk_completes_a_conversation(server):
     from openai import AsyncOpenAI
 
@@ -137,7 +146,7 @@ async def test_the_official_openai_sdk_completes_a_conversation(server):
                                                      "instructions": "Answer briefly."})
             await connection.conversation.item.create(item=text_item("hello from the sdk"))
             await connection.response.create()
-            async for event in connection:
+            async for event in validated(connection):
                 seen.append(event.type)
                 if event.type == "error":
                     raise AssertionError(event.error)
@@ -145,7 +154,7 @@ async def test_the_official_openai_sdk_completes_a_conversation(server):
                     done = event.response
                     break
             await connection.response.create(response={"output_modalities": ["audio"]})
-            async for event in connection:
+            async for event in validated(connection):
                 seen.append(event.type)
                 if event.type == "response.output_audio.delta":
                     assert event.delta
@@ -163,3 +172,56 @@ async def test_the_official_openai_sdk_completes_a_conversation(server):
     assert spoken.status == "completed"
     assert "response.output_audio.delta" in seen and "response.output_audio_transcript.done" in seen
     assert spoken.output[0].content[0].transcript == "You said: hello from the sdk."
+
+
+async def test_the_official_openai_sdk_runs_a_transcription_session_and_every_event_validates(server):
+    from openai import AsyncOpenAI
+
+    from tests.support.speech import pcm16_chunks, silence, tone
+
+    client = AsyncOpenAI(api_key="test-key", base_url=f"http://127.0.0.1:{server.port}/v1")
+    seen: list[dict] = []
+    async with asyncio.timeout(30):
+        async with client.realtime.connect(model="gpt-realtime") as connection:
+            await connection.session.update(session={
+                "type": "transcription", "include": ["item.input_audio_transcription.logprobs"],
+                "audio": {"input": {"transcription": {"model": "gpt-4o-transcribe", "language": "en"},
+                                    "turn_detection": {"type": "server_vad", "silence_duration_ms": 200}}}})
+            for chunk in pcm16_chunks(silence(0.3)) + pcm16_chunks(tone(1.0)) + pcm16_chunks(silence(0.5)):
+                await connection.input_audio_buffer.append(audio=chunk)
+            await connection.response.create()  # refused: a transcription session never answers
+            wanted = {"conversation.item.input_audio_transcription.completed", "error"}
+            while not wanted <= {e["type"] for e in seen}:
+                seen.append(decode(await connection.recv_bytes()))
+            completed = next(e for e in seen if e["type"] == "conversation.item.input_audio_transcription.completed")
+            event = connection.parse_event(json.dumps(completed))
+    kinds = [e["type"] for e in seen]
+    assert kinds[:2] == ["session.created", "session.updated"]
+    assert seen[1]["session"]["type"] == "transcription"
+    assert "error" in kinds and not [k for k in kinds if k.startswith("response.")]
+    assert event.type == "conversation.item.input_audio_transcription.completed"
+    assert event.transcript.startswith("audio of") and event.logprobs and event.usage.seconds > 0.9
+
+
+async def test_the_openai_sdks_beta_client_runs_a_beta_transcription_session(server):
+    from openai import AsyncOpenAI
+
+    from tests.support.speech import pcm16_chunks, silence, tone
+
+    # The beta client always says wss:// unless told the WebSocket address.
+    client = AsyncOpenAI(api_key="test-key", base_url=f"http://127.0.0.1:{server.port}/v1",
+                         websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+    seen: list[dict] = []
+    async with asyncio.timeout(30):
+        async with client.beta.realtime.connect(model="gpt-realtime") as connection:  # sends OpenAI-Beta: realtime=v1
+            await connection.transcription_session.update(session={
+                "input_audio_transcription": {"model": "gpt-4o-mini-transcribe", "prompt": "Tones."},
+                "turn_detection": {"type": "server_vad", "silence_duration_ms": 200}})
+            for chunk in pcm16_chunks(silence(0.3)) + pcm16_chunks(tone(1.0)) + pcm16_chunks(silence(0.5)):
+                await connection.input_audio_buffer.append(audio=chunk)
+            while "conversation.item.input_audio_transcription.completed" not in {e["type"] for e in seen}:
+                seen.append(decode(await connection.recv_bytes(), beta=True))
+    kinds = [e["type"] for e in seen]
+    assert kinds[:2] == ["session.created", "transcription_session.updated"]
+    assert seen[1]["session"]["input_audio_transcription"] == {"model": "gpt-4o-mini-transcribe", "prompt": "Tones."}
+    assert "conversation.item.created" in kinds and not [k for k in kinds if k.startswith("response.")]

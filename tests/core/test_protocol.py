@@ -73,7 +73,6 @@ async def test_session_update_in_the_ga_shape_is_applied_and_echoed_with_fields_
         "prompt": {"id": "pmpt_123", "version": "2"},
         "include": ["item.input_audio_transcription.logprobs"],
         "truncation": {"type": "retention_ratio", "retention_ratio": 0.5},
-        "tools": [{"type": "function", "name": "noop", "parameters": {"type": "object"}}],
     }
     updated = await client.update_session(
         instructions="Be terse.", output_modalities=["text"], max_output_tokens=300,
@@ -95,6 +94,7 @@ async def test_session_update_in_the_ga_shape_is_applied_and_echoed_with_fields_
     assert session["audio"]["output"] == {"format": {"type": "audio/pcma"}, "voice": "ash", "speed": 1.1}
     for key, value in passthrough.items():
         assert session[key] == value
+    assert (session["tools"], session["tool_choice"]) == ([], "auto")
 
 
 async def test_session_update_in_the_beta_flat_shape_is_applied(connect):
@@ -141,6 +141,21 @@ async def test_a_beta_client_gets_the_beta_session_shape_and_event_names(connect
     assert not ga_only & set(types(client.received))
 
 
+async def test_a_beta_client_samples_within_the_beta_temperature_range_and_greedy_is_the_default(connect):
+    client = await connect(headers=[(b"openai-beta", b"realtime=v1")])
+    assert client.created["session"]["temperature"] == 0.0  # greedy unless the client asks
+    assert "spoken aloud" in client.created["session"]["instructions"]
+    for bad in (0.3, 1.5):
+        event_id = await client.send("session.update", session={"temperature": bad})
+        error = await client.error()
+        assert (error["code"], error["param"], error["event_id"]) == ("invalid_value", "session.temperature", event_id)
+    event_id = await client.send("response.create", response={"temperature": 2.0, "modalities": ["text"]})
+    error = await client.error()
+    assert (error["code"], error["param"], error["event_id"]) == ("invalid_value", "response.temperature", event_id)
+    await client.send("session.update", session={"temperature": 0.9})
+    assert (await client.until("session.updated"))["session"]["temperature"] == 0.9
+
+
 # --- responses -----------------------------------------------------------------
 
 GA_ORDER_TEXT = ["response.created", "response.output_item.added", "response.content_part.added",
@@ -172,17 +187,21 @@ async def test_a_text_response_comes_in_the_ga_order_and_response_done_carries_t
     assert all(event.get("event_id") for event in client.received)
 
 
-async def test_rate_limits_are_reported_after_each_response(connect):
+async def test_rate_limits_are_reported_at_each_responses_start_with_its_tokens_reserved(connect, loopback_pool):
     client = await connect()
     await client.update_session(output_modalities=["text"])
     await client.send("conversation.item.create", item=text_item("hello there"))
-    await client.send("response.create")
-    await client.until("response.done")
-    update = await client.until("rate_limits.updated")
+    await client.send("response.create", response={"max_output_tokens": 5})
+    events = await client.collect("response.done")
+    kinds = types(events)
+    assert kinds.index("response.created") + 1 == kinds.index("rate_limits.updated")
+    update = events[kinds.index("rate_limits.updated")]
     limits = {limit["name"]: limit for limit in update["rate_limits"]}
-    assert set(limits) == {"requests", "session_seconds"}
+    assert set(limits) == {"requests", "tokens"}
     assert 0 < limits["requests"]["remaining"] <= limits["requests"]["limit"]
-    assert 0 < limits["session_seconds"]["remaining"] <= limits["session_seconds"]["limit"]
+    cap = next(s.max_new_tokens for s in loopback_pool.units[0].stages() if hasattr(s, "max_new_tokens"))
+    assert limits["tokens"] == {"name": "tokens", "limit": cap, "remaining": cap - 5, "reset_seconds": 0.0}
+    assert "rate_limits.updated" not in types(await client.drain())  # not again after response.done
 
 
 async def test_a_silent_user_is_prompted_after_idle_timeout_ms_from_the_end_of_the_answers_audio(connect):
@@ -279,7 +298,7 @@ async def test_committing_an_empty_buffer_is_an_error_and_clear_is_confirmed(con
     error = await client.error()
     assert error["code"] == "input_audio_buffer_commit_empty"
     assert error["type"] == "invalid_request_error"
-    assert event_id
+    assert error["event_id"] == event_id  # found by the pipeline, after parsing: still the client's id
     await client.append(tone(0.2))
     await client.send("input_audio_buffer.clear")
     await client.until("input_audio_buffer.cleared")
@@ -425,11 +444,13 @@ async def test_output_audio_buffer_clear_is_an_error_over_websocket(connect):
 async def test_a_failing_language_model_gives_an_error_and_a_failed_response_and_the_session_goes_on(connect):
     client = await connect()
     await client.update_session(output_modalities=["text"])
-    await client.say_text("fail this one")
+    await client.send("conversation.item.create", item=text_item("fail this one"))
+    event_id = await client.send("response.create")
     events = await client.collect("response.done")
     assert events[-1]["response"]["status"] == "failed"
     errors = [e["error"] for e in events if e["type"] == "error"]
     assert errors and errors[0]["code"] == "response_failed"
+    assert errors[0]["event_id"] == event_id  # the response.create it answers
     await client.say_text("then this one")
     done = (await client.until("response.done"))["response"]
     assert done["status"] == "completed"

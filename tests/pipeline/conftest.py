@@ -13,13 +13,15 @@ import numpy as np
 import pytest
 import websockets
 
+from tests.support.conformance import decode
 from tests.support.server import LiveServer
 from tests.support.speech import pcm16_chunks, silence, spoken
 
 
 @pytest.fixture(scope="module")
 def real_server(tmp_path_factory) -> Iterator[LiveServer]:
-    """``manage.py serve`` with the real default pipeline (Silero, faster-whisper, SmolLM2, Piper), 2 units."""
+    """``manage.py serve`` with the real default models (Silero, Whisper, the LM of pipelines/config.py, Piper),
+    2 units."""
     server = LiveServer(tmp_path_factory.mktemp("real"), env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "2"})
     server.start(ready_timeout=900)
     yield server
@@ -54,7 +56,7 @@ async def connect(server: LiveServer, retry_s: float = 10.0) -> websockets.Clien
     deadline = time.monotonic() + retry_s
     while True:
         ws = await websockets.connect(server.ws, max_size=None, open_timeout=20)
-        created = json.loads(await asyncio.wait_for(ws.recv(), 20))
+        created = decode(await asyncio.wait_for(ws.recv(), 20))
         if created["type"] == "session.created":
             return ws
         await ws.close()
@@ -87,7 +89,7 @@ async def speak(ws: websockets.ClientConnection, samples: np.ndarray, lead_s: fl
 async def collect(ws: websockets.ClientConnection, turn: Turn, until: str, timeout: float) -> Turn:
     deadline = time.monotonic() + timeout
     while True:
-        event = json.loads(await asyncio.wait_for(ws.recv(), max(0.1, deadline - time.monotonic())))
+        event = decode(await asyncio.wait_for(ws.recv(), max(0.1, deadline - time.monotonic())))
         turn.events.append(event)
         turn.arrivals.append(time.monotonic())
         if event["type"] == until:

@@ -47,6 +47,7 @@ def whisper():
 async def test_a_spoken_question_gets_a_spoken_answer_in_the_ga_order(real_server, whisper):
     ws = await connect(real_server)
     try:
+        # Greedy is the session default: the audio check reads the model's likeliest words, not a sample's.
         turn = await speak(ws, question("What is the capital of France?"))
     finally:
         await ws.close()

@@ -10,6 +10,7 @@ import pytest
 from channels.testing import WebsocketCommunicator
 
 from s2s_project.asgi import application
+from tests.support.conformance import decode
 
 
 @pytest.fixture
@@ -37,8 +38,9 @@ async def connect(headers: Iterable[tuple[bytes, bytes]] = (), subprotocols: lis
     return comm, subprotocol
 
 
-async def next_event(comm: WebsocketCommunicator, timeout: float = 5) -> dict[str, Any]:
-    return json.loads(await comm.receive_from(timeout=timeout))
+async def next_event(comm: WebsocketCommunicator, timeout: float = 5, beta: bool = False) -> dict[str, Any]:
+    """The next server event, validated against the openai SDK's types (``beta``: the beta ones)."""
+    return decode(await comm.receive_from(timeout=timeout), beta)
 
 
 async def wait_for(comm: WebsocketCommunicator, kind: str, timeout: float = 10) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -64,10 +66,10 @@ async def close_code(comm: WebsocketCommunicator, timeout: float = 5) -> int:
 @pytest.fixture(autouse=True)
 def _records_written_before_teardown(request):
     """Waits for the record writer before the test database is emptied (no write races the teardown)."""
-    from realtime import records
+    from realtime import runtime
 
     marker = request.node.get_closest_marker("django_db")
     if marker is not None and marker.kwargs.get("transaction"):
         request.getfixturevalue("transactional_db")
     yield
-    records.writer.flush(10)
+    runtime.current().writer.flush(10)

@@ -9,13 +9,15 @@ from typing import Any
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from tests.support.conformance import decode
+
 Event = dict[str, Any]
 
 
 def open_session(url: str, headers: dict[str, str] | None = None) -> tuple[ClientConnection, Event]:
     ws = connect(url, open_timeout=10, close_timeout=5, additional_headers=headers or {}, subprotocols=["realtime"],
                  max_size=None)
-    created = json.loads(ws.recv(timeout=10))
+    created = decode(ws.recv(timeout=10))
     return ws, created
 
 
@@ -42,7 +44,7 @@ def until(ws: ClientConnection, kind: str, timeout: float = 15) -> tuple[Event, 
     seen: list[Event] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        event = json.loads(ws.recv(timeout=max(0.05, deadline - time.monotonic())))
+        event = decode(ws.recv(timeout=max(0.05, deadline - time.monotonic())))
         if event["type"] == kind:
             return event, seen
         seen.append(event)
@@ -66,7 +68,7 @@ def close_code(ws: ClientConnection, timeout: float = 15) -> int | None:
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            ws.recv(timeout=max(0.05, deadline - time.monotonic()))
+            decode(ws.recv(timeout=max(0.05, deadline - time.monotonic())))
     except ConnectionClosed as exc:
         return exc.rcvd.code if exc.rcvd is not None else None
     raise AssertionError(f"the server did not close within {timeout}s")

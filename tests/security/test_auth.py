@@ -10,8 +10,8 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from realtime import auth, records
-from realtime.models import ApiKey, ClientSecret, EndReason, RealtimeSession
+from realtime import auth, runtime
+from realtime.models import ApiKey, ClientSecret, EndReason, RealtimeSession, RefusalCount
 from tests.security.conftest import bearer, close_code, connect, next_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,14 +25,20 @@ async def refused(comm, code="invalid_api_key") -> int:
 
 async def test_a_connection_without_credentials_gets_invalid_api_key_and_1008_and_never_claims_a_unit(
         loopback_pool, auth_on):
+    runtime.current().refusals.flush()  # what earlier tests counted goes to their database, not this one
+    runtime.current().writer.flush()
+    await RefusalCount.objects.all().adelete()
     comm, _ = await connect()
     assert await refused(comm) == 1008
     assert loopback_pool.free_units() == 2
     assert all(unit.sessions_served == 1 for unit in loopback_pool.units)  # the warm-up turn only
     await comm.disconnect()
-    records.writer.flush()
-    rejected = await RealtimeSession.objects.filter(end_reason=EndReason.REJECTED).afirst()
-    assert rejected is not None and rejected.close_code == 1008 and rejected.unit_index is None
+    runtime.current().writer.flush()
+    runtime.current().refusals.flush()
+    runtime.current().writer.flush()
+    assert not await RealtimeSession.objects.filter(end_reason=EndReason.REJECTED).aexists()
+    counted = await RefusalCount.objects.aget(reason="invalid_api_key")
+    assert counted.count == 1 and counted.close_code == 1008
 
 
 async def test_a_wrong_key_and_a_revoked_key_are_refused(loopback_pool, api_key):
@@ -52,7 +58,7 @@ async def test_a_bearer_key_opens_a_session_and_the_session_records_who(loopback
     assert created["type"] == "session.created"
     assert loopback_pool.free_units() == 1
     await comm.disconnect()
-    records.writer.flush()
+    runtime.current().writer.flush()
     session = await RealtimeSession.objects.aget(id=created["session"]["id"])
     assert session.principal == "api_key:tests"
 
@@ -61,7 +67,8 @@ async def test_the_key_subprotocol_is_accepted_and_only_realtime_is_echoed(loopb
     comm, subprotocol = await connect(subprotocols=["realtime", f"openai-insecure-api-key.{api_key}",
                                                     "openai-beta.realtime-v1"])
     assert subprotocol == "realtime"
-    assert (await next_event(comm))["type"] == "session.created"
+    created = await next_event(comm, beta=True)  # the beta subprotocol makes it a beta session
+    assert created["type"] == "session.created" and created["session"]["input_audio_format"] == "pcm16"
     await comm.disconnect()
 
 
@@ -84,7 +91,8 @@ async def test_a_browser_from_another_origin_is_refused(loopback_pool, api_key, 
 
 @pytest.mark.parametrize("origin", ["http://localhost:8000", "http://127.0.0.1:8000", "http://[::1]:8000"])
 async def test_a_browser_from_an_allowed_host_connects(loopback_pool, api_key, origin):
-    comm, _ = await connect(bearer(api_key) + [(b"origin", origin.encode())])
+    host = origin.removeprefix("http://").encode()  # a page of the server itself: same scheme, host and port
+    comm, _ = await connect(bearer(api_key) + [(b"origin", origin.encode()), (b"host", host)])
     assert (await next_event(comm))["type"] == "session.created"
     await comm.disconnect()
 
@@ -142,6 +150,19 @@ async def test_a_client_secret_opens_exactly_one_session_with_its_settings(loopb
     assert secret.used_at is not None and secret.session_id == created["session"]["id"]
 
 
+async def test_a_client_secret_may_open_a_transcription_session(loopback_pool, api_key):
+    from asgiref.sync import sync_to_async
+
+    minted = (await sync_to_async(mint)(api_key, {"session": {
+        "type": "transcription", "audio": {"input": {"transcription": {"model": "gpt-4o-mini-transcribe"}}}}})).json()
+    assert minted["session"]["type"] == "transcription"
+    comm, _ = await connect(subprotocols=["realtime", f"openai-insecure-api-key.{minted['value']}"])
+    session = (await next_event(comm))["session"]
+    assert session["type"] == "transcription"
+    assert session["audio"]["input"]["transcription"] == {"model": "gpt-4o-mini-transcribe"}
+    await comm.disconnect()
+
+
 async def test_an_expired_client_secret_is_refused(loopback_pool, api_key):
     from asgiref.sync import sync_to_async
 
@@ -163,7 +184,7 @@ async def test_a_client_secret_refused_for_lack_of_a_unit_stays_usable(loopback_
     comm, _ = await connect(bearer(value))
     assert await refused(comm, "session_limit_reached") == 1008
     await comm.disconnect()
-    records.writer.flush()
+    runtime.current().writer.flush()
     await holders[0].disconnect()
     comm, _ = await connect(bearer(value))
     assert (await next_event(comm))["type"] == "session.created"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pipelines.unit import UnitState
-from realtime import consumers, records
+from realtime import consumers, runtime
 from realtime.models import EndReason, RealtimeSession
 from tests.security.conftest import close_code, connect, next_event, wait_for
 
@@ -75,7 +75,7 @@ async def test_a_dead_stage_thread_closes_the_session_with_1011_and_the_unit_is_
     assert await close_code(comm) == 1011
     await until_free(loopback_pool, 2)
     assert unit.rebuilds == 1 and unit.healthy()
-    records.writer.flush()
+    runtime.current().writer.flush()
     record = await RealtimeSession.objects.aget(id=session_id)
     assert record.end_reason == EndReason.ERROR and record.close_code == 1011
     # The rebuilt unit serves the next sessions.
@@ -101,7 +101,7 @@ async def test_an_idle_unit_whose_thread_died_is_rebuilt_before_anyone_gets_it(l
 async def test_a_full_send_buffer_closes_the_session_with_1008_and_frees_the_unit(loopback_pool, settings, monkeypatch):
     settings.S2S_SEND_BUFFER_EVENTS = 16
     sent = asyncio.Event()
-    original = consumers.RealtimeConsumer._send_event
+    original = consumers.RealtimeConsumer.send_event
 
     async def slow_send(self, event):  # pipeline output meets a transport that does not drain
         if not event["type"].startswith("response."):
@@ -109,12 +109,12 @@ async def test_a_full_send_buffer_closes_the_session_with_1008_and_frees_the_uni
         sent.set()
         await asyncio.sleep(3600)
 
-    monkeypatch.setattr(consumers.RealtimeConsumer, "_send_event", slow_send)
+    monkeypatch.setattr(consumers.RealtimeConsumer, "send_event", slow_send)
     comm, session_id = await open_session()
     await ask(comm, "slow answer with many words")
     assert await close_code(comm, timeout=15) == 1008
     await until_free(loopback_pool, 2)
-    records.writer.flush()
+    runtime.current().writer.flush()
     record = await RealtimeSession.objects.aget(id=session_id)
     assert record.end_reason == EndReason.SERVER_CLOSED and record.close_code == 1008
 
@@ -134,5 +134,5 @@ async def test_a_consumer_that_crashes_outside_any_handler_still_gives_its_unit_
     with pytest.raises(RuntimeError):
         await comm.receive_output(timeout=5)
     await until_free(loopback_pool, 2)
-    records.writer.flush()
+    runtime.current().writer.flush()
     assert (await RealtimeSession.objects.aget(id=session_id)).end_reason == EndReason.ERROR

@@ -1,6 +1,6 @@
-"""Property-based fuzzing of the event parser, the conversation and the consumer (hypothesis).
+"""Property-based fuzzing of the event parser, the session core and the consumer (hypothesis).
 
-About 8,000 frames go to the parser and the conversation directly and 2,500 to
+About 8,000 frames go to the parser and the session core directly (no transport) and 2,500 to
 the consumer over the ASGI app: no exception escapes, every frame the parser
 rejects is answered with an ``error``, and the session stays usable.
 """
@@ -14,36 +14,37 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from pipelines.ids import new_id
-from realtime.consumers import RealtimeConsumer
-from realtime.conversation import Conversation, Port
-from realtime.events import EventError, parse
-from realtime.session import SessionConfig
+from realtime import runtime
+from realtime.conversation import Port
+from realtime.core import Opening, SessionCore
+from realtime.events import EventError, parse, parse_event
 from tests.security.conftest import connect, next_event
 from tests.security.fuzz_events import frames
 
-VOICES = ("alloy", "ash", "marin")
+
+class NoTransport:
+    """A transport that carries nothing: these frames never leave the session core."""
+
+    async def send_event(self, event: dict) -> None:
+        raise AssertionError("handle() returns its answers; nothing is sent")
+
+    async def close(self, code: int, reason: str) -> None:
+        raise AssertionError("nothing closes")
 
 
 class Session:
-    """The consumer's dispatch without a socket: parse, then session.update or a conversation handler."""
+    """The session core without a socket or a unit: parse, then carry the event out."""
 
     def __init__(self) -> None:
         self.submitted: list[object] = []
-        self.config = SessionConfig(new_id("sess"), "gpt-realtime", VOICES)
-        self.conversation = Conversation(self.config, Port(1, self.submitted.append, lambda _: None), 64 * 1024)
+        opening = Opening(session_id=new_id("sess"), model="gpt-realtime")
+        self.core = SessionCore(runtime.current(), NoTransport(), opening, None,
+                                Port(1, self.submitted.append, lambda _id, _reason: None))
 
     def handle(self, frame: str) -> list[dict]:
-        event = parse(frame)
-        kind = event["type"]
-        if kind in ("session.update", "transcription_session.update"):
-            if "session" not in event:
-                raise EventError("missing_required_parameter", "Missing 'session'.", "session")
-            self.config.update(event["session"], beta=False)
-            self.config.settings()
-            return [{"type": "session.updated", "session": self.config.as_ga()}]
-        if kind == "output_audio_buffer.clear":
-            raise EventError("invalid_value", "WebRTC only", "type")
-        return getattr(self.conversation, RealtimeConsumer.HANDLERS[kind])(event)
+        replies = self.core.handle(parse_event(frame, 64 * 1024))
+        self.core.session.settings()
+        return replies
 
 
 @hsettings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 
 import pytest
 
@@ -86,6 +87,18 @@ async def test_the_session_ends_with_session_expired_and_1008_at_its_maximum_len
             break
         await asyncio.sleep(0.1)
     assert loopback_pool.free_units() == 2
+
+
+async def test_expires_at_is_when_the_maximum_length_ends_the_session(loopback_pool, settings):
+    settings.S2S_MAX_SESSION_SECONDS = 90
+    comm, _ = await connect()
+    created = await next_event(comm)
+    session = created["session"]
+    assert 89 <= session["expires_at"] - time.time() <= 91, session["expires_at"]
+    await comm.send_to(text_data=json.dumps({"type": "session.update", "session": {"type": "realtime"}}))
+    updated, _ = await wait_for(comm, "session.updated")
+    assert updated["session"]["expires_at"] == session["expires_at"]
+    await comm.disconnect()
 
 
 async def test_an_idle_session_ends_with_session_idle_timeout_but_activity_keeps_it(loopback_pool, settings):

@@ -11,6 +11,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from tests.security.live import close_code, turn
+from tests.support.conformance import decode
 from tests.support.server import LiveServer
 
 
@@ -49,11 +50,11 @@ def test_a_minted_client_secret_opens_one_browser_style_session(secured):
     ws = connect(server.ws, subprotocols=["realtime", f"openai-insecure-api-key.{secret}"], open_timeout=10,
                  additional_headers=headers)
     assert ws.subprotocol == "realtime"
-    assert json.loads(ws.recv(timeout=10))["type"] == "session.created"
+    assert decode(ws.recv(timeout=10))["type"] == "session.created"
     assert turn(ws, "hello with a secret")[0]["response"]["status"] == "completed"
     ws.close()
     again = connect(server.ws, subprotocols=["realtime", f"openai-insecure-api-key.{secret}"], open_timeout=10)
-    assert json.loads(again.recv(timeout=10))["error"]["code"] == "invalid_api_key"
+    assert decode(again.recv(timeout=10))["error"]["code"] == "invalid_api_key"
     assert close_code(again) == 1008
     try:
         again.close()

@@ -11,6 +11,7 @@ import time
 import uuid
 
 import psutil
+import pytest
 
 from tests.security.live import close_code, open_session, open_session_once_free, turn, until
 from tests.security.tcp_proxy import TcpProxy
@@ -43,6 +44,31 @@ def test_sigterm_stops_admitting_lets_live_sessions_run_then_closes_them_with_10
         assert server.process.wait(timeout=20) == 0
         row = record(server, created["session"]["id"])
         assert row["end_reason"] == "server_closed" and row["close_code"] == 1001 and row["ended_at"]
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("launcher", ["daphne", "uvicorn"])
+def test_sigterm_ends_live_sessions_as_the_servers_doing_and_writes_their_records(tmp_path, launcher):
+    """The same lifecycle under both launchers: daphne closes with 1001 after the grace period; uvicorn closes
+    live sockets itself (1012) before its lifespan shutdown. Either way the audit says the server ended them."""
+    server = LiveServer(tmp_path, env={"S2S_SHUTDOWN_GRACE_S": "1"}, launcher=launcher).start()
+    try:
+        ws, created = open_session(server.ws)
+        done, _ = turn(ws, "remember this before the restart")
+        assert done["response"]["status"] == "completed"
+        server.process.send_signal(signal.SIGTERM)
+        assert close_code(ws) == {"daphne": 1001, "uvicorn": 1012}[launcher]
+        # uvicorn re-raises the signal once its graceful shutdown is over, so it exits "killed by SIGTERM"
+        assert server.process.wait(timeout=30) == {"daphne": 0, "uvicorn": -signal.SIGTERM}[launcher]
+        assert launcher == "daphne" or "Application shutdown complete" in server.log()
+        session_id = created["session"]["id"]
+        row = record(server, session_id)
+        assert row["end_reason"] == "server_closed" and row["ended_at"], row
+        with sqlite3.connect(server.tmp_dir / "server.sqlite3", timeout=10) as db:
+            texts = [t for (t,) in db.execute("select text from realtime_conversationitem where session_id = ? "
+                                               "order by seq", (session_id,))]
+        assert texts[0] == "remember this before the restart" and len(texts) == 2, texts
     finally:
         server.stop()
 

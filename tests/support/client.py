@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tests.support import conformance
 from tests.support.speech import pcm16_chunks
 
 Event = dict[str, Any]
@@ -44,18 +45,21 @@ class RealtimeClient:
     """Speaks JSON events over a transport given as two coroutines: ``recv(timeout)`` and ``send(text)``.
 
     ``recv(timeout)`` returns the next text frame, ``None`` when nothing came in
-    time, and raises :class:`Closed` when the server closed the socket.
+    time, and raises :class:`Closed` when the server closed the socket. Every event
+    received is validated against the openai SDK's types (``beta``: the beta ones).
     """
 
-    def __init__(self, recv: Callable[[float], Awaitable[str | None]], send: Callable[[str], Awaitable[None]]) -> None:
+    def __init__(self, recv: Callable[[float], Awaitable[str | None]], send: Callable[[str], Awaitable[None]],
+                 beta: bool = False) -> None:
         self._recv, self._send = recv, send
+        self.beta = beta
         self.received: list[Event] = []  # everything, in order, for checks over the whole session
         self._sent = 0
 
     # --- transports -------------------------------------------------------
 
     @classmethod
-    def over_communicator(cls, comm: Any) -> RealtimeClient:
+    def over_communicator(cls, comm: Any, beta: bool = False) -> RealtimeClient:
         """Wraps a connected ``WebsocketCommunicator`` without ever cancelling its application on a timeout."""
 
         async def recv(timeout: float) -> str | None:
@@ -88,7 +92,7 @@ class RealtimeClient:
         async def send(text: str) -> None:
             await comm.send_to(text_data=text)
 
-        return cls(recv, send)
+        return cls(recv, send, beta)
 
     @staticmethod
     def _communicator_text(message: dict[str, Any]) -> str:
@@ -98,7 +102,7 @@ class RealtimeClient:
         return message["text"]
 
     @classmethod
-    def over_websocket(cls, ws: Any) -> RealtimeClient:
+    def over_websocket(cls, ws: Any, beta: bool = False) -> RealtimeClient:
         """Wraps a ``websockets`` (asyncio) client connection."""
         from websockets.exceptions import ConnectionClosed
 
@@ -114,7 +118,7 @@ class RealtimeClient:
         async def send(text: str) -> None:
             await ws.send(text)
 
-        return cls(recv, send)
+        return cls(recv, send, beta)
 
     # --- sending ------------------------------------------------------------
 
@@ -158,7 +162,7 @@ class RealtimeClient:
         text = await self._recv(timeout)
         if text is None:
             return None
-        event = json.loads(text)
+        event = conformance.decode(text, self.beta)
         self.received.append(event)
         return event
 

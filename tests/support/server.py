@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -21,9 +23,14 @@ def free_port() -> int:
 
 
 class LiveServer:
-    """Starts ``manage.py serve`` on 127.0.0.1 with its own SQLite file and environment."""
+    """Starts ``manage.py serve`` (or uvicorn, ``launcher="uvicorn"``) on 127.0.0.1 with its own SQLite file
+    and environment."""
 
-    def __init__(self, tmp_dir: Path, env: dict[str, str] | None = None, port: int | None = None) -> None:
+    def __init__(self, tmp_dir: Path, env: dict[str, str] | None = None, port: int | None = None,
+                 launcher: str = "daphne", open_files: tuple[int, int] | None = None) -> None:
+        """``open_files``: the (soft, hard) limit on open files the server process starts with."""
+        self.launcher = launcher
+        self.open_files = open_files
         self.port = port or free_port()
         self.tmp_dir = tmp_dir
         self.env = {
@@ -54,10 +61,15 @@ class LiveServer:
         if self.env["DATABASE_URL"].startswith("sqlite"):
             self.manage("migrate", "--noinput")
         log = open(self.log_path, "wb")
+        command = {
+            "daphne": [sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            "uvicorn": [sys.executable, "-m", "uvicorn", "s2s_project.asgi:application", "--host", "127.0.0.1",
+                        "--port", str(self.port)],
+        }[self.launcher]
+        limits = self.open_files
         self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-        )
+            command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=None if limits is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limits))
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -79,9 +91,21 @@ class LiveServer:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
 
+    def mint_client_secret(self, key: str) -> str:
+        """An ``ek_`` client secret for a realtime session, minted with the API key ``key``."""
+        request = urllib.request.Request(f"{self.http}/v1/realtime/client_secrets", method="POST",
+                                         data=json.dumps({"session": {"type": "realtime"}}).encode(),
+                                         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())["value"]
+
     def log(self) -> str:
+        """The end of the server's log (5,000 characters)."""
+        return self.full_log()[-5000:]
+
+    def full_log(self) -> str:
         try:
-            return self.log_path.read_text(errors="replace")[-5000:]
+            return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
 

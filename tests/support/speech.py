@@ -26,16 +26,59 @@ def pcm16_chunks(samples: np.ndarray, chunk_ms: int = 20, rate: int = 24000) -> 
     return [base64.b64encode(data[i:i + step]).decode() for i in range(0, len(data), step)]
 
 
-@functools.lru_cache(maxsize=16)
-def spoken(text: str, rate: int = 24000) -> np.ndarray:
-    """``text`` spoken by the packaged Piper voice, as float32 at ``rate``."""
-    engine = _piper()
-    voice = np.concatenate(list(engine.synthesize(text)))
-    return audio.resample(voice, engine.sample_rate, rate)
+@functools.lru_cache(maxsize=32)
+def spoken(text: str, rate: int = 24000, steady: bool = True) -> np.ndarray:
+    """``text`` spoken by the packaged Piper voice, float32 at ``rate``.
+
+    ``steady``: without Piper's random variation, the same audio every run, so that a test's check
+    of what Whisper hears cannot pass or fail by the voice's chance. The benchmarks ask for varied
+    renderings (``steady=False``, a new one after ``spoken.cache_clear()``).
+    """
+    voice = _aligned_piper()
+    samples = np.concatenate([c.audio_float_array for c in voice.synthesize(text, syn_config=_steady() if steady else None)])
+    return audio.resample(samples.astype(np.float32), voice.config.sample_rate, rate)
+
+
+@functools.lru_cache(maxsize=32)
+def spoken_halves(text: str, rate: int = 24000, steady: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``text`` spoken as one sentence, cut at its ``|`` (a word boundary): the two halves, float32 at ``rate``.
+
+    Both halves come from one synthesis, so the first keeps the pitch of a sentence that goes on;
+    a pause put between them is a pause in mid-sentence. ``steady``: without Piper's random
+    variation, the same audio every run (as :func:`spoken`). The cut is found from Piper's phoneme
+    alignments (the word boundary after as many spaces as words before the ``|``).
+    """
+    before, _, after = text.partition("|")
+    if not after:
+        raise ValueError("mark the pause with '|'")
+    voice = _aligned_piper()
+    (chunk,) = list(voice.synthesize(f"{before.strip()} {after.strip()}", syn_config=_steady() if steady else None,
+                                     include_alignments=True))
+    if chunk.phoneme_alignments is None:
+        raise RuntimeError("the Piper voice gave no alignments")
+    words, seen, cut = len(before.split()), 0, 0
+    for alignment in chunk.phoneme_alignments:
+        if alignment.phoneme == " ":
+            seen += 1
+            if seen == words:
+                break
+        cut += alignment.num_samples
+    samples = np.asarray(chunk.audio_float_array, dtype=np.float32)
+    first, second = samples[:cut], samples[cut:]
+    return audio.resample(first, chunk.sample_rate, rate), audio.resample(second, chunk.sample_rate, rate)
 
 
 @functools.lru_cache(maxsize=1)
-def _piper():
-    from pipelines.backends.piper_tts import PiperEngine
+def _aligned_piper():
+    """The packaged Piper voice, patched in memory to report phoneme alignments (needs ``onnx``)."""
+    from piper import PiperVoice
 
-    return PiperEngine()
+    from pipelines.backends.piper_tts import default_voice_path
+
+    return PiperVoice.load(default_voice_path(), include_alignments=True)
+
+
+def _steady():
+    from piper import SynthesisConfig
+
+    return SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)

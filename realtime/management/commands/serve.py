@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from s2s_project.server import serve
+from s2s_project.server import refuse_public_development_key, serve
 
 
 class Command(BaseCommand):
@@ -16,4 +17,8 @@ class Command(BaseCommand):
         parser.add_argument("--no-warmup", action="store_true", help="Skip the synthetic warm-up turn per unit.")
 
     def handle(self, *args: object, **options: object) -> None:
+        try:
+            refuse_public_development_key(str(options["host"]))
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
         serve(str(options["host"]), int(options["port"]), warm=not options["no_warmup"], verbosity=int(options["verbosity"]))

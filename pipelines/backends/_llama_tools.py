@@ -1,0 +1,182 @@
+"""Tool calls on llama.cpp, in the Hermes format of ``pipelines.tool_calls``.
+
+* ``required`` or a named function: the call is certain. Its start goes in the prompt (the
+  head up to the arguments for a named function, ``<tool_call>`` for "required") and
+  llama.cpp's grammar, converted from the JSON Schema, holds what the model writes after it,
+  decoded greedily: the call always parses, names an offered function, and has the schema's
+  keys, types and integer bounds (``_gbnf_bounds``; the bounds of numbers with a fraction are
+  not held, and a schema the converter cannot express, such as a ``$ref`` below the root, is
+  held only to its shape: a JSON object).
+* ``auto``: the model chooses with its first tokens, unconstrained. Text goes on as it came;
+  an answer that opens a call (tagged, or as the bare JSON object small models often write,
+  alone or in a code block) is made again as a ``required`` call, under the grammar above, so a call made by choice
+  parses and matches its schema like a forced one. A call already answered since the user
+  spoke is not made again (``AutoCallStream``).
+* ``none``: the answer opens with a word (``TEXT_FIRST``), never a call.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from pipelines.messages import FunctionTool, ToolChoice
+from pipelines.tool_calls import CALL_CLOSE, CALL_OPEN, CALL_SEPARATOR, CALL_TAIL, CallEnd, CallParser, call_head
+
+logger = logging.getLogger(__name__)
+
+
+class ForcedCall:
+    """A call the response must make: ``head`` goes in the prompt, ``grammar`` (GBNF) holds what the model
+    writes after it, and ``tail`` closes it."""
+
+    def __init__(self, head: str, grammar: str, tail: str) -> None:
+        self.head, self.grammar, self.tail = head, grammar, tail
+
+
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def forced_call(tools: Sequence[FunctionTool], choice: ToolChoice) -> ForcedCall:
+    """A named function: its head up to the arguments, then its schema; "required": the call object of any tool."""
+    if choice.mode == "function":
+        tool = next(tool for tool in tools if tool.name == choice.name)
+        return ForcedCall(call_head(tool.name), _grammar(tool.parameters, ANY_OBJECT), CALL_TAIL)
+
+    def calls(arguments: Callable[[FunctionTool], dict[str, Any]]) -> dict[str, Any]:
+        return {"anyOf": [{"type": "object", "properties": {"name": {"const": tool.name}, "arguments": arguments(tool)},
+                           "required": ["name", "arguments"], "additionalProperties": False} for tool in tools]}
+
+    grammar = _grammar(calls(lambda tool: tool.parameters), calls(lambda tool: ANY_OBJECT), ("name", "arguments"))
+    return ForcedCall(CALL_OPEN + CALL_SEPARATOR, grammar, CALL_SEPARATOR + CALL_CLOSE)
+
+
+def _grammar(schema: dict[str, Any], loose: dict[str, Any], order: tuple[str, ...] = ()) -> str:
+    """llama.cpp's grammar of ``schema``, or of ``loose`` where its converter cannot express ``schema``
+    (``$ref`` outside the root, say): the call then still parses, and names a tool it may call."""
+    grammar = _gbnf(json.dumps(schema, sort_keys=True), order)
+    if grammar is None:
+        grammar = _gbnf(json.dumps(loose, sort_keys=True), order)
+    assert grammar is not None, "the loose schema converts"
+    return grammar
+
+
+@functools.lru_cache(maxsize=64)
+def _gbnf(schema: str, order: tuple[str, ...]) -> str | None:
+    """llama.cpp's GBNF of a JSON Schema (``order``: keys written first), converted once per schema."""
+    from ._gbnf_bounds import json_schema_to_gbnf
+
+    try:
+        return json_schema_to_gbnf(schema, list(order) or None)
+    except Exception as exc:  # the converter raises plain Exceptions for what it cannot express
+        logger.warning("a tool schema llama.cpp cannot express is held only to its shape: %s", exc)
+        return None
+
+
+class ForcedCallStream:
+    """The stream of a forced call: the head (already in the prompt) comes out with the first piece, and
+    the tail once the grammar is done. A call cut by the token limit or a cancel stays unfinished."""
+
+    def __init__(self, stream: Any, call: ForcedCall) -> None:
+        self._stream = stream
+        self._call = call
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def __iter__(self) -> Iterator[str]:
+        head = self._call.head
+        for piece in self._stream:
+            yield head + piece
+            head = ""
+        if self._stream.finish_reason == "stop" and not head:
+            yield self._call.tail
+
+
+# The first token of an answer that must be text: no markup, JSON, code or quote, and no whitespace to hide one behind.
+TEXT_FIRST = r"""root ::= [^<{\[`"' \t\n] .*"""
+BARE_CALL = '{"name"'
+# How an answer may open a call, whitespace aside: the Hermes tag, or the bare JSON object, alone or in a
+# Markdown code block (Qwen2.5-Coder writes that when no system prompt tells it otherwise).
+CALL_OPENINGS = (CALL_OPEN, BARE_CALL, "```json" + BARE_CALL, "```" + BARE_CALL)
+
+
+def _opens_call(compact: str) -> bool:
+    return any(compact.startswith(opening) for opening in CALL_OPENINGS)
+
+
+def answered_calls(messages: Sequence[dict[str, Any]]) -> set[str]:
+    """The calls made since the user's last message (each followed by its result), as ``call_key`` gives them."""
+    calls: set[str] = set()
+    for message in reversed(messages):
+        if message["role"] == "user":
+            break
+        for call in message.get("tool_calls") or ():
+            calls.add(call_key(call["function"]["name"], call["function"]["arguments"]))
+    return calls
+
+
+def call_key(name: str, arguments: Any) -> str:
+    """One call, whatever the spacing and key order of its arguments."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            pass
+    return name + "\n" + json.dumps(arguments, sort_keys=True)
+
+
+class AutoCallStream:
+    """``auto``: the model chooses between text and a call with its first tokens. Text streams as it comes.
+    An answer that opens with a call (``CALL_OPENINGS``) is stopped there and made by ``call``: the
+    ``required`` call under its grammar, its opening in the prompt, so that the call parses and its
+    arguments match the function's schema.
+
+    Once calls have been answered since the user spoke (``answered``), a call is held to its end: a small
+    model reading a result back often writes the same call again, and again. Such a repeat is dropped and
+    the answer made again by ``retry``, which must open with a word."""
+
+    def __init__(self, stream: Any, answered: set[str], retry: Callable[[], Any], call: Callable[[], Any]) -> None:
+        self._stream = stream
+        self._answered = answered
+        self._retry = retry
+        self._call = call
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def __iter__(self) -> Iterator[str]:
+        head = ""
+        pieces = iter(self._stream)
+        for piece in pieces:
+            head += piece
+            compact = "".join(head.split())
+            if _opens_call(compact) or not any(opening.startswith(compact) for opening in CALL_OPENINGS):
+                break  # decided: a call, or text
+        if not _opens_call("".join(head.split())):
+            if head:
+                yield head
+            yield from pieces
+            return
+        close = getattr(pieces, "close", None)
+        if close is not None:
+            close()  # its context goes back before the call's generation takes one
+        self._stream = self._call()
+        if not self._answered:
+            yield from self._stream
+            return
+        text = "".join(self._stream)
+        if self._stream.finish_reason == "stop" and self._repeats(text):
+            logger.info("a call already answered was written again: the answer is made again, as text")
+            self._stream = self._retry()
+            yield from self._stream
+            return
+        yield text
+
+    def _repeats(self, text: str) -> bool:
+        parser = CallParser()
+        return any(isinstance(event, CallEnd) and call_key(event.name, event.arguments) in self._answered
+                   for event in [*parser.feed(text), *parser.finish()])

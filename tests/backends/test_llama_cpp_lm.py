@@ -1,0 +1,298 @@
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import threading
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from pipelines.backends import _assembled
+from pipelines.backends._llama_tools import AutoCallStream, answered_calls, call_key
+from pipelines.backends.llama_cpp_lm import LlamaCppLM, resolve_gguf
+from pipelines.backends.transformers_lm import PromptTooLongError, default_model
+from pipelines.config import FunctionTool, ToolChoice
+from pipelines.tool_calls import CALL_CLOSE, CALL_OPEN, CallEnd, CallParser
+from realtime.session import DEFAULT_INSTRUCTIONS
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+STORY = [{"role": "user", "content": "Write a long story about a dragon and a knight."}]
+BOOKING = [{"role": "user", "content": "Please book a table for four people at seven tonight, the name is Lee."}]
+WEATHER = FunctionTool("get_weather", "The current weather in a city.",
+                       {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+BOOK_TABLE = FunctionTool("book_table", "Book a table at the restaurant.", {
+    "type": "object", "additionalProperties": False, "required": ["name", "party_size", "time"],
+    "properties": {"name": {"type": "string"}, "party_size": {"type": "integer", "minimum": 1, "maximum": 12},
+                   "time": {"type": "string"}}})
+
+
+@pytest.fixture(scope="module")
+def smol() -> LlamaCppLM:
+    """The packaged SmolLM2-135M GGUF on llama.cpp: small and quick, two generation slots."""
+    folder, name = default_model()
+    return LlamaCppLM(str(Path(folder) / name), threads=2, max_contexts=2, n_ctx=1024)
+
+
+@pytest.fixture(scope="module")
+def qwen() -> LlamaCppLM:
+    """The default model, Qwen2.5-Coder-0.5B-Instruct, joined from its packages."""
+    return LlamaCppLM(threads=2, n_ctx=1024)
+
+
+def calls(text: str) -> list[CallEnd]:
+    parser = CallParser()
+    return [event for event in [*parser.feed(text), *parser.finish()] if isinstance(event, CallEnd)]
+
+
+def test_the_default_model_is_joined_from_its_packages_and_answers(qwen):
+    assert Path(qwen.model_path).stat().st_size == _assembled.MODELS["qwen2.5-coder-0.5b-instruct-q4_k_m"].size
+    stream = qwen.generate_stream([{"role": "system", "content": "Answer in one short sentence."}] + QUESTION, 24, 0.0)
+    assert "paris" in "".join(stream).lower()
+    assert stream.finish_reason in {"stop", "length"}
+
+
+def test_the_default_model_calls_an_offered_tool_in_the_hermes_format(qwen):
+    question = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    assert qwen.count_tokens(question, [WEATHER]) > qwen.count_tokens(question) + 20  # the tool is in the prompt
+    text = "".join(qwen.generate_stream(question, 48, 0.0, tools=[WEATHER]))
+    assert CALL_OPEN in text and "get_weather" in text and "Paris" in text, text
+
+
+def test_a_named_function_is_called_with_arguments_of_its_schema(qwen):
+    stream = qwen.generate_stream(BOOKING, 64, 0.8, tools=[WEATHER, BOOK_TABLE],
+                                  tool_choice=ToolChoice("function", "book_table"))
+    text = "".join(stream)
+    [call] = calls(text)
+    assert call.name == "book_table" and stream.finish_reason == "stop", text
+    arguments = json.loads(call.arguments)
+    jsonschema.validate(arguments, BOOK_TABLE.parameters)
+    assert arguments["name"] == "Lee" and arguments["party_size"] == 4
+
+
+def test_required_makes_one_call_of_an_offered_function_on_a_model_whose_template_has_no_tools(smol):
+    text = "".join(smol.generate_stream(BOOKING, 64, 0.8, seed=1, tools=[WEATHER, BOOK_TABLE],
+                                        tool_choice=ToolChoice("required")))
+    [call] = calls(text)
+    tool = {"get_weather": WEATHER, "book_table": BOOK_TABLE}[call.name]
+    assert set(json.loads(call.arguments)) >= set(tool.parameters["required"]), text
+
+
+def test_a_schema_llama_cpp_cannot_express_is_held_to_a_call_that_parses(smol):
+    nested_ref = FunctionTool("note", "Take a note.", {
+        "type": "object", "$defs": {"text": {"type": "string"}},
+        "properties": {"text": {"$ref": "#/$defs/text"}}, "required": ["text"]})
+    text = "".join(smol.generate_stream(BOOKING, 64, 0.0, tools=[nested_ref, WEATHER],
+                                        tool_choice=ToolChoice("required")))
+    [call] = calls(text)
+    assert call.name in {"note", "get_weather"} and isinstance(json.loads(call.arguments), dict), text
+
+
+def test_a_forced_call_cut_by_the_token_limit_stays_unfinished(smol):
+    stream = smol.generate_stream(BOOKING, 3, 0.0, tools=[BOOK_TABLE], tool_choice=ToolChoice("function", "book_table"))
+    text = "".join(stream)
+    assert stream.finish_reason == "length" and text.startswith(CALL_OPEN) and CALL_CLOSE not in text
+    assert calls(text) == []
+
+
+WEATHER_ASKED = [
+    {"role": "system", "content": DEFAULT_INSTRUCTIONS},
+    {"role": "user", "content": "What is the weather like in Paris?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "tool_call_id": "call_1", "name": "get_weather",
+     "content": json.dumps({"city": "Paris", "sky": "sunny", "temperature_c": 21})},
+]
+
+
+def test_the_default_model_reads_a_result_back_in_words_instead_of_calling_again(qwen):
+    stream = qwen.generate_stream(WEATHER_ASKED, 48, 0.0, tools=[WEATHER])
+    text = "".join(stream)
+    assert calls(text) == [] and CALL_OPEN not in text and "{" not in text, text
+    assert "sunny" in text.lower() or "21" in text, text
+
+
+def test_tool_choice_none_answers_in_words(qwen):
+    question = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    text = "".join(qwen.generate_stream(question, 24, 0.0, tools=[WEATHER], tool_choice=ToolChoice("none")))
+    assert text.strip() and calls(text) == [] and CALL_OPEN not in text and not text.lstrip().startswith("{"), text
+
+
+class Scripted:
+    """A finished stream of given pieces; ``closed`` once its reader stopped it."""
+
+    finish_reason = "stop"
+
+    def __init__(self, pieces: list[str]) -> None:
+        self.pieces = pieces
+        self.closed = False
+
+    def __iter__(self):
+        try:
+            yield from self.pieces
+        finally:
+            self.closed = True
+
+
+def never() -> Scripted:
+    raise AssertionError("no second generation was needed")
+
+
+PARIS_CALL = [CALL_OPEN, '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n', CALL_CLOSE]
+
+
+def test_an_answer_that_opens_a_call_is_stopped_and_made_under_the_grammar_and_text_is_left_alone():
+    openings = (["{\n", '"name": "get_weather",\n"arguments": {"city": "Paris"'], [CALL_OPEN, "\n{"],
+                ["```", "json\n{\n", ' "name":', ' "get_weather"'])
+    for opening in openings:
+        free = Scripted(opening + ["}}\n never read"])
+        [call] = calls("".join(AutoCallStream(free, set(), never, lambda: Scripted(PARIS_CALL))))
+        assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Paris"})
+        assert free.closed
+    for pieces in (["It is ", "{sunny} today."], ["```", "python\nprint(1)\n```"]):
+        assert "".join(AutoCallStream(Scripted(pieces), set(), never, never)) == "".join(pieces)
+
+
+def test_the_calls_answered_are_those_since_the_users_last_message():
+    london = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"London"}'}}
+    earlier = [{"role": "user", "content": "And London?"},
+               {"role": "assistant", "content": "", "tool_calls": [london]},
+               {"role": "tool", "tool_call_id": "call_0", "name": "get_weather", "content": "rain"}]
+    assert answered_calls(earlier + WEATHER_ASKED[1:]) == {call_key("get_weather", {"city": "Paris"})}
+    assert answered_calls(WEATHER_ASKED[:2]) == set()
+    assert call_key("f", '{"b": 1, "a": 2}') == call_key("f", {"a": 2, "b": 1})
+
+
+def test_a_call_answered_already_is_made_again_as_words_and_a_new_call_goes_through():
+    answered = {call_key("get_weather", {"city": "Paris"})}
+    again = Scripted(['{"name": "get_weather", ', '"arguments": {"city":  "Paris"}}'])
+    words = AutoCallStream(again, answered, lambda: Scripted(["It is sunny."]), lambda: Scripted(PARIS_CALL))
+    assert "".join(words) == "It is sunny."
+    lyon = [CALL_OPEN, '\n{"name": "get_weather", "arguments": {"city": "Lyon"}}\n', CALL_CLOSE]
+    other = Scripted([CALL_OPEN, '\n{"name": "get_weather", "arguments": {"city": "Ly'])
+    [call] = calls("".join(AutoCallStream(other, answered, never, lambda: Scripted(lyon))))
+    assert json.loads(call.arguments) == {"city": "Lyon"}
+
+
+def test_a_call_the_default_model_makes_by_choice_is_the_required_call_under_the_grammar(qwen):
+    question = [{"role": "user", "content": "Please book a table for four at seven tonight, the name is Lee."}]
+    tools = [WEATHER, BOOK_TABLE]
+    chosen = "".join(qwen.generate_stream(question, 64, 0.0, tools=tools))
+    required = "".join(qwen.generate_stream(question, 64, 0.0, tools=tools, tool_choice=ToolChoice("required")))
+    [call] = calls(chosen)
+    assert chosen == required and call.name == "book_table", chosen
+    jsonschema.validate(json.loads(call.arguments), BOOK_TABLE.parameters)
+
+
+def test_it_streams_an_answer_and_counts_tokens(smol):
+    stream = smol.generate_stream(QUESTION, max_new_tokens=40, temperature=0.0)
+    pieces = list(stream)
+    assert pieces and all(isinstance(p, str) and p for p in pieces)
+    text = "".join(pieces)
+    assert "France" in text  # SmolLM2-135M knows the question, not always the answer (the default model test asks it)
+    assert "<|im_end|>" not in text and "<|im_start|>" not in text
+    assert stream.input_tokens == smol.count_tokens(QUESTION)
+    assert 0 < stream.output_tokens <= 40
+    assert stream.finish_reason in {"stop", "length"}
+
+
+def test_max_new_tokens_bounds_the_answer(smol):
+    stream = smol.generate_stream(STORY, max_new_tokens=5, temperature=0.8, seed=1)
+    list(stream)
+    assert stream.output_tokens == 5
+    assert stream.finish_reason == "length"
+
+
+def test_a_seed_repeats_a_sampled_answer(smol):
+    first = "".join(smol.generate_stream(STORY, 12, 0.8, seed=3))
+    assert "".join(smol.generate_stream(STORY, 12, 0.8, seed=3)) == first
+
+
+def test_cancel_stops_within_one_token(smol):
+    cancel = threading.Event()
+    stream = smol.generate_stream(STORY, max_new_tokens=200, temperature=0.8, cancel=cancel, seed=2)
+    for _ in stream:
+        cancel.set()
+    assert stream.finish_reason == "cancelled"
+    assert stream.output_tokens <= 3  # a piece may wait for a multi-byte character
+
+
+def test_cancel_before_start_generates_nothing(smol):
+    cancel = threading.Event()
+    cancel.set()
+    stream = smol.generate_stream(STORY, max_new_tokens=50, cancel=cancel)
+    assert list(stream) == []
+    assert stream.output_tokens == 0
+
+
+def test_two_threads_generate_independently_on_one_model(smol):
+    prompts = [QUESTION, [{"role": "user", "content": "Name three colors."}]]
+    expected = ["".join(smol.generate_stream(p, 30, 0.0)) for p in prompts]
+    results: dict[int, str] = {}
+
+    def work(i: int) -> None:
+        results[i] = "".join(smol.generate_stream(prompts[i], 30, 0.0))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert [results[0], results[1]] == expected
+    assert smol._made <= smol.max_contexts
+
+
+def test_a_prompt_longer_than_the_context_is_refused(smol):
+    long = [{"role": "user", "content": "word " * (smol.context_length + 10)}]
+    with pytest.raises(PromptTooLongError):
+        smol.generate_stream(long, max_new_tokens=10)
+
+
+def test_a_prefix_reuses_the_previous_turn_and_gives_the_same_answer(smol):
+    prefix = smol.new_prefix_cache()
+    history = [{"role": "system", "content": "Answer briefly."},
+               {"role": "user", "content": "What is the capital of France?"}]
+    first = "".join(smol.generate_stream(history, 16, 0.0, prefix=prefix))
+    history += [{"role": "assistant", "content": first.strip()}, {"role": "user", "content": "And of Italy?"}]
+    plain = "".join(smol.generate_stream(history, 16, 0.0))
+    cached_stream = smol.generate_stream(history, 16, 0.0, prefix=prefix)
+    assert "".join(cached_stream) == plain
+    assert cached_stream.cached_tokens > cached_stream.input_tokens // 2
+
+
+def test_a_prefix_recovers_from_a_prompt_that_diverges(smol):
+    prefix = smol.new_prefix_cache()
+    base = [{"role": "system", "content": "Answer briefly."}]
+    "".join(smol.generate_stream(base + [{"role": "user", "content": "Tell me about cats."}], 12, 0.0, prefix=prefix))
+    other = base + [{"role": "user", "content": "What is two plus two?"}]
+    diverged = smol.generate_stream(other, 12, 0.0, prefix=prefix)
+    assert "".join(diverged) == "".join(smol.generate_stream(other, 12, 0.0))
+    assert 0 < diverged.cached_tokens < smol.count_tokens(other)
+
+
+def test_a_folder_with_one_gguf_or_a_named_file_resolves(tmp_path):
+    folder, name = default_model()
+    assert resolve_gguf(folder, name) == str(Path(folder) / name)
+    assert resolve_gguf(folder) == str(Path(folder) / name)
+    with pytest.raises(FileNotFoundError):
+        resolve_gguf(str(tmp_path))
+
+
+def test_parts_that_do_not_match_the_model_are_refused(tmp_path, monkeypatch):
+    pkg = tmp_path / "pkg"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "data" / "a").write_bytes(b"abc")
+    (pkg / "data" / "b").write_bytes(b"def")
+    spec = _assembled.ChunkedModel("joined.bin", (_assembled.Part("fake_pkg", "data/a"),
+                                                  _assembled.Part("fake_pkg", "data/b")), size=6, sha256="0" * 64)
+    monkeypatch.setitem(_assembled.MODELS, "fake", spec)
+    monkeypatch.setattr(_assembled, "package_dir", lambda _name: pkg)
+    with pytest.raises(ValueError, match="do not match"):
+        _assembled.assembled("fake", tmp_path / "cache")
+    assert not (tmp_path / "cache" / "fake").exists()
+    right = dataclasses.replace(spec, sha256=hashlib.sha256(b"abcdef").hexdigest())
+    monkeypatch.setitem(_assembled.MODELS, "fake", right)
+    folder = _assembled.assembled("fake", tmp_path / "cache")
+    assert (folder / "joined.bin").read_bytes() == b"abcdef"
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["fake"]  # no temp folder left

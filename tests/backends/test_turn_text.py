@@ -1,0 +1,58 @@
+"""The words' end-of-turn check on the packaged SmolLM2-135M-Instruct: finished messages against fragments."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pipelines.backends.turn_text import EndOfTurnLM, words_of
+from pipelines.stages.vad import SEMANTIC_TEXT_FLOOR
+
+pytestmark = pytest.mark.real_models
+
+FLOOR = SEMANTIC_TEXT_FLOOR["auto"]
+
+
+@pytest.fixture(scope="module")
+def reader() -> EndOfTurnLM:
+    return EndOfTurnLM()
+
+
+def test_whisper_s_final_punctuation_is_not_the_speaker_s():
+    assert words_of("I think the answer is... ") == "I think the answer is"
+    assert words_of("Could you book a table for?") == "Could you book a table for"
+    assert words_of("  ") == ""
+
+
+@pytest.mark.parametrize("text", ["What is the capital of France?", "How are you today?", "Is it going to rain this weekend?",
+                                  "What's the weather like tomorrow?"])
+def test_a_finished_message_reads_as_finished(reader, text):
+    assert reader.finished_probability(text) >= FLOOR, text
+
+
+@pytest.mark.parametrize("text", ["I'd like to order a", "Could you book a table for?", "Please remind me to call.",
+                                  "I want to fly from London to...", "The meeting is on.", "So what I need from you is..."])
+def test_a_sentence_cut_in_the_middle_reads_as_unfinished_whatever_whisper_s_punctuation(reader, text):
+    assert reader.finished_probability(text) < FLOOR, text
+
+
+def test_no_words_leave_the_verdict_to_the_sound(reader):
+    assert reader.finished_probability("") == 1.0
+    assert reader.finished_probability("...") == 1.0
+
+
+def test_units_may_ask_at_once(reader):
+    texts = ["What is the capital of France?", "I'd like to order a"] * 3
+    results: dict[int, float] = {}
+
+    def ask(index: int) -> None:
+        results[index] = reader.finished_probability(texts[index])
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    alone = {text: reader.finished_probability(text) for text in set(texts)}
+    assert all(results[i] == pytest.approx(alone[texts[i]], abs=1e-5) for i in range(len(texts)))
