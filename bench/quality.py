@@ -40,6 +40,7 @@ from bench.voice_latency import compare_turns, pct  # noqa: E402
 from pipelines.config import DEFAULT_LM_BACKEND, DEFAULT_STT_MODEL  # noqa: E402
 from realtime.session import DEFAULT_INSTRUCTIONS  # noqa: E402
 from tests.support.server import LiveServer  # noqa: E402
+from tests.support.speech import edit_distance  # noqa: E402
 
 BEGIN, END = "<!-- quality:begin -->", "<!-- quality:end -->"
 RATES = (0.85, 1.0, 1.2)  # Piper length scales: faster, normal, slower speech
@@ -112,15 +113,6 @@ def words(text: str) -> list[str]:
 def right(answer: str, expected: tuple[str, ...]) -> bool:
     said = " " + " ".join(re.sub(r"[^a-z0-9 ]+", " ", answer.lower().replace("-", " ")).split()) + " "
     return any(f" {' '.join(w.replace('-', ' ').split())} " in said for w in expected)
-
-
-def edit_distance(ref: list[str], hyp: list[str]) -> int:
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
-    return row[-1]
 
 
 # --- speech ------------------------------------------------------------------

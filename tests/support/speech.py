@@ -87,11 +87,17 @@ def _steady():
 def word_errors(heard: str, said: str) -> int:
     """Words substituted, dropped or added between what was said and what was heard (case and punctuation
     ignored): the numerator of a word error rate."""
-    heard_words = "".join(c if c.isalnum() else " " for c in heard.lower()).split()
-    said_words = "".join(c if c.isalnum() else " " for c in said.lower()).split()
-    row = list(range(len(heard_words) + 1))
-    for i, word in enumerate(said_words, 1):
+    def words(text: str) -> list[str]:
+        return "".join(c if c.isalnum() else " " for c in text.lower()).split()
+
+    return edit_distance(words(said), words(heard))
+
+
+def edit_distance(said: list[str], heard: list[str]) -> int:
+    """Levenshtein distance between two word lists: substitutions, deletions and insertions."""
+    row = list(range(len(heard) + 1))
+    for i, word in enumerate(said, 1):
         previous, row[0] = row[0], i
-        for j, other in enumerate(heard_words, 1):
+        for j, other in enumerate(heard, 1):
             previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (word != other))
     return row[-1]
