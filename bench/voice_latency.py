@@ -171,6 +171,17 @@ async def compare_turns(urls: dict[str, str], turns: int) -> dict[str, list[dict
 def compare(variants: list[str], turns: int) -> None:
     """``--compare``: the defaults against each ENV=VALUE variant, one server (pool of 1) each, in one run."""
     configs = {"defaults": {}} | {text: dict(pair.split("=", 1) for pair in shlex.split(text)) for text in variants}
+    results, load_before, load_after = compare_configs(configs, turns)
+    print(f"`python bench/voice_latency.py --compare ... --turns {turns}` on {dt.date.today().isoformat()}, "
+          f"{psutil.cpu_count()} CPUs, load average {load_before:.1f} before / {load_after:.1f} after; "
+          "1 session per configuration, turns interleaved.\n")
+    print("\n".join(compare_table(results)))
+
+
+def compare_configs(configs: dict[str, dict[str, str]], turns: int
+                    ) -> tuple[dict[str, list[dict]], float, float]:
+    """Each configuration (a name and its environment) on its own server (pool of 1), their turns interleaved;
+    the turns per configuration and the load average before and after."""
     servers = {}
     try:
         for name, env in configs.items():
@@ -183,15 +194,19 @@ def compare(variants: list[str], turns: int) -> None:
     finally:
         for server in servers.values():
             server.stop()
-    print(f"`python bench/voice_latency.py --compare ... --turns {turns}` on {dt.date.today().isoformat()}, "
-          f"{psutil.cpu_count()} CPUs, load average {load_before:.1f} before / {load_after:.1f} after; "
-          "1 session per configuration, turns interleaved.\n")
-    print("| configuration | turns | v2v p50 | v2v p90 | v2v max | speech_stopped after end of speech p50 |")
-    print("|---|---:|---:|---:|---:|---:|")
+    return results, load_before, load_after
+
+
+def compare_table(results: dict[str, list[dict]]) -> list[str]:
+    """End of speech to first reply audio per configuration, as Markdown table lines."""
+    lines = ["| configuration | turns | v2v p50 | v2v p90 | v2v max | speech_stopped after end of speech p50 |",
+             "|---|---:|---:|---:|---:|---:|"]
     for name, rows in results.items():
         v2v = [r["v2v_s"] * 1000 for r in rows]
-        print(f"| {name} | {len(rows)} | {pct(v2v, 50):.0f} ms | {pct(v2v, 90):.0f} ms | "
-              f"{max(v2v, default=float('nan')):.0f} ms | {pct([r['stopped_s'] * 1000 for r in rows], 50):.0f} ms |")
+        stopped = [r["stopped_s"] * 1000 for r in rows]
+        lines.append(f"| {name} | {len(rows)} | {pct(v2v, 50):.0f} ms | {pct(v2v, 90):.0f} ms | "
+                     f"{max(v2v, default=float('nan')):.0f} ms | {pct(stopped, 50):.0f} ms |")
+    return lines
 
 
 def recorded(db: Path, since: float) -> dict[str, list[float]]:
