@@ -14,7 +14,7 @@ set -euo pipefail
 command=$1 python=$2 version=$3 flags=$4 fallback=${5:-}
 
 wheels() {
-  printf '%s/s2s/wheels/llama-cpp-python-%s-%s' "${XDG_CACHE_HOME:-$HOME/.cache}" "$version" \
+  printf '%s/.cache/s2s/wheels/llama-cpp-python-%s-%s' "$HOME" "$version" \
     "$(printf '%s' "$1" | md5sum | cut -c1-12)"
 }
 
