@@ -4,9 +4,8 @@
   head up to the arguments for a named function, ``<tool_call>`` for "required") and
   llama.cpp's grammar, converted from the JSON Schema, holds what the model writes after it,
   decoded greedily: the call always parses, names an offered function, and has the schema's
-  keys, types and integer bounds (``_gbnf_bounds``; the bounds of numbers with a fraction are
-  not held, and a schema the converter cannot express, such as a ``$ref`` below the root, is
-  held only to its shape: a JSON object).
+  keys, types and numeric bounds (``_gbnf_bounds``; a schema the converter cannot express, such
+  as a ``$ref`` below the root, is held only to its shape: a JSON object).
 * ``auto``: the model chooses with its first tokens, unconstrained. Text goes on as it came;
   an answer that opens a call (tagged, or as the bare JSON object small models often write,
   alone or in a code block) is made again as a ``required`` call, under the grammar above, so a call made by choice
