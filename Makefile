@@ -11,8 +11,8 @@ PORT ?= 8000
 # (scripts/llama_cpp.sh). Not -march=native: on a Xeon that lists AMX, that build's AMX code died with
 # "Illegal instruction". On x86-64 it is built for AVX2, plus AVX-512 where the CPU lists it (prompts evaluate
 # about 1.5 times faster: bench/llama_build.py); set-up runs the default LM on the build, and if that dies it
-# falls back to the AVX2 build. Other flags, checked without a fallback: make setup LLAMA_CMAKE_ARGS="...",
-# e.g. -DGGML_CUDA=on for a GPU.
+# falls back to the AVX2 build. More flags on top (a GPU build): make setup LLAMA_EXTRA_CMAKE_ARGS=-DGGML_CUDA=on.
+# Other flags instead, checked without a fallback: make setup LLAMA_CMAKE_ARGS="...".
 LLAMA_VERSION := $(shell sed -n 's/^llama-cpp-python==//p' requirements.txt)
 X86_64 := $(filter x86_64,$(shell uname -m))
 CPU_FLAGS := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
@@ -21,8 +21,10 @@ LLAMA_AVX512 := $(if $(filter 5,$(words $(filter avx512f avx512cd avx512vl avx51
 	-DGGML_AVX512=ON $(if $(filter avx512_vnni,$(CPU_FLAGS)),-DGGML_AVX512_VNNI=ON) \
 	$(if $(filter avx512_bf16,$(CPU_FLAGS)),-DGGML_AVX512_BF16=ON) \
 	$(if $(filter avx512vbmi,$(CPU_FLAGS)),-DGGML_AVX512_VBMI=ON))
-LLAMA_CMAKE_ARGS ?= $(if $(X86_64),$(strip $(LLAMA_AVX2) $(LLAMA_AVX512)),-DGGML_NATIVE=ON)
-LLAMA_FALLBACK := $(if $(and $(X86_64),$(filter file,$(origin LLAMA_CMAKE_ARGS))),$(LLAMA_AVX2))
+LLAMA_EXTRA_CMAKE_ARGS ?=
+LLAMA_CMAKE_ARGS ?= $(strip $(if $(X86_64),$(LLAMA_AVX2) $(LLAMA_AVX512),-DGGML_NATIVE=ON) $(LLAMA_EXTRA_CMAKE_ARGS))
+LLAMA_FALLBACK := $(strip $(if $(and $(X86_64),$(filter file,$(origin LLAMA_CMAKE_ARGS))),\
+	$(LLAMA_AVX2) $(LLAMA_EXTRA_CMAKE_ARGS)))
 LLAMA := scripts/llama_cpp.sh
 
 $(VENV)/.installed: requirements.txt requirements-models.txt scripts/llama_cpp.sh
