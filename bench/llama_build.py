@@ -43,10 +43,10 @@ lm = llama_cpp.Llama(model_path=default_model_path(), n_ctx=2048, n_threads=thre
                      verbose=False)
 text = " ".join(f"Item {i} is on the list." for i in range(400))
 prompt = lm.tokenize(text.encode())[:prompt_tokens]
-info = llama_cpp.llama_print_system_info().decode()
-features = [part.split("=")[0].strip() for part in info.split("|") if part.strip().endswith("= 1")]
-out = {"lib": llama_cpp.__file__, "features": [f.replace("CPU : ", "") for f in features], "prompt_s": [],
-       "decode_s": []}
+info = llama_cpp.llama_print_system_info().decode().replace("CPU :", "|")  # "CPU : SSE3 = 1 | AVX = 1 | ..."
+pairs = (part.partition("=") for part in info.split("|"))
+features = [name.strip() for name, _, value in pairs if value.strip() == "1"]
+out = {"lib": llama_cpp.__file__, "features": features, "prompt_s": [], "decode_s": []}
 for _ in range(reps):
     lm.reset()
     t0 = time.perf_counter()

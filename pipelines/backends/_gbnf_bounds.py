@@ -122,16 +122,15 @@ def integer_bounds(schema: dict[str, Any], scale: int = 1) -> tuple[int | None, 
     low = None if minimum is None else math.ceil(minimum)
     high = None if maximum is None else math.floor(maximum)
     exclusive_low, exclusive_high = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    above, below = scaled(exclusive_low), scaled(exclusive_high)  # draft 6+: numbers; draft 4's booleans: None
     if exclusive_low is True and low is not None and low == minimum:
         low += 1
-    elif scaled(exclusive_low) is not None:
-        bound = math.floor(scaled(exclusive_low)) + 1
-        low = bound if low is None else max(low, bound)
+    elif above is not None:
+        low = math.floor(above) + 1 if low is None else max(low, math.floor(above) + 1)
     if exclusive_high is True and high is not None and high == maximum:
         high -= 1
-    elif scaled(exclusive_high) is not None:
-        bound = math.ceil(scaled(exclusive_high)) - 1
-        high = bound if high is None else min(high, bound)
+    elif below is not None:
+        high = math.ceil(below) - 1 if high is None else min(high, math.ceil(below) - 1)
     return low, high
 
 
