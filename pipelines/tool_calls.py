@@ -257,3 +257,92 @@ def _partial_suffix(text: str, marker: str) -> int:
         if marker.startswith(text[-size:]):
             return size
     return 0
+
+
+# --- what the user may hear ---------------------------------------------------
+
+MAX_TAG_CHARS = 40
+
+
+class MarkupFilter:
+    """Keeps call markup out of an answer that is heard or shown to the user, as it streams.
+
+    A small model reading a result back may write part of a call as text (``({"name": ...})``, a
+    ``<tool_response>`` tag, a function's name). Whatever the parser did not take as a call is
+    filtered here: JSON objects and arrays (every bracketed span), tags, backticks, a pair of
+    brackets left empty, and the offered functions' names, said as words (``get_weather`` ->
+    "get weather"). A span still open at the end (cut by the token limit) is dropped.
+    """
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self._names = {name: name.replace("_", " ") for name in names}
+        self._depth = 0  # inside {...} or [...]
+        self._tag = ""  # from a "<" until it proves a tag or not
+        self._paren = ""  # an "(" and the spaces after it, until what follows shows it is not left empty
+        self._word = ""  # the word being written, until it ends (a function's name is said as words)
+
+    def feed(self, text: str) -> str:
+        out: list[str] = []
+        for char in text:
+            self._char(char, out)
+        return "".join(out)
+
+    def finish(self) -> str:
+        """What was held back, less an unfinished span or tag."""
+        out: list[str] = []
+        if self._tag and not self._depth:
+            self._emit(self._tag, out)
+        self._depth, self._tag = 0, ""
+        self._flush_word(out)
+        out.append(self._paren)
+        self._paren = ""
+        return "".join(out)
+
+    def _char(self, char: str, out: list[str]) -> None:
+        if self._depth:
+            self._depth += 1 if char in "{[" else -1 if char in "}]" else 0
+            return
+        if self._tag:
+            self._tag += char
+            if char == ">":
+                self._tag = ""  # a tag: dropped
+            elif (len(self._tag) == 2 and not (char.isalpha() or char in "/_|")) or char == "\n" \
+                    or len(self._tag) > MAX_TAG_CHARS:
+                tag, self._tag = self._tag, ""
+                self._emit(tag, out)  # not a tag after all: "a < b"
+            return
+        if char in "{[":
+            self._depth = 1
+        elif char == "<":
+            self._tag = char
+        elif char != "`":
+            self._emit(char, out)
+
+    def _emit(self, text: str, out: list[str]) -> None:
+        for char in text:
+            if char.isalnum() or char == "_":
+                self._word += char
+                continue
+            self._flush_word(out)
+            if self._paren:
+                if char.isspace():
+                    self._paren += char
+                    continue
+                if char == ")":
+                    self._paren = ""  # "()" once its contents were taken out
+                    continue
+                out.append(self._paren)
+                self._paren = ""
+            if char == "(":
+                self._paren = char
+            else:
+                out.append(char)
+
+    def _flush_word(self, out: list[str]) -> None:
+        if not self._word:
+            return
+        if self._paren:
+            out.append(self._paren)
+            self._paren = ""
+        out.append(self._names.get(self._word, self._word))
+        self._word = ""

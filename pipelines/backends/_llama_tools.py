@@ -95,16 +95,37 @@ class ForcedCallStream:
             yield self._call.tail
 
 
-# The first token of an answer that must be text: no markup, JSON, code or quote, and no whitespace to hide one behind.
-TEXT_FIRST = r"""root ::= [^<{\[`"' \t\n] .*"""
+# The first token of an answer that must be text: no markup, JSON, code, quote or bracket, and no whitespace to
+# hide one behind.
+TEXT_FIRST = r"""root ::= [^<{\[(`"' \t\n] .*"""
+# How an answer may open a call, whitespace aside: the Hermes tag, or the bare JSON object in any wrapping small
+# models put around it: a Markdown code block (Qwen2.5-Coder writes that when no system prompt tells it
+# otherwise), a parenthesis, doubled braces (a Qwen2.5 GGUF whose template shows the call as ``{{"name": ...}}``).
+WRAPPERS = ("```json", "```", "(", "[", "{")
 BARE_CALL = '{"name"'
-# How an answer may open a call, whitespace aside: the Hermes tag, or the bare JSON object, alone or in a
-# Markdown code block (Qwen2.5-Coder writes that when no system prompt tells it otherwise).
-CALL_OPENINGS = (CALL_OPEN, BARE_CALL, "```json" + BARE_CALL, "```" + BARE_CALL)
+
+
+def _opening(compact: str) -> tuple[bool, bool]:
+    """(opens a call, may still open one) for the start of an answer with its whitespace taken out."""
+    if compact.startswith(CALL_OPEN):
+        return True, True
+    if CALL_OPEN.startswith(compact):
+        return False, True
+    rest = compact
+    while rest:
+        if rest.startswith(BARE_CALL):
+            return True, True
+        if BARE_CALL.startswith(rest) or any(wrapper.startswith(rest) for wrapper in WRAPPERS):
+            return False, True
+        wrapper = next((w for w in WRAPPERS if rest.startswith(w)), None)
+        if wrapper is None:
+            return False, False
+        rest = rest[len(wrapper):]
+    return False, True
 
 
 def _opens_call(compact: str) -> bool:
-    return any(compact.startswith(opening) for opening in CALL_OPENINGS)
+    return _opening(compact)[0]
 
 
 def answered_calls(messages: Sequence[dict[str, Any]]) -> set[str]:
@@ -130,7 +151,7 @@ def call_key(name: str, arguments: Any) -> str:
 
 class AutoCallStream:
     """``auto``: the model chooses between text and a call with its first tokens. Text streams as it comes.
-    An answer that opens with a call (``CALL_OPENINGS``) is stopped there and made by ``call``: the
+    An answer that opens with a call (``_opening``) is stopped there and made by ``call``: the
     ``required`` call under its grammar, its opening in the prompt, so that the call parses and its
     arguments match the function's schema.
 
@@ -152,8 +173,8 @@ class AutoCallStream:
         pieces = iter(self._stream)
         for piece in pieces:
             head += piece
-            compact = "".join(head.split())
-            if _opens_call(compact) or not any(opening.startswith(compact) for opening in CALL_OPENINGS):
+            opens, undecided = _opening("".join(head.split()))
+            if opens or not undecided:
                 break  # decided: a call, or text
         if not _opens_call("".join(head.split())):
             if head:

@@ -43,6 +43,17 @@ CHATML_TEMPLATE = (
 )
 
 
+# Some Qwen2.5 GGUF conversions (Qwen2.5-Coder-1.5B-Instruct's among them) show the model the call's layout with
+# doubled braces, ``{{"name": ..., "arguments": ...}}``, which the model then copies. The layout its training used
+# (and the tokenizer_config.json of the original model) has single braces.
+DOUBLED_CALL_LAYOUT = '{{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}}'
+
+
+def fixed_template(template: str) -> str:
+    """The chat template with the known conversion slips undone (``DOUBLED_CALL_LAYOUT``)."""
+    return template.replace(DOUBLED_CALL_LAYOUT, DOUBLED_CALL_LAYOUT[1:-1])
+
+
 def default_model_path(cache_dir: str | None = None) -> str:
     """Qwen2.5-Coder-0.5B-Instruct Q4_K_M, joined from its packages on first use."""
     return str(assembled(DEFAULT_MODEL, cache_dir) / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
@@ -95,7 +106,7 @@ class LlamaCppLM:
         self._tokenizer = first
         self.context_length = first.n_ctx()
         meta = first.metadata
-        template = chat_template or meta.get("tokenizer.chat_template") or self._fallback_template(meta)
+        template = fixed_template(chat_template or meta.get("tokenizer.chat_template") or self._fallback_template(meta))
         vocab = first._model
         bos, eos = first.token_bos(), first.token_eos()
         self._bos_id = bos

@@ -16,15 +16,16 @@ from pipelines.messages import (
     TextForSpeech,
 )
 from pipelines.text import SentenceSplitter
-from pipelines.tool_calls import ArgumentsPiece, CallEnd, CallParser, CallStart, Text
+from pipelines.tool_calls import ArgumentsPiece, CallEnd, CallParser, CallStart, MarkupFilter, Text
 
 
 class ResponseOutput:
     """Routes model output: text to TTS (or as text deltas), calls to the session as call messages.
 
-    Call text never reaches TTS: the parser takes it out of the stream, and a
-    call of a function the response did not offer (possible only if the model
-    writes one unconstrained) is dropped whole.
+    Call text never reaches TTS: the parser takes it out of the stream, a call of a
+    function the response did not offer (possible only if the model writes one
+    unconstrained) is dropped whole, and when tools are offered the text itself goes
+    through a ``MarkupFilter`` (what a small model may write of a call as text).
     """
 
     def __init__(self, req: ResponseRequest, turn: str, first_piece_words: int) -> None:
@@ -33,6 +34,7 @@ class ResponseOutput:
         self._splitter = SentenceSplitter(first_words=first_piece_words)
         self._parser = CallParser()
         self._callable = {t.name for t in req.tools} if req.tool_choice.mode != "none" else set()
+        self._filter = MarkupFilter(t.name for t in req.tools) if req.tools else None
         self._open: tuple[str, str, str] | None = None  # item_id, call_id, name of the call being written
         self.text_parts: list[str] = []
         self.calls: list[FunctionCallItem] = []
@@ -51,18 +53,20 @@ class ResponseOutput:
             if completed:
                 yield from self._route(event)
             elif isinstance(event, Text):
-                self.text_parts.append(event.text)
+                self.text_parts.append(self._filter.feed(event.text) if self._filter else event.text)
+        if self._filter is not None:  # what it held back
+            rest = self._filter.finish()
+            if completed:
+                yield from self._user_text(rest)
+            else:
+                self.text_parts.append(rest)
         if completed and self._speak and (rest := self._splitter.flush()):
             yield self._speech(rest)
 
     def _route(self, event: Text | CallStart | ArgumentsPiece | CallEnd) -> Iterator[Message]:
         req, gen, turn = self._req, self._req.generation, self._turn
         if isinstance(event, Text):
-            self.text_parts.append(event.text)
-            if self._speak:
-                yield from (self._speech(sentence) for sentence in self._splitter.feed(event.text))
-            else:
-                yield TextDelta(generation=gen, response_id=req.response_id, delta=event.text, turn=turn)
+            yield from self._user_text(self._filter.feed(event.text) if self._filter else event.text)
         elif isinstance(event, CallStart):
             if event.name not in self._callable:
                 return
@@ -80,6 +84,16 @@ class ResponseOutput:
                 self.calls.append(FunctionCallItem(item_id, call_id, name, event.arguments))
                 yield FunctionCallDone(generation=gen, response_id=req.response_id, item_id=item_id,
                                        call_id=call_id, name=name, arguments=event.arguments, turn=turn)
+
+    def _user_text(self, text: str) -> Iterator[Message]:
+        if not text:
+            return
+        self.text_parts.append(text)
+        if self._speak:
+            yield from (self._speech(sentence) for sentence in self._splitter.feed(text))
+        else:
+            req = self._req
+            yield TextDelta(generation=req.generation, response_id=req.response_id, delta=text, turn=self._turn)
 
     def _speech(self, text: str) -> TextForSpeech:
         req = self._req
