@@ -44,7 +44,8 @@ def says_fact(text: str, fact: int | str) -> bool:
     if isinstance(fact, int):
         digits = r"(?<![\d.])" + re.escape(f"{fact:,}").replace(",", ",?") + r"(?!\d)"
         words = number_words(abs(fact)).replace("-", "[- ]")
-        return bool(re.search(digits, lowered) or re.search(rf"\b{words}\b", lowered))
+        larger = r"(?<!hundred )(?<!thousand )(?<!hundred and )"  # "twenty-one" inside "two hundred twenty-one"
+        return bool(re.search(digits, lowered) or re.search(rf"{larger}\b{words}\b", lowered))
     return any(re.search(rf"\b{re.escape(word.strip())}", lowered) for word in fact.split("|"))
 
 

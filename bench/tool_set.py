@@ -233,7 +233,8 @@ TWO_CALL_REQUESTS: list[Request] = [
     Request("What's the weather in Rome? Then send Bob a message saying bring an umbrella.", "get_weather",
             {"city": "rome"}, then=Call("send_message", {"recipient": "bob", "text": "umbrella"})),
     Request("Book a table for four at Sakura at 19:00, and then text Carla that dinner is at seven.", "book_table",
-            {"restaurant": "sakura", "party_size": 4, "time": "19:00"}, then=Call("send_message", {"recipient": "carla"})),
+            {"restaurant": "sakura", "party_size": 4, "time": "19:00"},
+            then=Call("send_message", {"recipient": "carla"})),
     Request("Convert 5 kilograms to pounds, then set a timer for 30 minutes.", "convert_units",
             {"value": 5, "from_unit": "kilograms", "to_unit": "pounds"}, then=Call("set_timer", {"minutes": 30})),
     Request("Has order 31555 shipped? Then add three apples to my shopping list.", "get_order_status",
@@ -287,7 +288,7 @@ def tool_result(name: str, arguments: dict[str, Any], error: str | None = None) 
                        "shipped|on its way|on the way", "friday")
     if name == "convert_units":
         value, converted = _converted(arguments)
-        return _result({"value": value, "from_unit": text("from_unit", "meters"), "to_unit": text("to_unit", "feet"),
+        return _result({"value": arguments.get("value", value), "from_unit": text("from_unit", "meters"), "to_unit": text("to_unit", "feet"),
                         "result": round(converted, 1)}, int(converted))
     if name == "set_timer":
         minutes = arguments.get("minutes") if isinstance(arguments.get("minutes"), int) else 10
