@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from num2words import num2words
+
 from bench.tool_set import ToolResult
 
 MARKERS = ("{", "}", "[", "]", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
@@ -21,29 +23,14 @@ MARKERS = ("{", "}", "[", "]", "<tool_call>", "</tool_call>", "<tool_response>",
 FAILURE = re.compile(r"\b(sorry|unfortunately|unable|cannot|not|no|error|down|fail(ed|s|ure)?|problem|issue|"
                      r"unavailable|wrong)\b|n't\b|n’t\b", re.IGNORECASE)
 
-_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-         "seventeen eighteen nineteen").split()
-_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
-
-
-def number_words(n: int) -> str:
-    """``n`` (0 to 999,999) in English words, hyphenated as usually written: 21 -> "twenty-one"."""
-    if n < 20:
-        return _ONES[n]
-    if n < 100:
-        return _TENS[n // 10] + ("" if n % 10 == 0 else "-" + _ONES[n % 10])
-    if n < 1000:
-        return _ONES[n // 100] + " hundred" + ("" if n % 100 == 0 else " " + number_words(n % 100))
-    return number_words(n // 1000) + " thousand" + ("" if n % 1000 == 0 else " " + number_words(n % 1000))
-
-
 def says_fact(text: str, fact: int | str) -> bool:
     """Whether ``text`` says ``fact``: a number as digits (21, 21.0, 1,000) or words ("twenty-one", "twenty one"),
     or any of the ``|``-separated words (at a word's start, any case)."""
     lowered = text.lower()
     if isinstance(fact, int):
         digits = r"(?<![\d.])" + re.escape(f"{fact:,}").replace(",", ",?") + r"(?!\d)"
-        words = number_words(abs(fact)).replace("-", "[- ]")
+        words = (re.escape(num2words(fact)).replace(",", ",?").replace(r"\ and\ ", "[- ](and[- ])?")
+                 .replace(r"\ ", "[- ]").replace(r"\-", "[- ]"))  # "six hundred and fifteen", "six-hundred fifteen"
         larger = r"(?<!hundred )(?<!thousand )(?<!hundred and )"  # "twenty-one" inside "two hundred twenty-one"
         return bool(re.search(digits, lowered) or re.search(rf"{larger}\b{words}\b", lowered))
     return any(re.search(rf"\b{re.escape(word.strip())}", lowered) for word in fact.split("|"))
