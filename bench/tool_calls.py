@@ -322,6 +322,8 @@ def spoken_chunks(text: str) -> list[str]:
 def log_row(row: dict[str, Any]) -> None:
     said = " | ".join(f"{'CALL ' if a['followup_call'] else ''}{a['text'][:70]!r}{' MARKUP' if a['markup'] else ''}"
                       for a in row["answers"])
+    if row["steps"] and not row["steps"][0]["calls"]:
+        said = repr(row["steps"][0]["final_text"][:70])
     calls = [c["name"] for s in row["steps"] for c in s["calls"]]
     print(f"{row['model']:10} {row['mode']:6} {row['sessions']:5} {row['kind']:9} {row['first']:15} "
           f"{row['request'][:50]!r} heard {row['heard']!r} calls {calls} -> {said}", file=sys.stderr, flush=True)
