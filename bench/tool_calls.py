@@ -95,6 +95,7 @@ class Response:
     final_text: str = ""
     status: str = ""
     call_s: float | None = None
+    stt_s: float | None = None
     first_audio_s: float | None = None
     done_s: float | None = None
     error: str | None = None
@@ -106,6 +107,7 @@ class Client:
     def __init__(self, ws: websockets.ClientConnection) -> None:
         self.ws = ws
         self.heard: str | None = None  # the server's transcript of the last spoken request
+        self.sent = 0
 
     @classmethod
     async def open(cls, url: str, session: dict[str, Any], primer: bool) -> Client:
@@ -126,8 +128,12 @@ class Client:
             await client.send({"type": "conversation.item.create", "item": item})
         return client
 
-    async def send(self, event: dict[str, Any]) -> None:
-        await self.ws.send(json.dumps(event))
+    async def send(self, event: dict[str, Any]) -> str:
+        """Sends ``event`` with an ``event_id`` of its own (an ``error`` names the event it answers); the id."""
+        self.sent += 1
+        event_id = f"event_bench_{self.sent}"
+        await self.ws.send(json.dumps({"event_id": event_id, **event}))
+        return event_id
 
     async def wait_for(self, kind: str) -> dict[str, Any]:
         while True:
@@ -157,27 +163,28 @@ class Client:
                 "type": "function_call_output", "call_id": call_id, "output": result.output}})
 
     async def respond(self, params: dict[str, Any] | None = None) -> Response:
-        """``response.create`` and the events up to its ``response.done`` (an ``error`` before the response
-        starts ends it too)."""
+        """``response.create`` and the events up to its ``response.done``, or to an ``error`` that refuses it;
+        errors about other events (a result the server refused) are kept in ``error``."""
         started = time.monotonic()
-        await self.send({"type": "response.create", **({"response": params} if params else {})})
-        out, deltas, began = Response(), [], False
+        create = await self.send({"type": "response.create", **({"response": params} if params else {})})
+        out, deltas, errors = Response(), [], []
         while True:
             event = json.loads(await asyncio.wait_for(self.ws.recv(), TIMEOUT_S))
             kind, now = event["type"], time.monotonic() - started
-            if kind == "response.created":
-                began = True
-            elif kind == "conversation.item.input_audio_transcription.completed":
-                self.heard = event["transcript"].strip()
+            if kind == "conversation.item.input_audio_transcription.completed":
+                self.heard, out.stt_s = event["transcript"].strip(), now
             elif kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
                 deltas.append(event["delta"])
             elif kind == "response.output_audio.delta" and out.first_audio_s is None:
                 out.first_audio_s = now
             elif kind == "response.function_call_arguments.done" and out.call_s is None:
                 out.call_s = now
-            elif kind == "error" and not began:
-                out.error, out.status = event["error"].get("message", str(event)), "error"
-                return out
+            elif kind == "error":
+                errors.append(event["error"].get("message") or str(event))
+                out.error = " | ".join(errors)
+                if event["error"].get("event_id") == create:
+                    out.status = "refused"
+                    return out
             elif kind == "response.done":
                 break
         response = event["response"]
@@ -251,7 +258,7 @@ async def one_request(client: Client, request: Request, audio: list[str] | None,
         row["error_told"] = bool(row["answers"]) and row["answers"][0]["in_words"]
     row["results"] = [asdict(r) for r in results]
     row["steps"] = [asdict(s) for s in steps]
-    row["call_s"] = first.call_s
+    row["call_s"], row["stt_s"] = first.call_s, first.stt_s
     return row
 
 
@@ -260,7 +267,7 @@ def failed(request: Request, exc: BaseException) -> dict[str, Any]:
     it counts as missed everywhere it would have counted."""
     logger.error("%r failed: %r", request.text, exc)
     return {"heard": None, "first": "failed", "second": "failed" if request.then else None, "answers": [],
-            "results": [], "steps": [], "call_s": None, "failed": repr(exc),
+            "results": [], "steps": [], "call_s": None, "stt_s": None, "failed": repr(exc),
             **({"two_done": False} if request.then else {})}
 
 
@@ -361,18 +368,41 @@ def group_line(mine: list[dict[str, Any]]) -> str:
             f"{sum(bool(a['markup']) for a in every)}/{len(every)} | {sum(a['followup_call'] for a in every)} | "
             f"{pct(sum(r['two_done'] for r in two), len(two))} | "
             f"{pct(sum(r['error_told'] for r in errors), len(errors))} | "
-            f"{p50_p90([r['call_s'] for r in mine])} | {p50_p90([a['answer_s'] for a in every])} |")
+            f"{p50_p90([r['call_s'] for r in mine])} | {p50_p90([a['answer_s'] for a in every])} | "
+            f"{p50_p90([r.get('stt_s') for r in mine])} |")
+
+
+def aims(mine: list[dict[str, Any]]) -> str:
+    """Whether one row meets the aims, and the figures that miss them."""
+    need = [r for r in mine if r["kind"] != "chat"]
+    chat = [r for r in mine if r["kind"] == "chat"]
+    answers = [a for r in mine for a in r["answers"] if not a["after_error"]]
+    every = [a for r in mine for a in r["answers"]]
+    right = sum(r["first"] == "right" for r in need) / max(1, len(need))
+    false = sum(r["first"] == "false call" for r in chat) / max(1, len(chat))
+    words = sum(a["in_words"] for a in answers) / max(1, len(answers))
+    markup = sum(bool(a["markup"]) for a in every)
+    missed = [text for text, ok in ((f"right first calls {100 * right:.0f} %", right >= 0.9),
+                                    (f"false calls {100 * false:.0f} %", false <= 0.05),
+                                    (f"answers in words {100 * words:.0f} %", words == 1.0 and bool(answers)),
+                                    (f"{markup} with call markup", markup == 0)) if not ok]
+    first = mine[0]
+    return f"{first['model']}, {first['mode']}, {first['sessions']}: " + (
+        "met" if not missed else "not met (" + ", ".join(missed) + ")")
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| model | input | sessions | right first calls | wrong function | wrong arguments | no call | "
              "false calls | answers after a result in words | answers with call markup | follow-up calls (misses) | "
              "two calls completed | error results told | request to finished call p50 / p90 s | "
-             "result to answer audio p50 / p90 s |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "result to answer audio p50 / p90 s | STT p50 / p90 s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["model"], row["mode"], row["sessions"]), []).append(row)
     lines += [group_line(mine) for mine in groups.values()]
+    lines += ["", "Aims (at least 90 % right first calls, at most 5 % false calls, every answer after a result in "
+              "words, none with call markup):", ""] + [f"- {aims(mine)}" for mine in groups.values()]
     examples = [(r["model"], r["mode"], r["request"], a["text"], a["markup"]) for r in rows for a in r["answers"]
                 if a["markup"]]
     if examples:
