@@ -304,7 +304,8 @@ async def run_block(urls: dict[str, str], mode: str, sessions: str, requests: li
                 if sessions == "fresh" or index % args.turns_per_session == 0 or label not in clients:
                     if label in clients:
                         await clients.pop(label).ws.close()
-                    clients[label] = await Client.open(urls[label], session, primer=sessions == "later")
+                    primer = sessions == "later" and args.primer
+                    clients[label] = await Client.open(urls[label], session, primer)
                 row = {"model": label, "mode": mode, "sessions": sessions, "request": request.text,
                        "kind": request.kind}
                 try:
@@ -450,7 +451,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]
     models = model_labels(args.lm_model)
     meta = {"command": " ".join(shlex.quote(a) for a in ["python", "bench/tool_calls.py", *sys.argv[1:]]),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes"), "models": models,
-            "backend": args.lm_backend, "tool_choice": args.tool_choice, "temperature": args.temperature,
+            "backend": args.lm_backend, "primer": args.primer, "tool_choice": args.tool_choice, "temperature": args.temperature,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores", "load_before": os.getloadavg()[0]}
     rows: list[dict[str, Any]] = []
     args.meta = meta
@@ -485,6 +486,9 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["typed", "spoken"], help="typed,spoken")
     parser.add_argument("--sessions", nargs="+", default=["fresh", "later"], help="fresh,later")
     parser.add_argument("--turns-per-session", type=int, default=8, help="requests per later-turns session")
+    parser.add_argument("--primer", action=argparse.BooleanOptionalAction, default=True,
+                        help="later-turns sessions start with an earlier call, its result and answer (--no-primer: "
+                             "the first request of each session is a fresh turn)")
     parser.add_argument("--lm-model", nargs="*", default=[], metavar="PATH",
                         help="the LM model (S2S_LM_MODEL, e.g. a .gguf); two or more are compared on the same "
                              "requests, one server each, interleaved")
