@@ -73,6 +73,7 @@ from tests.support.speech import pcm16_chunks, silence, spoken  # noqa: E402
 logger = logging.getLogger(__name__)
 FUNCTION_NAMES = [tool["name"] for tool in TOOLS]
 TIMEOUT_S = 240.0
+WARM_UP = "Set a timer for 3 minutes for the tea."  # not one of the set's requests
 MAX_ROUNDS = 3  # results given per request: two calls and one spare
 # The earlier turn every later-turns session starts with: a call, its result and a spoken answer.
 PRIMER = [
@@ -242,9 +243,7 @@ async def one_request(client: Client, request: Request, audio: list[str] | None,
             row["second"] = call_verdict(request.then, response.calls[0])
             continue
         text = response.final_text or response.text
-        markup = sorted(set(call_markup(response.text, FUNCTION_NAMES)) | set(call_markup(response.final_text,
-                                                                                           FUNCTION_NAMES)))
-        row["answers"].append({"after_error": results[-1].error, "text": text, "markup": markup,
+        row["answers"].append({"after_error": results[-1].error, "text": text, "markup": markup(asdict(response)),
                                "followup_call": bool(response.calls),
                                "in_words": not response.calls and in_words(text, results[-1], FUNCTION_NAMES),
                                "answer_s": response.first_audio_s})
@@ -260,6 +259,11 @@ async def one_request(client: Client, request: Request, audio: list[str] | None,
     row["steps"] = [asdict(s) for s in steps]
     row["call_s"], row["stt_s"] = first.call_s, first.stt_s
     return row
+
+
+def markup(step: dict[str, Any]) -> list[str]:
+    """The call markup in a response's text: the transcript deltas the client saw and its final item."""
+    return sorted(set(call_markup(step["text"], FUNCTION_NAMES)) | set(call_markup(step["final_text"], FUNCTION_NAMES)))
 
 
 def failed(request: Request, exc: BaseException) -> dict[str, Any]:
@@ -359,6 +363,7 @@ def group_line(mine: list[dict[str, Any]]) -> str:
     count = {v: sum(r["first"] == v for r in need) for v in ("right", "wrong function", "wrong arguments", "no call")}
     answers = [a for r in mine for a in r["answers"] if not a["after_error"]]
     every = [a for r in mine for a in r["answers"]]
+    spoken = [s for r in mine for s in r["steps"] if not s["calls"]]
     two = [r for r in mine if r["kind"] == "two calls"]
     errors = [r for r in mine if "error_told" in r]
     first = mine[0]
@@ -366,7 +371,8 @@ def group_line(mine: list[dict[str, Any]]) -> str:
             f"{count['wrong function']} | {count['wrong arguments']} | {count['no call']} | "
             f"{pct(sum(r['first'] == 'false call' for r in chat), len(chat))} | "
             f"{pct(sum(a['in_words'] for a in answers), len(answers))} | "
-            f"{sum(bool(a['markup']) for a in every)}/{len(every)} | {sum(a['followup_call'] for a in every)} | "
+            f"{sum(bool(a['markup']) for a in every)}/{len(every)} | "
+            f"{sum(bool(markup(s)) for s in spoken)}/{len(spoken)} | {sum(a['followup_call'] for a in every)} | "
             f"{pct(sum(r['two_done'] for r in two), len(two))} | "
             f"{pct(sum(r['error_told'] for r in errors), len(errors))} | "
             f"{p50_p90([r['call_s'] for r in mine])} | {p50_p90([a['answer_s'] for a in every])} | "
@@ -382,11 +388,11 @@ def aims(mine: list[dict[str, Any]]) -> str:
     right = sum(r["first"] == "right" for r in need) / max(1, len(need))
     false = sum(r["first"] == "false call" for r in chat) / max(1, len(chat))
     words = sum(a["in_words"] for a in answers) / max(1, len(answers))
-    markup = sum(bool(a["markup"]) for a in every)
+    marked = sum(bool(markup(s)) for r in mine for s in r["steps"] if not s["calls"])
     missed = [text for text, ok in ((f"right first calls {100 * right:.0f} %", right >= 0.9),
                                     (f"false calls {100 * false:.0f} %", false <= 0.05),
                                     (f"answers in words {100 * words:.0f} %", words == 1.0 and bool(answers)),
-                                    (f"{markup} with call markup", markup == 0)) if not ok]
+                                    (f"{marked} text responses with call markup", marked == 0)) if not ok]
     first = mine[0]
     return f"{first['model']}, {first['mode']}, {first['sessions']}: " + (
         "met" if not missed else "not met (" + ", ".join(missed) + ")")
@@ -394,22 +400,24 @@ def aims(mine: list[dict[str, Any]]) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| model | input | sessions | right first calls | wrong function | wrong arguments | no call | "
-             "false calls | answers after a result in words | answers with call markup | follow-up calls (misses) | "
+             "false calls | answers after a result in words | answers after a result with call markup | "
+             "text responses with call markup (all) | follow-up calls (misses) | "
              "two calls completed | error results told | request to finished call p50 / p90 s | "
              "result to answer audio p50 / p90 s | STT p50 / p90 s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["model"], row["mode"], row["sessions"]), []).append(row)
     lines += [group_line(mine) for mine in groups.values()]
     lines += ["", "Aims (at least 90 % right first calls, at most 5 % false calls, every answer after a result in "
               "words, none with call markup):", ""] + [f"- {aims(mine)}" for mine in groups.values()]
-    examples = [(r["model"], r["mode"], r["request"], a["text"], a["markup"]) for r in rows for a in r["answers"]
-                if a["markup"]]
+    examples = [(r["model"], r["mode"], r["sessions"], r["request"], "after a result" if n else "to the request",
+                 s["final_text"] or s["text"], markup(s))
+                for r in rows for n, s in enumerate(r["steps"]) if not s["calls"] and markup(s)]
     if examples:
-        lines += ["", f"Answers with call markup ({len(examples)}), the first five:", ""]
-        lines += [f"- {model}, {mode}, {request!r} -> {text[:160]!r} (markers: {' '.join(markup)})"
-                  for model, mode, request, text, markup in examples[:5]]
+        lines += ["", f"Text responses with call markup ({len(examples)}), the first five:", ""]
+        lines += [f"- {model}, {mode}, {sessions}, {request!r}, {when}: {text[:160]!r} (markers: {' '.join(markup)})"
+                  for model, mode, sessions, request, when, text, markup in examples[:5]]
     return "\n".join(lines)
 
 
@@ -428,6 +436,20 @@ def model_labels(paths: list[str]) -> dict[str, str | None]:
         return {"default": None}
     names = [Path(p).name for p in paths]
     return {name if names.count(name) == 1 else path: path for name, path in zip(names, paths)}
+
+
+async def warm_up(urls: list[str], session: dict[str, Any]) -> None:
+    """One call and its answer on each server, not counted: the first request pays for loading and compiling."""
+    for url in urls:
+        client = await Client.open(url, session, primer=False)
+        try:
+            first = await client.ask_typed(WARM_UP)
+            if first.calls:
+                await client.give_results([(c["call_id"], tool_result(c["name"], parsed(c["arguments"])))
+                                           for c in first.calls])
+                await client.respond()
+        finally:
+            await client.ws.close()
 
 
 def start_servers(models: dict[str, str | None], backend: str) -> dict[str, LiveServer]:
@@ -458,6 +480,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]
     servers = start_servers(models, args.lm_backend)
     started = time.monotonic()
     try:
+        asyncio.run(warm_up([server.ws for server in servers.values()], session_config(args.tool_choice,
+                                                                                        args.temperature)))
         for sessions in args.sessions:
             for mode in args.modes:
                 asyncio.run(run_block({label: s.ws for label, s in servers.items()}, mode, sessions, requests, args,
