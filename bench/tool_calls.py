@@ -13,7 +13,8 @@ instructions, greedy decoding) and sends each request of the set:
 * fresh sessions (one session per request) and later turns (requests one
   after another in one session of ``--turns-per-session``, which starts with
   an earlier weather call and its answer in the history, so every measured
-  request has a tool call and its result before it).
+  request has a tool call and its result before it; ``--no-primer`` leaves
+  that out).
 
 Every call gets a result back as a client does (``conversation.item.create``
 ``function_call_output``, then ``response.create``): a plausible one for that
@@ -22,16 +23,18 @@ that follows is scored (``bench/tool_scoring.py``): a text answer in words that
 carries a key fact of the result, no call markup in the transcript the client
 sees (and TTS speaks), or another call (right when the request needs a second
 call, else a follow-up call: a miss). A call that needs no answer is given its
-result and the request ends there.
+result and the request ends there. Call markup is also counted in every text
+response, a text answer to the request itself included. Each server first
+answers one uncounted request (loading, grammar compilation).
 
 Counts per model, input and session kind: right first calls (right function
 and expected arguments), wrong function, wrong arguments, no call; false calls
 among the requests that need none; answers after a result in words; answers
-with call markup; follow-up calls; two-call requests completed (both calls
-right, the answer carrying a fact of each result); error results told to the
-user; latency from the request to the finished call (``function_call_arguments
-.done``, STT included when spoken) and from the result to the answer's first
-audio.
+with call markup (and all text responses with it); follow-up calls; two-call
+requests completed (both calls right, the answer carrying a fact of each
+result); error results told to the user; latency from the request to the
+finished call (``function_call_arguments.done``, STT included when spoken),
+from the result to the answer's first audio, and the STT's.
 
 Run: ``python bench/tool_calls.py`` (``--help``; ``--limit 4 --modes typed`` for
 a quick trial; ``--lm-model A.gguf B.gguf`` compares two models on the same
