@@ -1,12 +1,18 @@
-"""The tools and requests of the function-calling benchmarks.
+"""The tools and requests of the function-calling benchmarks, and the results a client gives back.
 
 Seven tools of different shapes (free strings, bounded integers, enums, a
 number, an optional field, a pattern, an array of objects), 32 requests that
-each call one of them with known arguments, and 16 that need no tool.
+each call one of them with known arguments, 16 that need no tool, 8 that need
+two calls in sequence and 8 whose call gets an error back.
+
+:func:`tool_result` is the client's side: a plausible result for any call
+(canned per tool, echoing the call's own arguments where a reply would), with
+the key facts an answer in words should carry.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +142,28 @@ class Request:
     text: str
     tool: str | None = None
     expect: dict[str, Any] = field(default_factory=dict)
+    then: Call | None = None  # the second call, due once the first call's result is back
+    error: str | None = None  # the first call gets ``{"error": error}`` back instead of a result
+
+    @property
+    def kind(self) -> str:
+        """``tool``, ``chat``, ``two calls`` or ``error``."""
+        if self.tool is None:
+            return "chat"
+        return "two calls" if self.then else "error" if self.error else "tool"
+
+    @property
+    def calls(self) -> list[Call]:
+        """The calls the request needs, in order."""
+        return [Call(self.tool, self.expect), *([self.then] if self.then else [])] if self.tool else []
+
+
+@dataclass(frozen=True)
+class Call:
+    """A call a request needs: the function and the arguments that must be right (as in :class:`Request`)."""
+
+    tool: str
+    expect: dict[str, Any] = field(default_factory=dict)
 
 
 TOOL_REQUESTS: list[Request] = [
@@ -191,6 +219,107 @@ CHAT_REQUESTS: list[Request] = [
     Request("What is your name?"),
     Request("Explain what a rainbow is in one sentence."),
 ]
+
+
+TWO_CALL_REQUESTS: list[Request] = [
+    Request("What's the weather in Paris, and then book a table for two at Luigi's at 20:00?", "get_weather",
+            {"city": "paris"}, then=Call("book_table", {"restaurant": "luigi", "party_size": 2, "time": "20:00"})),
+    Request("Check the weather in Oslo and then convert 20 miles to kilometers.", "get_weather", {"city": "oslo"},
+            then=Call("convert_units", {"value": 20, "from_unit": "miles", "to_unit": "kilometers"})),
+    Request("Where is my order 48213? Then text Anna that it is on its way.", "get_order_status",
+            {"order_id": "48213"}, then=Call("send_message", {"recipient": "anna"})),
+    Request("Set a timer for 15 minutes, and then add two lemons to my shopping list.", "set_timer",
+            {"minutes": 15}, then=Call("add_to_shopping_list", {"items": [{"name": "lemon", "quantity": 2}]})),
+    Request("What's the weather in Rome? Then send Bob a message saying bring an umbrella.", "get_weather",
+            {"city": "rome"}, then=Call("send_message", {"recipient": "bob", "text": "umbrella"})),
+    Request("Book a table for four at Sakura at 19:00, and then text Carla that dinner is at seven.", "book_table",
+            {"restaurant": "sakura", "party_size": 4, "time": "19:00"},
+            then=Call("send_message", {"recipient": "carla"})),
+    Request("Convert 5 kilograms to pounds, then set a timer for 30 minutes.", "convert_units",
+            {"value": 5, "from_unit": "kilograms", "to_unit": "pounds"}, then=Call("set_timer", {"minutes": 30})),
+    Request("Has order 31555 shipped? Then add three apples to my shopping list.", "get_order_status",
+            {"order_id": "31555"}, then=Call("add_to_shopping_list", {"items": [{"name": "apple", "quantity": 3}]})),
+]
+
+ERROR_REQUESTS: list[Request] = [
+    Request("What's the weather in Atlantis?", "get_weather", {"city": "atlantis"}, error="city not found"),
+    Request("Book a table for two at Nopa at 20:00.", "book_table",
+            {"restaurant": "nopa", "party_size": 2, "time": "20:00"}, error="the booking system is down"),
+    Request("Where is my order 11111?", "get_order_status", {"order_id": "11111"}, error="order not found"),
+    Request("Send a message to Zed saying hello.", "send_message", {"recipient": "zed"},
+            error="no contact named Zed"),
+    Request("Set a timer for 20 minutes.", "set_timer", {"minutes": 20}, error="the timer service is unavailable"),
+    Request("Add four bananas to my shopping list.", "add_to_shopping_list",
+            {"items": [{"name": "banana", "quantity": 4}]}, error="the shopping list could not be reached"),
+    Request("Convert 12 liters to gallons.", "convert_units",
+            {"value": 12, "from_unit": "liters", "to_unit": "gallons"}, error="the conversion service failed"),
+    Request("Tell me the weather in Lisbon.", "get_weather", {"city": "lisbon"}, error="the weather service is down"),
+]
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What the client sends back for a call (``output``, JSON text) and the key facts an answer should carry:
+    each fact is a number (said as digits or words) or words separated by ``|`` (any of them will do)."""
+
+    output: str
+    facts: tuple[int | str, ...]
+    error: bool = False
+
+
+# Conversion factors to a base unit per dimension (temperatures apart).
+_FACTORS = {"kilometers": 1000.0, "miles": 1609.344, "meters": 1.0, "feet": 0.3048, "kilograms": 1.0,
+            "pounds": 0.45359237, "liters": 1.0, "gallons": 3.785411784}
+
+
+def tool_result(name: str, arguments: dict[str, Any], error: str | None = None) -> ToolResult:
+    """A plausible result for a call of ``name`` (any function, right or wrong), or ``{"error": error}``."""
+    if error:
+        return ToolResult(json.dumps({"error": error}), (), error=True)
+    text = lambda key, default: str(arguments.get(key) or default)  # noqa: E731
+    if name == "get_weather":
+        return _result({"city": text("city", "Paris"), "conditions": "sunny", "temperature": 21, "unit": "celsius"},
+                       "sunny|sun", 21)
+    if name == "book_table":
+        return _result({"status": "confirmed", "restaurant": text("restaurant", "the restaurant"),
+                        "time": text("time", "19:00"), "table": 12}, "confirmed|booked|reserved|reservation", 12)
+    if name == "get_order_status":
+        return _result({"order_id": text("order_id", "48213"), "status": "shipped", "expected_delivery": "Friday"},
+                       "shipped|on its way|on the way", "friday")
+    if name == "convert_units":
+        value, converted = _converted(arguments)
+        return _result({"value": arguments.get("value", value), "from_unit": text("from_unit", "meters"), "to_unit": text("to_unit", "feet"),
+                        "result": round(converted, 1)}, int(converted))
+    if name == "set_timer":
+        minutes = arguments.get("minutes") if isinstance(arguments.get("minutes"), int) else 10
+        return _result({"status": "started", "minutes": minutes, "label": text("label", "timer")},
+                       "started|set|running", minutes)
+    if name == "send_message":
+        recipient = text("recipient", "your contact")
+        return _result({"status": "sent", "recipient": recipient}, "sent|delivered", recipient.split()[0].lower())
+    if name == "add_to_shopping_list":
+        items = arguments.get("items") if isinstance(arguments.get("items"), list) else []
+        names = [str(i.get("name")) for i in items if isinstance(i, dict) and i.get("name")]
+        return _result({"status": "added", "items": names, "items_on_list": 7}, "added|on your list|on the list",
+                       *(n.lower().rstrip("s") for n in names))
+    return _result({"status": "done"}, "done")
+
+
+def _result(output: dict[str, Any], *facts: int | str) -> ToolResult:
+    return ToolResult(json.dumps(output), facts)
+
+
+def _converted(arguments: dict[str, Any]) -> tuple[float, float]:
+    value = arguments.get("value")
+    value = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 1.0
+    source, target = arguments.get("from_unit"), arguments.get("to_unit")
+    if (source, target) == ("celsius", "fahrenheit"):
+        return value, value * 9 / 5 + 32
+    if (source, target) == ("fahrenheit", "celsius"):
+        return value, (value - 32) * 5 / 9
+    if source in _FACTORS and target in _FACTORS:
+        return value, value * _FACTORS[source] / _FACTORS[target]
+    return value, value
 
 
 def arguments_match(expect: dict[str, Any], arguments: dict[str, Any]) -> bool:
