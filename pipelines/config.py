@@ -71,6 +71,7 @@ class SessionSettings:
     # Functions the model may call in responses the server starts itself (after a turn).
     tools: tuple[FunctionTool, ...] = ()
     tool_choice: ToolChoice = ToolChoice()
+    parallel_tool_calls: bool = True
 
 
 @dataclass(frozen=True)

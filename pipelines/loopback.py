@@ -95,7 +95,8 @@ class FakeStream:
 class FakeLanguageModel:
     """Replies "You said: <last user text>." one word at a time; a "slow" user text slows it down.
 
-    With tools: "call NAME ARGS" (ARGS optional JSON) makes it call NAME, and a
+    With tools: "call NAME ARGS" (ARGS optional JSON) makes it call NAME ("call A {}; call B {}": A and B, in
+    parallel, or A alone without ``parallel_tool_calls``), and a
     ``required`` or named tool choice makes it call that tool (or the first) with
     ``{}``; after a tool result (with the choice ``auto``) it answers "The tool said: <result>.". It checks
     nothing against the schemas: it is a fake.
@@ -108,13 +109,17 @@ class FakeLanguageModel:
 
     def generate_stream(self, messages: list[dict[str, Any]], max_new_tokens: int, temperature: float,
                         cancel: object | None = None, tools: Sequence[FunctionTool] = (),
-                        tool_choice: ToolChoice = ToolChoice(), **_options: Any) -> FakeStream:
+                        tool_choice: ToolChoice = ToolChoice(), parallel_tool_calls: bool = True,
+                        **_options: Any) -> FakeStream:
         last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         if last_user.startswith("fail"):
             raise RuntimeError("the fake language model was asked to fail")
         words = f"You said: {last_user}.".split()
         answered = bool(messages) and messages[-1]["role"] == "tool"  # a result to read, not a call to repeat
-        call = None if answered and tool_choice.mode == "auto" else self._call(last_user, tools, tool_choice)
+        requests = last_user.split("; ") if parallel_tool_calls else last_user.split("; ")[:1]
+        calls = [] if answered and tool_choice.mode == "auto" else [
+            call for text in requests if (call := self._call(text, tools, tool_choice)) is not None]
+        call = "\n".join(calls) or None
         if call is not None:
             words = call.split(" ")
         elif answered:

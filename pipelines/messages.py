@@ -105,6 +105,7 @@ class ResponseRequest(Downstream):
     # Functions the model may call, and whether it must (see pipelines/tools.py to build them).
     tools: tuple[FunctionTool, ...] = ()
     tool_choice: ToolChoice = ToolChoice()
+    parallel_tool_calls: bool = True  # several calls in one response
 
     @classmethod
     def from_settings(cls, settings: SessionSettings, generation: int, **overrides: Any) -> ResponseRequest:
@@ -114,6 +115,7 @@ class ResponseRequest(Downstream):
             "output_modalities": settings.output_modalities, "max_output_tokens": settings.max_output_tokens,
             "voice": settings.voice, "output_format": settings.output_format, "temperature": settings.temperature,
             "tools": settings.tools, "tool_choice": settings.tool_choice,
+            "parallel_tool_calls": settings.parallel_tool_calls,
         }
         return cls(generation=generation, **{**fields, **overrides})
 

@@ -51,6 +51,11 @@ def call_head(name: str) -> str:
 CALL_TAIL = "}\n" + CALL_CLOSE
 
 
+def call_text(name: str, arguments: str) -> str:
+    """One call as the model writes it."""
+    return call_head(name) + arguments + CALL_TAIL
+
+
 def tool_schema(tool: FunctionTool) -> dict[str, Any]:
     """The tool in the shape chat templates take (``tools=`` of ``apply_chat_template``)."""
     return {"type": "function",

@@ -122,6 +122,11 @@ class Conversation:
             raise EventError("item_not_found", f"Item with id '{previous}' not found.", "previous_item_id")
         if item.id is not None and item.id in self.items:
             raise EventError("invalid_value", f"Item with id '{item.id}' already exists.", "item.id")
+        if item.type == "function_call_output" and not any(
+                stored.get("type") == "function_call" and stored.get("call_id") == item.call_id
+                for stored in self.items.values()):
+            raise EventError("invalid_value", f"Tool call ID '{item.call_id}' not found in conversation: a "
+                             "function_call_output answers a function_call item of this conversation.", "item.call_id")
         size = self._check_item(item, "item")
         if len(self.items) >= self.caps.max_items:
             raise EventError("conversation_too_large", f"The conversation holds {len(self.items)} items, the limit is "

@@ -99,6 +99,7 @@ class SessionConfig:
         self.audio_produced = False  # once true, the voice and the model are fixed (as the API has it)
         self.tools: tuple[FunctionTool, ...] = ()
         self.tool_choice = ToolChoice()
+        self.parallel_tool_calls = True
         self.extra: dict[str, Any] = {"tracing": None, "prompt": None, "truncation": "auto"}
 
     @property
@@ -151,6 +152,8 @@ class SessionConfig:
         if s.get("tools") is not None or s.get("tool_choice") is not None:
             self.tools, self.tool_choice = parse_tools(s.get("tools"), s.get("tool_choice"), self.tools,
                                                        self.tool_choice, "session")
+        if "parallel_tool_calls" in s and s["parallel_tool_calls"] is not None:
+            self.parallel_tool_calls = check_type(s["parallel_tool_calls"], bool, "session.parallel_tool_calls")
         if "include" in s:
             self.include = parse_include(s["include"], "session.include")
         for key in PASSTHROUGH:
@@ -255,6 +258,9 @@ class SessionConfig:
         if params.get("tools") is not None or params.get("tool_choice") is not None:
             options["tools"], options["tool_choice"] = parse_tools(params.get("tools"), params.get("tool_choice"),
                                                                    self.tools, self.tool_choice, "response")
+        if params.get("parallel_tool_calls") is not None:
+            options["parallel_tool_calls"] = check_type(params["parallel_tool_calls"], bool,
+                                                        "response.parallel_tool_calls")
         return ResponseOptions(
             out_of_band=optional(params, "conversation", str, "response.conversation", "auto") == "none",
             metadata=params.get("metadata"), input=params.get("input"), overrides=options)
@@ -282,7 +288,7 @@ class SessionConfig:
             transcription_logprobs=self.logprobs,
             transcription_language=(self.transcription or {}).get("language"),
             transcription_prompt=(self.transcription or {}).get("prompt"),
-            tools=self.tools, tool_choice=self.tool_choice,
+            tools=self.tools, tool_choice=self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
         )
 
     # --- echo ---------------------------------------------------------------
@@ -302,6 +308,7 @@ class SessionConfig:
             "max_output_tokens": self.max_output_tokens, "include": self.include,
             "expires_at": self.expires_at, "tools": [tool_parsing.tool_to_json(t) for t in self.tools],
             "tool_choice": tool_parsing.tool_choice_to_json(self.tool_choice),
+            "parallel_tool_calls": self.parallel_tool_calls,
             **{k: v for k, v in self.extra.items() if k not in ("speed", "client_secret")},
         }
 

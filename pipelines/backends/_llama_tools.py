@@ -19,11 +19,11 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pipelines.messages import FunctionTool, ToolChoice
-from pipelines.tool_calls import CALL_CLOSE, CALL_OPEN, CALL_SEPARATOR, CALL_TAIL, CallEnd, CallParser, call_head
+from pipelines.tool_calls import CALL_CLOSE, CALL_OPEN, CALL_SEPARATOR, CALL_TAIL, CallEnd, CallParser, call_head, call_text
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +93,49 @@ class ForcedCallStream:
             head = ""
         if self._stream.finish_reason == "stop" and not head:
             yield self._call.tail
+
+
+MAX_PARALLEL_CALLS = 8
+
+
+class CallSequence:
+    """Calls in parallel (``parallel_tool_calls``): after each finished call, ``next_call`` is given all that
+    was written so far and returns the stream of the next call when the model opens another one (it may
+    end instead), so one response makes up to ``limit`` calls in the Hermes layout, one after the other."""
+
+    def __init__(self, first: Any, next_call: Callable[[str], Any | None], limit: int = MAX_PARALLEL_CALLS) -> None:
+        self._stream = first
+        self._next = next_call
+        self._limit = limit
+        self.output_tokens = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def __iter__(self) -> Iterator[str]:
+        written = ""
+        for count in range(1, self._limit + 1):
+            for piece in self._stream:
+                written += piece
+                yield piece
+            self.output_tokens += self._stream.output_tokens
+            if self._stream.finish_reason != "stop" or count == self._limit:
+                return
+            following = self._next(written)
+            if following is None:
+                return
+            self._stream = following
+
+
+def opens_another(pieces: Iterable[str]) -> bool:
+    """Whether the model, after a finished call, opens another one (it may end, or write text, instead)."""
+    head = ""
+    for piece in pieces:
+        head += piece
+        opens, undecided = _opening("".join(head.split()))
+        if opens or not undecided:
+            return opens
+    return False
 
 
 # The first token of an answer that must be text: no markup, JSON, code, quote or bracket, and no whitespace to
@@ -189,14 +232,22 @@ class AutoCallStream:
             yield from self._stream
             return
         text = "".join(self._stream)
-        if self._stream.finish_reason == "stop" and self._repeats(text):
-            logger.info("a call already answered was written again: the answer is made again, as text")
-            self._stream = self._retry()
-            yield from self._stream
+        if self._stream.finish_reason != "stop":
+            yield text
             return
-        yield text
+        calls = self._calls(text)
+        new = [call for call in calls if call_key(call.name, call.arguments) not in self._answered]
+        if len(new) == len(calls):
+            yield text
+            return
+        if new:  # of calls in parallel, those already answered are dropped
+            yield "\n".join(call_text(call.name, call.arguments) for call in new)
+            return
+        logger.info("a call already answered was written again: the answer is made again, as text")
+        self._stream = self._retry()
+        yield from self._stream
 
-    def _repeats(self, text: str) -> bool:
+    @staticmethod
+    def _calls(text: str) -> list[CallEnd]:
         parser = CallParser()
-        return any(isinstance(event, CallEnd) and call_key(event.name, event.arguments) in self._answered
-                   for event in [*parser.feed(text), *parser.finish()])
+        return [event for event in [*parser.feed(text), *parser.finish()] if isinstance(event, CallEnd)]

@@ -13,8 +13,8 @@ compiled once for the tokenizer (xgrammar caches compiled grammars):
 Each call is ``<tool_call>\\n{"name": "NAME", "arguments": ARGS}\\n</tool_call>``
 with ARGS matching the function's JSON Schema, so a response is either spoken
 text or a call, never both, and the arguments always parse and validate.
-One call per response: the model makes its next call in the response that
-follows the result (a small model allowed several repeats the first).
+One call per response unless ``parallel`` (``parallel_tool_calls``): then the
+model may write further calls after the first, separated by a newline.
 Inside a call, decoding is greedy (arguments are data, not prose).
 """
 
@@ -34,7 +34,7 @@ MAX_JSON_WHITESPACE = 1
 COMPILED_CACHE_BYTES = 64 * 1024 * 1024
 
 
-def structural_tag(tools: Sequence[FunctionTool], choice: ToolChoice) -> dict[str, Any]:
+def structural_tag(tools: Sequence[FunctionTool], choice: ToolChoice, parallel: bool = False) -> dict[str, Any]:
     """The xgrammar structural tag (as JSON) of ``tools`` under ``choice``."""
     text = {"type": "any_text", "excludes": [CALL_OPEN]}
     if choice.mode == "none" or not tools:
@@ -45,7 +45,7 @@ def structural_tag(tools: Sequence[FunctionTool], choice: ToolChoice) -> dict[st
         "tags": [_tag(tool) for tool in chosen],
         "separator": CALL_SEPARATOR,
         "at_least_one": True,
-        "stop_after_first": True,
+        "stop_after_first": not parallel or choice.mode == "function",
     }
     if choice.mode in ("required", "function"):
         return {"type": "structural_tag", "format": calls}
@@ -83,8 +83,8 @@ class ToolGrammars:
         self._lock = threading.Lock()
         self._tokenizer = tokenizer
 
-    def constraint(self, tools: Sequence[FunctionTool], choice: ToolChoice) -> ToolConstraint:
-        tag = json.dumps(structural_tag(tools, choice), sort_keys=True)
+    def constraint(self, tools: Sequence[FunctionTool], choice: ToolChoice, parallel: bool = False) -> ToolConstraint:
+        tag = json.dumps(structural_tag(tools, choice, parallel), sort_keys=True)
         with self._lock:  # the compiler's cache is filled under one lock; matching runs unlocked
             compiled = self._compiler.compile_structural_tag(tag)
         calls_only = bool(tools) and choice.mode in ("required", "function")

@@ -21,7 +21,16 @@ from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.tool_calls import plain_messages, tool_schema
 
 from ._assembled import assembled
-from ._llama_tools import TEXT_FIRST, AutoCallStream, ForcedCallStream, answered_calls, forced_call
+from ._llama_tools import (
+    TEXT_FIRST,
+    AutoCallStream,
+    CallSequence,
+    ForcedCall,
+    ForcedCallStream,
+    answered_calls,
+    forced_call,
+    opens_another,
+)
 from ._lm_stream import REPETITION_PENALTY, TOP_K, TOP_P
 from .transformers_lm import PromptTooLongError
 
@@ -74,6 +83,9 @@ def resolve_gguf(model_path: str | None, gguf_file: str | None = None, cache_dir
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")
     return str(path)
+
+
+MIN_CALL_TOKENS = 16  # calls in parallel: another is not begun with fewer tokens left than this
 
 
 class LlamaPrefix:
@@ -175,35 +187,63 @@ class LlamaCppLM:
     def generate_stream(self, messages: list[dict[str, Any]], max_new_tokens: int, temperature: float = 0.8,
                         cancel: threading.Event | None = None, seed: int | None = None,
                         prefix: LlamaPrefix | None = None, tools: Sequence[FunctionTool] = (),
-                        tool_choice: ToolChoice = ToolChoice()) -> LlamaCppStream | ForcedCallStream | AutoCallStream:
+                        tool_choice: ToolChoice = ToolChoice(), parallel_tool_calls: bool = True,
+                        ) -> LlamaCppStream | ForcedCallStream | AutoCallStream | CallSequence:
         """Tool calls are written in the Hermes format of ``pipelines.tool_calls``; how each ``tool_choice``
-        is held on this engine: ``pipelines.backends._llama_tools``."""
+        is held on this engine: ``pipelines.backends._llama_tools``. With ``parallel_tool_calls`` a response
+        that calls a tool (``auto`` or ``required``) may call several, one after the other."""
         prompt_ids = self.encode_chat(messages, tools)
         room = self.context_length - len(prompt_ids)
         if room <= 0:
             raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens, context is {self.context_length}")
 
-        def stream(**grammars: str | None) -> LlamaCppStream:
-            return LlamaCppStream(self, prompt_ids, min(max_new_tokens, room), temperature, cancel, seed, prefix,
-                                  **grammars)
-
-        def call(choice: ToolChoice) -> ForcedCallStream:
-            forced = forced_call(tools, choice)
-            ids = prompt_ids + self._tokenizer.tokenize(forced.head.encode(), add_bos=False, special=True)
+        def stream(ids: list[int] = prompt_ids, max_tokens: int = max_new_tokens, **grammars: str | None
+                   ) -> LlamaCppStream:
             left = self.context_length - len(ids)
             if left <= 0:
                 raise PromptTooLongError(f"prompt has {len(ids)} tokens, context is {self.context_length}")
-            return ForcedCallStream(LlamaCppStream(self, ids, min(max_new_tokens, left), temperature, cancel, seed,
-                                                   prefix, grammar=forced.grammar), forced)
+            return LlamaCppStream(self, ids, min(max_tokens, left), temperature, cancel, seed, prefix, **grammars)
+
+        def call(choice: ToolChoice, written: str = "") -> ForcedCallStream:
+            forced = forced_call(tools, choice)
+            if written:  # the next of calls in parallel
+                forced = ForcedCall("\n" + forced.head, forced.grammar, forced.tail)
+            ids = prompt_ids + self._tokens(written + forced.head)
+            return ForcedCallStream(stream(ids, max_new_tokens - self._tokens_in(written), grammar=forced.grammar),
+                                    forced)
+
+        def calls(choice: ToolChoice) -> ForcedCallStream | CallSequence:
+            if not parallel_tool_calls or choice.mode == "function":
+                return call(choice)
+
+            def next_call(written: str) -> ForcedCallStream | None:
+                if max_new_tokens - self._tokens_in(written) < MIN_CALL_TOKENS:
+                    return None
+                probe = stream(prompt_ids + self._tokens(written), 4)
+                pieces = iter(probe)
+                try:
+                    if not opens_another(pieces):
+                        return None
+                finally:
+                    pieces.close()  # its context goes back before the next call's generation takes one
+                return call(choice, written)
+
+            return CallSequence(call(choice), next_call)
 
         if not tools:
             return stream()
         if tool_choice.mode in ("required", "function"):
-            return call(tool_choice)
+            return calls(tool_choice)
         if tool_choice.mode == "none":
             return stream(first=TEXT_FIRST)
         return AutoCallStream(stream(), answered_calls(messages), lambda: stream(first=TEXT_FIRST),
-                              lambda: call(ToolChoice("required")))
+                              lambda: calls(ToolChoice("required")))
+
+    def _tokens(self, text: str) -> list[int]:
+        return self._tokenizer.tokenize(text.encode(), add_bos=False, special=True) if text else []
+
+    def _tokens_in(self, text: str) -> int:
+        return len(self._tokens(text))
 
     def new_prefix_cache(self) -> LlamaPrefix:
         return LlamaPrefix()

@@ -91,7 +91,7 @@ class OpenAIChatLM:
 
     def generate_stream(self, messages: list[dict[str, Any]], max_new_tokens: int, temperature: float = 0.8,
                         cancel: Any = None, seed: int | None = None, tools: Sequence[Any] = (),
-                        tool_choice: Any = None, **_options: Any) -> OpenAIStream:
+                        tool_choice: Any = None, parallel_tool_calls: bool = True, **_options: Any) -> OpenAIStream:
         request: dict[str, Any] = {
             "model": self.model, "messages": wire_messages(messages), "max_tokens": max_new_tokens,
             "temperature": temperature, "stream": True, "stream_options": {"include_usage": True},
@@ -102,6 +102,7 @@ class OpenAIChatLM:
             request["tools"] = [tool_param(t) for t in tools]
             if tool_choice is not None:
                 request["tool_choice"] = tool_choice_param(tool_choice)
+            request["parallel_tool_calls"] = parallel_tool_calls
         return OpenAIStream(self, request, cancel)
 
 

@@ -140,6 +140,7 @@ class TransformersLM:
         prefix: PrefixCache | None = None,
         tools: Sequence[FunctionTool] = (),
         tool_choice: ToolChoice = ToolChoice(),
+        parallel_tool_calls: bool = True,
     ) -> LMStream:
         """An ``LMStream``: iterate it for text pieces, then read its token counts.
 
@@ -162,7 +163,7 @@ class TransformersLM:
             cancel=cancel,
             seed=seed,
             prefix=prefix,
-            constraint=self.tool_grammars.constraint(tools, tool_choice) if tools else None,
+            constraint=self.tool_grammars.constraint(tools, tool_choice, parallel_tool_calls) if tools else None,
         )
 
     def new_prefix_cache(self) -> PrefixCache:

@@ -227,7 +227,7 @@ class LmStage(Stage):
             own_prompt = req.out_of_band or req.extra_input is not None
             options: dict[str, Any] = {"prefix": self._prefix} if self._prefix is not None and not own_prompt else {}
             if req.tools:
-                options.update(tools=req.tools, tool_choice=req.tool_choice)
+                options.update(tools=req.tools, tool_choice=req.tool_choice, parallel_tool_calls=req.parallel_tool_calls)
             stream = self.model.generate_stream(self._messages(req, cancel), self._max_tokens(req), req.temperature,
                                                 cancel, **options)
             for piece in self._pieces(stream, cancel):

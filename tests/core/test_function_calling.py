@@ -91,18 +91,18 @@ async def test_a_function_call_output_and_response_create_give_a_spoken_answer_t
     call = events[-1]["response"]["output"][0]
 
     await client.send("conversation.item.create", item={"type": "function_call_output", "call_id": call["call_id"],
-                                                         "output": '{"temperature_c": 21}'})
+                                                         "output": "sunny and 21 degrees"})
     added = await client.until("conversation.item.added")
     assert added["previous_item_id"] == call["id"]
     assert {k: added["item"][k] for k in ("type", "call_id", "output", "status")} == {
-        "type": "function_call_output", "call_id": call["call_id"], "output": '{"temperature_c": 21}',
+        "type": "function_call_output", "call_id": call["call_id"], "output": "sunny and 21 degrees",
         "status": "completed"}
     await client.send("response.create")
     answer = await client.collect("response.done", timeout=15)
     response = answer[-1]["response"]
     assert response["status"] == "completed"
     assert [item["type"] for item in response["output"]] == ["message"]
-    assert response["output"][0]["content"][0]["transcript"] == 'The tool said: {"temperature_c": 21}.'
+    assert response["output"][0]["content"][0]["transcript"] == "The tool said: sunny and 21 degrees."
     assert of_type(answer, "response.output_audio.delta")
     assert [e["item"]["type"] for e in of_type(answer, "response.output_item.added")] == ["message"]
 
