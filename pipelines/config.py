@@ -71,6 +71,9 @@ class SessionSettings:
     # Functions the model may call in responses the server starts itself (after a turn).
     tools: tuple[FunctionTool, ...] = ()
     tool_choice: ToolChoice = ToolChoice()
+    # Names among ``tools`` that the server runs itself (MCP tools): a call of one pauses the response
+    # until its result comes back (``ResponseResume``), and the model answers from it in the same response.
+    hosted: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
