@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -21,7 +21,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import PaginatedRequestParams
 
-from realtime.mcp_config import McpPolicy, McpServer
+from realtime.mcp_config import ListedTool, McpPolicy, McpServer
 
 logger = logging.getLogger(__name__)
 
@@ -43,20 +43,6 @@ class McpFailure(Exception):
             return {"type": self.kind, "message": self.message}
         return {"type": self.kind, "code": self.code or (500 if self.kind == "http_error" else -32603),
                 "message": self.message}
-
-
-@dataclass(frozen=True)
-class ListedTool:
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    read_only: bool | None = None
-    annotations: dict[str, Any] | None = field(default=None, compare=False)
-
-    def as_item_tool(self) -> dict[str, Any]:
-        """The tool as the ``mcp_list_tools`` item lists it."""
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema,
-                "annotations": self.annotations}
 
 
 class _Guard:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from pipelines.config import FunctionTool
 from realtime.events import EventError, check_type
 
 LABEL = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -182,3 +183,40 @@ def parse_approval(value: Any, param: str) -> Approval:
     always = parse_filter(value["always"], f"{param}.always") if value.get("always") is not None else None
     never = parse_filter(value["never"], f"{param}.never") if value.get("never") is not None else None
     return Approval("filter", always, never)
+
+
+@dataclass(frozen=True)
+class ListedTool:
+    """A tool as an MCP server lists it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only: bool | None = None
+    annotations: dict[str, Any] | None = field(default=None, compare=False)
+
+    def as_item_tool(self) -> dict[str, Any]:
+        """The tool as the ``mcp_list_tools`` item lists it."""
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema,
+                "annotations": self.annotations}
+
+
+@dataclass(frozen=True)
+class HostedTool:
+    """A listed tool the model may call, and the server that runs it."""
+
+    server: McpServer
+    tool: ListedTool
+
+    @property
+    def name(self) -> str:
+        return self.tool.name
+
+    @property
+    def needs_approval(self) -> bool:
+        return self.server.approval.needed(self.tool.name, self.tool.read_only)
+
+    def function(self) -> FunctionTool:
+        """How the model sees it: a function like any other (the server runs it)."""
+        description = self.tool.description or f"A tool of the MCP server {self.server.label}."
+        return FunctionTool(name=self.tool.name, description=description, parameters=self.tool.input_schema)
