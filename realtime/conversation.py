@@ -16,7 +16,7 @@ from pipelines import audio, messages as m
 from pipelines.ids import new_id
 from realtime.clips import Clips
 from realtime.events import ClientItem, EventError, ItemReference, encode_audio, server_event
-from realtime.mcp_config import HostedTool
+from realtime.mcp_config import HostedTool, McpServer
 from realtime.session import ResponseOptions, SessionConfig
 
 Event = dict[str, Any]
@@ -113,6 +113,10 @@ class Conversation:
         self.idle_due: float | None = None
         self.approval_requests: dict[str, ApprovalRequest] = {}  # asked, not yet answered
         self.approved: dict[str, ApprovalRequest] = {}  # approved, to run in the next response
+        # Responses with MCP servers of their own wait for their tools: ``list_tools`` (set by the session's MCP
+        # side) lists them and calls ``release_response``.
+        self.held: dict[str, m.ResponseRequest] = {}
+        self.list_tools: Callable[[str, tuple[McpServer, ...]], list[Event]] | None = None
 
     # --- client requests ----------------------------------------------------
 
@@ -216,6 +220,9 @@ class Conversation:
         clips: dict[str, bytes] = {}
         if options.input is not None:
             overrides["extra_input"], clips = self._response_input(options.input)
+        if clips and options.mcp_servers:
+            raise EventError("invalid_value", "A response with its own MCP servers cannot also have input audio: "
+                             "offer the servers in session.update, or give the input as text.", "response.tools")
         approved = [] if options.out_of_band else list(self.approved.values())
         self.approved = {} if approved else self.approved
         req = m.ResponseRequest.from_settings(self.session.settings(), self.port.generation,
@@ -226,6 +233,9 @@ class Conversation:
         self.pending[req.response_id] = ResponseState(req.response_id, options.out_of_band, metadata=options.metadata,
                                                       max_output_tokens="inf" if limit is None else limit,
                                                       event_id=event_id, mcp=self._hosted(), approved=approved)
+        if options.mcp_servers and self.list_tools is not None:  # their tools first: see release_response
+            self.held[req.response_id] = req
+            return self.list_tools(req.response_id, options.mcp_servers)
         if clips:
             self.clips.hold(req, clips)
             for clip_id, data in clips.items():
@@ -234,6 +244,18 @@ class Conversation:
         else:
             self.port.submit(req)
         return []
+
+    def release_response(self, response_id: str, tools: dict[str, HostedTool]) -> None:
+        """A response held for its own MCP servers' listings starts, with their tools (those that listed)."""
+        req = self.held.pop(response_id, None)
+        if req is None:
+            return
+        taken = {tool.name for tool in req.tools}
+        added = {name: tool for name, tool in tools.items() if name not in taken}
+        if (state := self.pending.get(response_id)) is not None:
+            state.mcp.update(added)
+        self.port.submit(replace(req, tools=req.tools + tuple(tool.function() for tool in added.values()),
+                                 hosted=req.hosted | set(added)))
 
     def _hosted(self) -> dict[str, HostedTool]:
         return {tool.name: tool for tool in self.session.hosted_tools()}

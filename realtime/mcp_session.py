@@ -38,6 +38,7 @@ class McpSession:
         self._spawn = spawn
         self._tools_changed = tools_changed
         self._servers: dict[str, McpServer] = {}  # label -> the server as its tools were (or are being) listed
+        conversation.list_tools = self.list_for_response
 
     # --- listing ------------------------------------------------------------------------
 
@@ -61,25 +62,58 @@ class McpSession:
         return events
 
     async def _list(self, server: McpServer, item: Event) -> None:
+        def adopt(tools: list[ListedTool]) -> None:
+            if self._servers.get(server.label) is not server:
+                return  # replaced or removed meanwhile
+            taken = {name for name, hosted in self.session.mcp_tools.items() if hosted.server.label != server.label}
+            self._set_tools(lambda hosted: hosted.server.label != server.label,
+                            {tool.name: HostedTool(server, tool) for tool in tools if tool.name not in taken})
+
+        if await self._fetch(server, item, adopt) is None and self._servers.get(server.label) is server:
+            del self._servers[server.label]  # a later session.update tries again
+
+    def list_for_response(self, response_id: str, servers: tuple[McpServer, ...]) -> list[Event]:
+        """A response's own MCP servers: list their tools, then let the response start with them."""
+        events: list[Event] = []
+        items: list[tuple[McpServer, Event]] = []
+        for server in servers:
+            item = {"id": new_id("item"), "type": "mcp_list_tools", "server_label": server.label, "tools": []}
+            events += self.conversation.add_item(item)
+            events.append(server_event("mcp_list_tools.in_progress", item_id=item["id"]))
+            items.append((server, item))
+        self._spawn(self._release(response_id, items), "mcp-list")
+        return events
+
+    async def _release(self, response_id: str, items: list[tuple[McpServer, Event]]) -> None:
+        found: dict[str, HostedTool] = {}
+        try:
+            for server, item in items:
+                for tool in await self._fetch(server, item) or []:
+                    found.setdefault(tool.name, HostedTool(server, tool))
+        finally:  # always: the response waits for it
+            self.conversation.release_response(response_id, found)
+
+    async def _fetch(self, server: McpServer, item: Event,
+                     adopt: Callable[[list[ListedTool]], None] | None = None) -> list[ListedTool] | None:
+        """Lists a server's tools and says so; returns those ``allowed_tools`` lets through (None: it failed).
+
+        ``adopt`` takes them before ``mcp_list_tools.completed`` goes out, so a client that sees it can use them.
+        """
         try:
             listed = await mcp_client.list_tools(server, self.session.mcp_policy)
         except McpFailure as exc:
-            if self._servers.get(server.label) is server:
-                del self._servers[server.label]  # a later session.update tries again
             await self._failed(server_event("mcp_list_tools.failed", item_id=item["id"]), "mcp_list_tools_failed",
                                f"Listing the tools of MCP server '{server.label}' failed: {exc.message}", None)
             for event in self.conversation.item_done(item):
                 await self._send(event)
-            return
-        if self._servers.get(server.label) is not server:
-            return  # replaced or removed meanwhile
+            return None
         tools = [tool for tool in listed if server.allows(tool.name, tool.read_only) and _usable(server, tool)]
-        taken = {name for name, hosted in self.session.mcp_tools.items() if hosted.server.label != server.label}
-        self._set_tools(lambda hosted: hosted.server.label != server.label,
-                        {tool.name: HostedTool(server, tool) for tool in tools if tool.name not in taken})
+        if adopt is not None:
+            adopt(tools)
         await self._send(server_event("mcp_list_tools.completed", item_id=item["id"]))
         for event in self.conversation.item_done({**item, "tools": [tool.as_item_tool() for tool in tools]}):
             await self._send(event)
+        return tools
 
     def _set_tools(self, keep: Callable[[HostedTool], bool], added: dict[str, HostedTool]) -> None:
         self.session.mcp_tools = {**{n: t for n, t in self.session.mcp_tools.items() if keep(t)}, **added}

@@ -260,3 +260,18 @@ async def test_an_answer_to_an_unknown_approval_request_is_refused(connect, mcp_
 
 def of_type(events: list[dict], *names: str) -> list[dict]:
     return [e for e in events if e["type"] in names]
+
+
+async def test_a_response_may_offer_its_own_server_whose_tools_are_listed_before_it_starts(connect, mcp_on):
+    client = await connect()
+    await client.send("conversation.item.create", item={"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": 'call get_weather {"city": "Paris"}'}]})
+    await client.send("response.create", response={"tools": [
+        server(mcp_on, require_approval="never", allowed_tools=["get_weather"])]})
+    events = await client.collect("response.done", timeout=15)
+    assert types(events).index("mcp_list_tools.completed") < types(events).index("response.created")
+    output = events[-1]["response"]["output"]
+    assert [o["type"] for o in output] == ["mcp_call", "message"] and output[0]["output"] == PARIS
+    await client.update_session(instructions="later")
+    events = await turn(client, 'call get_weather {"city": "Paris"}')  # the session itself offers no MCP tools
+    assert [o["type"] for o in events[-1]["response"]["output"]] == ["message"]
