@@ -158,7 +158,8 @@ class SessionConfig:
                 self.max_output_tokens = parse_max_tokens(s[key], f"session.{key}")
         if s.get("tools") is not None or s.get("tool_choice") is not None:
             self.tools, self.tool_choice, servers = parse_tools(s.get("tools"), s.get("tool_choice"), self.tools,
-                                                                self.tool_choice, "session", self.mcp_policy)
+                                                                self.tool_choice, "session", self.mcp_policy,
+                                                                self.mcp_servers)
             if servers is not None:
                 self.mcp_servers = servers
         if "include" in s:
@@ -266,7 +267,7 @@ class SessionConfig:
         if params.get("tools") is not None or params.get("tool_choice") is not None:
             options["tools"], options["tool_choice"], servers = parse_tools(
                 params.get("tools"), params.get("tool_choice"), self.tools, self.tool_choice, "response",
-                self.mcp_policy)
+                self.mcp_policy, self.mcp_servers)
         return ResponseOptions(mcp_servers=servers or (),
             out_of_band=optional(params, "conversation", str, "response.conversation", "auto") == "none",
             metadata=params.get("metadata"), input=params.get("input"), overrides=options)
@@ -371,13 +372,13 @@ class SessionConfig:
 
 
 def parse_tools(tools: Any, choice: Any, current_tools: tuple[FunctionTool, ...], current_choice: ToolChoice,
-                scope: str, mcp_policy: McpPolicy | None = None
+                scope: str, mcp_policy: McpPolicy | None = None, current_servers: tuple[McpServer, ...] = ()
                 ) -> tuple[tuple[FunctionTool, ...], ToolChoice, tuple[McpServer, ...] | None]:
     """``tools`` and ``tool_choice`` of a session or a response (None: the current value stays).
 
     Returns the functions, the choice, and the MCP servers (None when ``tools`` was not given). The
     choice is checked against the functions it will be used with, so a named function must be among
-    them and ``required`` needs one. A bad value raises :class:`EventError` naming its ``param``
+    them and ``required`` needs one (or an MCP server: its tools are known only once listed). A bad value raises :class:`EventError` naming its ``param``
     (``session.tools[1].parameters``, ``response.tool_choice.name``, ``session.tools[0].server_url``).
     """
     servers: tuple[McpServer, ...] | None = None
@@ -385,11 +386,15 @@ def parse_tools(tools: Any, choice: Any, current_tools: tuple[FunctionTool, ...]
         parsed = current_tools
         if tools is not None:
             parsed, servers = _parse_tool_list(tools, f"{scope}.tools", mcp_policy or McpPolicy())
+        offers_mcp = bool(current_servers if servers is None else servers)
         if choice is None:
-            tool_parsing.check_tool_choice(current_choice, parsed, f"{scope}.tool_choice")
+            if not (offers_mcp and current_choice.mode == "required"):
+                tool_parsing.check_tool_choice(current_choice, parsed, f"{scope}.tool_choice")
             return parsed, current_choice, servers
         if isinstance(choice, str) and choice not in tool_parsing.MODES and any(t.name == choice for t in parsed):
             choice = {"type": "function", "name": choice}  # the beta shape: a function named by a string
+        if offers_mcp and choice == "required":
+            return parsed, ToolChoice(mode="required"), servers
         return parsed, tool_parsing.parse_tool_choice(choice, parsed, f"{scope}.tool_choice"), servers
     except ToolDefinitionError as exc:
         raise EventError("invalid_value", exc.message, exc.param) from None

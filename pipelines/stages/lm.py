@@ -277,6 +277,8 @@ class LmStage(Stage):
         req, turn, gen = run.req, run.turn, run.req.generation
         if run.rounds >= MAX_TOOL_ROUNDS:
             req = replace(req, tool_choice=ToolChoice(mode="none"))
+        elif run.rounds and req.tool_choice.mode in ("required", "function"):
+            req = replace(req, tool_choice=ToolChoice())  # the call it had to make is made: now it may answer
         cancel = CancelFlag(self.context, req.response_id, gen, turn)
         output = ResponseOutput(req, turn, self.first_piece_words)
         status, reason = "completed", None
