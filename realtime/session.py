@@ -204,6 +204,9 @@ class SessionConfig:
 
     def _update_beta(self, s: dict[str, Any]) -> None:
         self._update_common(s)
+        if self.mcp_servers:
+            raise EventError("invalid_value", "MCP tools are a GA feature (the beta protocol has no MCP events): "
+                             "connect without 'OpenAI-Beta: realtime=v1' to use them.", "session.tools")
         if "modalities" in s and s["modalities"] is not None:
             modalities = parse_modalities(s["modalities"], "session.modalities", allow_both=True)
             self.output_modalities = ["audio"] if "audio" in modalities else ["text"]
