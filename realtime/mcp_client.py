@@ -155,7 +155,7 @@ async def list_tools(server: McpServer, policy: McpPolicy) -> list[ListedTool]:
         for _ in range(MAX_PAGES):
             result = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
             for tool in result.tools:
-                annotations = tool.annotations.model_dump(exclude_none=True) if tool.annotations else None
+                annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None
                 read_only = tool.annotations.read_only_hint if tool.annotations else None
                 tools.append(ListedTool(tool.name, tool.description or "", dict(tool.input_schema), read_only,
                                         annotations))
