@@ -147,7 +147,7 @@ async def test_calls_and_results_given_in_a_responses_input_are_its_context(conn
     ({"tools": [WEATHER, {**TIME, "parameters": {"type": "array"}}]}, "session.tools[1].parameters"),
     ({"tools": [WEATHER, WEATHER]}, "session.tools[1].name"),
     ({"tools": [{**WEATHER, "name": "get weather!"}]}, "session.tools[0].name"),
-    ({"tools": [{"type": "mcp", "server_label": "x", "server_url": "https://example.com"}]}, "session.tools[0].type"),
+    ({"tools": [{"type": "mcp", "server_label": "x", "server_url": "https://example.com"}]}, "session.tools[0].server_url"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_time"}}, "session.tool_choice.name"),
     ({"tools": [WEATHER], "tool_choice": "sometimes"}, "session.tool_choice"),
     ({"tools": [], "tool_choice": "required"}, "session.tool_choice"),
