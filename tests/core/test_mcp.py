@@ -7,6 +7,7 @@ client are real. Every server event is validated against the openai SDK's types 
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -275,3 +276,22 @@ async def test_a_response_may_offer_its_own_server_whose_tools_are_listed_before
     await client.update_session(instructions="later")
     events = await turn(client, 'call get_weather {"city": "Paris"}')  # the session itself offers no MCP tools
     assert [o["type"] for o in events[-1]["response"]["output"]] == ["message"]
+
+
+async def test_a_session_that_ends_during_a_call_gives_its_unit_back_and_the_next_session_is_clean(
+        connect, mcp_on, settings, loopback_pool):
+    settings.S2S_MCP = McpPolicy((mcp_on + "/mcp",), timeout_s=10.0)
+    client = await connect()
+    await offer(client, server(mcp_on, require_approval="never"))
+    await client.say_text('call nap {"seconds": 5}')
+    await client.until("response.mcp_call.in_progress", timeout=10)
+    await client.communicator.disconnect()
+    for _ in range(100):  # bounded: 10 s
+        if loopback_pool.free_units() == 2:
+            break
+        await asyncio.sleep(0.1)
+    assert loopback_pool.free_units() == 2
+    client = await connect()
+    events = await turn(client, "hello")
+    assert not [e for e in events if "mcp" in e["type"]]
+    assert events[-1]["response"]["output"][0]["content"][0]["transcript"] == "You said: hello."
