@@ -756,6 +756,8 @@ def item_text(item: Event) -> str:
         return item["name"] + item["arguments"]
     if item["type"] == "function_call_output":
         return item["output"]
+    if item["type"] in ("mcp_call", "mcp_approval_request"):
+        return item["name"] + item["arguments"] + (item.get("output") or "")
     return " ".join(p.get("text") or p.get("transcript") or "" for p in item.get("content", []))
 
 
