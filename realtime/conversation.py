@@ -533,7 +533,7 @@ class Conversation:
         for index, item in enumerate(list(state.output)):
             if index == state.message_index:
                 events += self._message_done(state)
-            elif item.get("status") == "in_progress":  # a call cut short: its arguments are not valid, nothing may run it
+            elif item.get("status") == "in_progress":  # a call cut short: its arguments are not valid, nothing runs it
                 events += self._output_done(state, index, {**item, "status": "incomplete"})
         usage = {"total_tokens": msg.input_tokens + msg.output_tokens, "input_tokens": msg.input_tokens,
                  "output_tokens": msg.output_tokens,

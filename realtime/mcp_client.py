@@ -92,7 +92,8 @@ class _GuardedTransport(httpx.AsyncBaseTransport):
             await response.aclose()
             target = response.headers.get("location", "?")
             raise self._guard.refuse(McpFailure(
-                "http_error", f"the MCP server redirected to {target}: redirects are not followed", response.status_code))
+                "http_error", f"the MCP server redirected to {target}: redirects are not followed",
+                response.status_code))
         assert isinstance(response.stream, httpx.AsyncByteStream)
         return httpx.Response(response.status_code, headers=response.headers,
                               stream=_CappedStream(response.stream, self._guard), extensions=response.extensions)
@@ -155,8 +156,9 @@ async def list_tools(server: McpServer, policy: McpPolicy) -> list[ListedTool]:
         for _ in range(MAX_PAGES):
             result = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
             for tool in result.tools:
-                annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None
-                read_only = tool.annotations.read_only_hint if tool.annotations else None
+                hints = tool.annotations
+                annotations = hints.model_dump(by_alias=True, exclude_none=True) if hints else None
+                read_only = hints.read_only_hint if hints else None
                 tools.append(ListedTool(tool.name, tool.description or "", dict(tool.input_schema), read_only,
                                         annotations))
             cursor = result.next_cursor

@@ -381,8 +381,8 @@ def parse_tools(tools: Any, choice: Any, current_tools: tuple[FunctionTool, ...]
 
     Returns the functions, the choice, and the MCP servers (None when ``tools`` was not given). The
     choice is checked against the functions it will be used with, so a named function must be among
-    them and ``required`` needs one (or an MCP server: its tools are known only once listed). A bad value raises :class:`EventError` naming its ``param``
-    (``session.tools[1].parameters``, ``response.tool_choice.name``, ``session.tools[0].server_url``).
+    them and ``required`` needs one (or an MCP server: its tools are known only once listed). A bad
+    value raises :class:`EventError` naming its ``param`` (``session.tools[1].parameters``, ``response.tool_choice.name``, ``session.tools[0].server_url``).
     """
     servers: tuple[McpServer, ...] | None = None
     try:

@@ -77,8 +77,10 @@ async def test_a_server_url_outside_the_allowed_prefixes_is_refused_with_its_par
     await client.send("session.update", session={"type": "realtime", "tools": tools})
     error = await client.error()
     assert error["param"] == "session.tools[1].server_url"
-    for url in (mcp_on + "/mcpx", mcp_on.replace("127.0.0.1", "localhost") + "/mcp", "http://u:p@" + mcp_on[7:] + "/mcp"):
-        await client.send("session.update", session={"type": "realtime", "tools": [{**server(mcp_on), "server_url": url}]})
+    for url in (mcp_on + "/mcpx", mcp_on.replace("127.0.0.1", "localhost") + "/mcp",
+                "http://u:p@" + mcp_on[7:] + "/mcp"):
+        tools = [{**server(mcp_on), "server_url": url}]
+        await client.send("session.update", session={"type": "realtime", "tools": tools})
         assert (await client.error())["param"] == "session.tools[0].server_url", url
 
 
