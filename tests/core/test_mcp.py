@@ -297,3 +297,13 @@ async def test_a_session_that_ends_during_a_call_gives_its_unit_back_and_the_nex
     events = await turn(client, "hello")
     assert not [e for e in events if "mcp" in e["type"]]
     assert events[-1]["response"]["output"][0]["content"][0]["transcript"] == "You said: hello."
+
+
+async def test_a_server_taken_out_of_the_tools_takes_its_tools_with_it(connect, mcp_on):
+    client = await connect()
+    await offer(client, server(mcp_on, require_approval="never"))
+    updated = await client.update_session(tools=[])
+    assert updated["session"]["tools"] == []
+    events = await turn(client, 'call get_weather {"city": "Paris"}')
+    assert [o["type"] for o in events[-1]["response"]["output"]] == ["message"]
+    assert not [e for e in events if "mcp" in e["type"]]
