@@ -307,3 +307,13 @@ async def test_a_server_taken_out_of_the_tools_takes_its_tools_with_it(connect, 
     events = await turn(client, 'call get_weather {"city": "Paris"}')
     assert [o["type"] for o in events[-1]["response"]["output"]] == ["message"]
     assert not [e for e in events if "mcp" in e["type"]]
+
+
+async def test_one_sessions_mcp_tools_never_reach_another_session(connect, mcp_on):
+    first, second = await connect(), await connect()
+    await offer(first, server(mcp_on, require_approval="never"))
+    events = await turn(second, 'call get_weather {"city": "Paris"}')
+    assert [o["type"] for o in events[-1]["response"]["output"]] == ["message"]
+    assert not [e for e in events if "mcp" in e["type"]]
+    events = await turn(first, 'call get_weather {"city": "Paris"}')
+    assert [o["type"] for o in events[-1]["response"]["output"]] == ["mcp_call", "message"]
