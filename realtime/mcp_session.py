@@ -30,6 +30,8 @@ Event = dict[str, Any]
 
 
 class McpSession:
+    """The session's MCP servers: which are listed, their tools (in ``session.mcp_tools``), the calls running."""
+
     def __init__(self, session: SessionConfig, conversation: Conversation, send: Callable[[Event], Awaitable[None]],
                  spawn: Callable[[Coroutine[Any, Any, None], str], None], tools_changed: Callable[[], None]) -> None:
         self.session = session
