@@ -117,6 +117,7 @@ class Conversation:
         # side) lists them and calls ``release_response``.
         self.held: dict[str, m.ResponseRequest] = {}
         self.list_tools: Callable[[str, tuple[McpServer, ...]], list[Event]] | None = None
+        self.on_cancel: Callable[[str], None] | None = None  # a response was cancelled: stop its MCP calls
 
     # --- client requests ----------------------------------------------------
 
@@ -615,6 +616,8 @@ class Conversation:
     def _cancel(self, state: ResponseState, reason: str) -> None:
         state.status, state.reason = "cancelled", reason
         self.port.cancel(state.id, reason)
+        if self.on_cancel is not None:
+            self.on_cancel(state.id)
 
     def _item(self, item_id: str) -> Event:
         if item_id not in self.items:

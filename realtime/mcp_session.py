@@ -9,6 +9,7 @@ goes on from the results, or ends, and the unit is never left waiting.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
@@ -40,7 +41,9 @@ class McpSession:
         self._spawn = spawn
         self._tools_changed = tools_changed
         self._servers: dict[str, McpServer] = {}  # label -> the server as its tools were (or are being) listed
+        self._runs: dict[str, asyncio.Task[None]] = {}  # response id -> the task running its calls
         conversation.list_tools = self.list_for_response
+        conversation.on_cancel = self._cancel_calls
 
     # --- listing ------------------------------------------------------------------------
 
@@ -127,9 +130,15 @@ class McpSession:
         """The LM paused a response for the server's calls: run them (in a task of the session)."""
         self._spawn(self._run(msg), "mcp-call")
 
+    def _cancel_calls(self, response_id: str) -> None:
+        if (task := self._runs.get(response_id)) is not None:
+            task.cancel()  # its ``finally`` resumes the response, which ends cancelled
+
     async def _run(self, msg: m.ToolsPending) -> None:
         results: list[m.HistoryEntry] = []
         finish = True
+        if (task := asyncio.current_task()) is not None:
+            self._runs[msg.response_id] = task
         try:
             state = self.conversation.responses.get(msg.response_id)
             if state is None or state.status != "in_progress":
@@ -153,6 +162,7 @@ class McpSession:
                 output = await self._call(state, index, item, request.tool)
                 results.append(m.FunctionCallOutputItem(item["id"], request.call_id, output))
         finally:  # always: the LM holds the response until it hears back
+            self._runs.pop(msg.response_id, None)
             self.conversation.port.submit(m.ResponseResume(generation=self.conversation.port.generation,
                                                            response_id=msg.response_id, results=tuple(results),
                                                            finish=finish))

@@ -317,3 +317,19 @@ async def test_one_sessions_mcp_tools_never_reach_another_session(connect, mcp_o
     assert not [e for e in events if "mcp" in e["type"]]
     events = await turn(first, 'call get_weather {"city": "Paris"}')
     assert [o["type"] for o in events[-1]["response"]["output"]] == ["mcp_call", "message"]
+
+
+async def test_cancelling_a_response_stops_its_running_call_at_once(connect, mcp_on, settings):
+    settings.S2S_MCP = McpPolicy((mcp_on + "/mcp",), timeout_s=10.0)
+    client = await connect()
+    await offer(client, server(mcp_on, require_approval="never"))
+    await client.say_text('call nap {"seconds": 8}')
+    progress = await client.until("response.mcp_call.in_progress", timeout=10)
+    started = asyncio.get_running_loop().time()
+    await client.send("response.cancel")
+    done = await client.until("response.done", timeout=5)
+    assert asyncio.get_running_loop().time() - started < 3
+    assert (done["response"]["status"], done["response"]["status_details"]["reason"]) == (
+        "cancelled", "client_cancelled")
+    assert done["response"]["output"][0]["id"] == progress["item_id"]
+    assert (await turn(client, "hello"))[-1]["response"]["status"] == "completed"
