@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +21,8 @@ from tests.support.mcp_server import serve
 from tests.support.server import LiveServer
 
 pytestmark = pytest.mark.real_models
+
+AGENTS_SDK = Path(__file__).resolve().parents[1] / "browser" / "agents_sdk"
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +82,22 @@ async def test_the_default_model_calls_an_mcp_tool_that_runs_on_the_mcp_server_a
     assert seen.index("response.mcp_call.completed") < seen.index("response.output_audio.delta")
     transcript = message.content[0].transcript.lower()
     assert "sunny" in transcript or "21" in transcript or "twenty" in transcript, transcript
+
+
+async def test_an_agents_sdk_voice_agent_with_a_hosted_mcp_tool_speaks_the_mcp_servers_answer(mcp_live):
+    """The Agents SDK for JavaScript (its Python realtime agents take function tools only): ``hostedMcpTool``."""
+    server, base = mcp_live
+    assert shutil.which("node") and shutil.which("npm"), "node and npm are needed (apt-get install npm)"
+    if not (AGENTS_SDK / "node_modules" / "@openai" / "agents-realtime").is_dir():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=AGENTS_SDK, check=True, timeout=600)
+    command = ["node", str(AGENTS_SDK / "agent_with_mcp.mjs"), server.ws, base + "/mcp", "240000"]
+    result = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=300)
+    lines = result.stdout.strip().splitlines()
+    assert lines, f"the agent printed nothing (exit {result.returncode}):\n{result.stderr[-3000:]}"
+    report = json.loads(lines[-1])
+    shown = json.dumps({k: v for k, v in report.items() if k != "eventTypes"})
+    assert result.returncode == 0 and not report["errors"], shown
+    (call,) = report["mcpCalls"]
+    assert (call["name"], call["output"]) == ("get_weather", "The weather in Paris is sunny, 21 degrees."), shown
+    types = report["eventTypes"]
+    assert types.index("response.mcp_call.completed") < types.index("response.output_audio.delta")
