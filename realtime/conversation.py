@@ -577,7 +577,8 @@ class Conversation:
         req = m.ResponseRequest.from_settings(settings, self.port.generation,
                                               instructions=f"{settings.instructions}\n{prompt}".strip())
         self.pending[req.response_id] = ResponseState(req.response_id, out_of_band=False,
-                                                      max_output_tokens=self.session.max_output_tokens)
+                                                      max_output_tokens=self.session.max_output_tokens,
+                                                      mcp=self._hosted())
         # As the API does: the silent stretch is committed as an (empty) user audio item, then answered.
         item_id = new_id("item")
         previous = self._last_item_id()
