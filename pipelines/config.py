@@ -72,6 +72,9 @@ class SessionSettings:
     tools: tuple[FunctionTool, ...] = ()
     tool_choice: ToolChoice = ToolChoice()
     parallel_tool_calls: bool = True
+    # Names among ``tools`` that the server runs itself (MCP tools): a call of one pauses the response
+    # until its result comes back (``ResponseResume``), and the model answers from it in the same response.
+    hosted: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,10 @@ class ResponseRequest(Downstream):
     tools: tuple[FunctionTool, ...] = ()
     tool_choice: ToolChoice = ToolChoice()
     parallel_tool_calls: bool = True  # several calls in one response
+    # Names among ``tools`` the server runs itself (MCP): a call of one pauses the response (``ToolsPending``).
+    hosted: frozenset[str] = frozenset()
+    # Starts paused, before any generation: calls approved earlier run first, then the model answers.
+    awaiting: bool = False
 
     @classmethod
     def from_settings(cls, settings: SessionSettings, generation: int, **overrides: Any) -> ResponseRequest:
@@ -114,7 +118,7 @@ class ResponseRequest(Downstream):
             "response_id": new_id("resp"), "instructions": settings.instructions,
             "output_modalities": settings.output_modalities, "max_output_tokens": settings.max_output_tokens,
             "voice": settings.voice, "output_format": settings.output_format, "temperature": settings.temperature,
-            "tools": settings.tools, "tool_choice": settings.tool_choice,
+            "tools": settings.tools, "tool_choice": settings.tool_choice, "hosted": settings.hosted,
             "parallel_tool_calls": settings.parallel_tool_calls,
         }
         return cls(generation=generation, **{**fields, **overrides})
@@ -148,12 +152,16 @@ def insert_after(items: dict[str, Any], key: str, value: Any, previous: str | No
 
 @dataclass(frozen=True)
 class FunctionCallItem:
-    """A call the assistant made (or a client created): ``arguments`` is JSON text."""
+    """A call the assistant made (or a client created): ``arguments`` is JSON text.
+
+    ``output``: the result, for a call the server ran itself (an MCP call is one item holding both).
+    """
 
     item_id: str
     call_id: str
     name: str
     arguments: str
+    output: str | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +195,20 @@ class TruncateItem(Downstream):
 
     item_id: str
     text: str
+
+
+@dataclass(frozen=True)
+class ResponseResume(Downstream):
+    """The results of the calls a paused response waits for (see ``ToolsPending``).
+
+    The LM keeps ``results`` in the conversation (a call with its ``output`` replaces the call), then
+    goes on generating the same response; with ``finish`` (an approval is needed first, the response
+    was cancelled) it ends the response instead.
+    """
+
+    response_id: str
+    results: tuple[HistoryEntry, ...] = ()
+    finish: bool = False
 
 
 # --- between stages --------------------------------------------------------
@@ -355,6 +377,17 @@ class FunctionCallDone(Outbound):
     call_id: str
     name: str
     arguments: str
+
+
+@dataclass(frozen=True)
+class ToolsPending(Outbound):
+    """The LM paused a response after calls of tools the server runs (``hosted``); ``ResponseResume`` goes on.
+
+    ``calls`` is empty for a response that starts paused (``ResponseRequest.awaiting``).
+    """
+
+    response_id: str
+    calls: tuple[FunctionCallItem, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,9 @@ def chat_messages(entries: Iterable[HistoryEntry]) -> list[dict[str, Any]]:
                 last["tool_calls"].append(call)
             else:
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            if entry.output is not None:  # a call the server ran: its result follows it
+                messages.append({"role": "tool", "tool_call_id": entry.call_id, "name": entry.name,
+                                 "content": entry.output})
         elif isinstance(entry, FunctionCallOutputItem):
             messages.append({"role": "tool", "tool_call_id": entry.call_id, "name": names.get(entry.call_id, ""),
                              "content": entry.output})

@@ -44,7 +44,7 @@ def parse_tool(entry: Any, param: str) -> FunctionTool:
         raise ToolDefinitionError(f"'{param}' must be an object.", param)
     kind = entry.get("type", "function")
     if kind != "function":
-        raise ToolDefinitionError(f"Unsupported tool type {kind!r}: only 'function' tools are supported.",
+        raise ToolDefinitionError(f"Unsupported tool type {kind!r}: only 'function' and 'mcp' tools are supported.",
                                   f"{param}.type")
     name = entry.get("name")
     if not isinstance(name, str) or not NAME.match(name):

@@ -16,6 +16,7 @@ from pipelines import audio, messages as m
 from pipelines.ids import new_id
 from realtime.clips import Clips
 from realtime.events import ClientItem, EventError, ItemReference, encode_audio, server_event
+from realtime.mcp_config import HostedTool, McpServer
 from realtime.session import ResponseOptions, SessionConfig
 
 Event = dict[str, Any]
@@ -45,10 +46,23 @@ class ResponseState:
     output: list[Event] = field(default_factory=list)
     message_index: int | None = None  # where the message is in ``output``, once text or audio came
     calls: dict[str, int] = field(default_factory=dict)  # call item id -> its index in ``output``
+    # The MCP tools the response may call, by name (the server runs them), and the approved calls it runs first.
+    mcp: dict[str, HostedTool] = field(default_factory=dict)
+    approved: list[ApprovalRequest] = field(default_factory=list)
 
     @property
     def audio_ms(self) -> int:
         return audio.duration_ms(self.audio_bytes, self.output_format)
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """A call of an MCP tool that waits for the client's ``mcp_approval_response`` (the item's id is ``id``)."""
+
+    id: str
+    call_id: str
+    tool: HostedTool
+    arguments: str
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,13 @@ class Conversation:
         self.clips = Clips()  # responses waiting for the transcripts of their inline input audio
         # turn_detection.idle_timeout_ms: when (time.monotonic) to prompt a silent user, if nothing happens first
         self.idle_due: float | None = None
+        self.approval_requests: dict[str, ApprovalRequest] = {}  # asked, not yet answered
+        self.approved: dict[str, ApprovalRequest] = {}  # approved, to run in the next response
+        # Responses with MCP servers of their own wait for their tools: ``list_tools`` (set by the session's MCP
+        # side) lists them and calls ``release_response``.
+        self.held: dict[str, m.ResponseRequest] = {}
+        self.list_tools: Callable[[str, tuple[McpServer, ...]], list[Event]] | None = None
+        self.on_cancel: Callable[[str], None] | None = None  # a response was cancelled: stop its MCP calls
 
     # --- client requests ----------------------------------------------------
 
@@ -135,9 +156,17 @@ class Conversation:
             raise EventError("conversation_too_large", f"The conversation holds {self.text_bytes} bytes of text; with "
                              f"this item it would pass the limit of {self.caps.max_total_bytes}. Delete items "
                              "(conversation.item.delete) before adding more.", "item")
+        if item.type == "mcp_approval_response":
+            self._answer_approval(item)
         stored = stored_item(item, item.id or new_id("item"))
         self._store(stored, previous)
         self._account(stored["id"], size)
+        if item.type == "mcp_approval_response" and not item.approve:
+            request = self.approval_requests.pop(item.approval_request_id or "")
+            reason = f" ({item.reason})" if item.reason else ""
+            self.port.submit(m.AddItem(generation=self.port.generation, item=m.FunctionCallOutputItem(
+                stored["id"], request.call_id, f"The user declined to run {request.tool.name}{reason}. "
+                "Answer without it."), previous_item_id=previous))
         if (history := history_item(stored["id"], item)) is not None:
             self.port.submit(m.AddItem(generation=self.port.generation, item=history, previous_item_id=previous))
         if item.audio is not None:
@@ -145,6 +174,14 @@ class Conversation:
             self.port.submit(m.AudioItem(generation=self.port.generation, item_id=stored["id"], data=item.audio,
                                          audio_format=self.session.input_format))
         return self._item_added(stored)
+
+    def _answer_approval(self, item: ClientItem) -> None:
+        request = self.approval_requests.get(item.approval_request_id or "")
+        if request is None:
+            raise EventError("item_not_found", f"No MCP approval request with id '{item.approval_request_id}' waits "
+                             "for an answer.", "item.approval_request_id")
+        if item.approve:
+            self.approved[request.id] = self.approval_requests.pop(request.id)
 
     def retrieve_item(self, item_id: str) -> list[Event]:
         return [server_event("conversation.item.retrieved", item=self._item(item_id))]
@@ -189,12 +226,22 @@ class Conversation:
         clips: dict[str, bytes] = {}
         if options.input is not None:
             overrides["extra_input"], clips = self._response_input(options.input)
+        if clips and options.mcp_servers:
+            raise EventError("invalid_value", "A response with its own MCP servers cannot also have input audio: "
+                             "offer the servers in session.update, or give the input as text.", "response.tools")
+        approved = [] if options.out_of_band else list(self.approved.values())
+        self.approved = {} if approved else self.approved
         req = m.ResponseRequest.from_settings(self.session.settings(), self.port.generation,
-                                              out_of_band=options.out_of_band, **overrides)
+                                              out_of_band=options.out_of_band, awaiting=bool(approved), **overrides)
+        if "tools" in overrides:  # the response's own functions, and the session's MCP tools beside them
+            req = replace(req, tools=req.tools + self.session.hosted_functions())
         limit = overrides["max_output_tokens"] if "max_output_tokens" in overrides else self.session.max_output_tokens
         self.pending[req.response_id] = ResponseState(req.response_id, options.out_of_band, metadata=options.metadata,
                                                       max_output_tokens="inf" if limit is None else limit,
-                                                      event_id=event_id)
+                                                      event_id=event_id, mcp=self._hosted(), approved=approved)
+        if options.mcp_servers and self.list_tools is not None:  # their tools first: see release_response
+            self.held[req.response_id] = req
+            return self.list_tools(req.response_id, options.mcp_servers)
         if clips:
             self.clips.hold(req, clips)
             for clip_id, data in clips.items():
@@ -203,6 +250,21 @@ class Conversation:
         else:
             self.port.submit(req)
         return []
+
+    def release_response(self, response_id: str, tools: dict[str, HostedTool]) -> None:
+        """A response held for its own MCP servers' listings starts, with their tools (those that listed)."""
+        req = self.held.pop(response_id, None)
+        if req is None:
+            return
+        taken = {tool.name for tool in req.tools}
+        added = {name: tool for name, tool in tools.items() if name not in taken}
+        if (state := self.pending.get(response_id)) is not None:
+            state.mcp.update(added)
+        self.port.submit(replace(req, tools=req.tools + tuple(tool.function() for tool in added.values()),
+                                 hosted=req.hosted | set(added)))
+
+    def _hosted(self) -> dict[str, HostedTool]:
+        return {tool.name: tool for tool in self.session.hosted_tools()}
 
     def cancel_response(self, wanted: str | None) -> list[Event]:
         target = self.active
@@ -305,7 +367,7 @@ class Conversation:
 
     def _on_ResponseStarted(self, msg: m.ResponseStarted) -> list[Event]:
         state = self.pending.pop(msg.response_id, None) or ResponseState(
-            msg.response_id, msg.out_of_band, max_output_tokens=self.session.max_output_tokens)
+            msg.response_id, msg.out_of_band, max_output_tokens=self.session.max_output_tokens, mcp=self._hosted())
         state.item_id, state.modalities = msg.item_id, msg.output_modalities
         state.output_format, state.voice = msg.output_format, msg.voice
         state.conversation_id = None if msg.out_of_band else self.id
@@ -351,7 +413,12 @@ class Conversation:
         state = self.responses.get(msg.response_id)
         if state is None or state.status != "in_progress":
             return []
+        tool = state.mcp.get(msg.name)
+        if tool is not None and tool.needs_approval:
+            return []  # an approval request, shown whole once its arguments are written
         state.calls[msg.item_id] = len(state.output)
+        if tool is not None:
+            return self._output_added(state, mcp_call_item(msg.item_id, tool, ""))
         return self._output_added(state, {"id": msg.item_id, "object": "realtime.item", "type": "function_call",
                                           "status": "in_progress", "call_id": msg.call_id, "name": msg.name,
                                           "arguments": ""})
@@ -368,17 +435,57 @@ class Conversation:
             return []
         state, index = found
         state.output[index] = {**state.output[index], "arguments": state.output[index]["arguments"] + msg.delta}
+        if state.output[index]["type"] == "mcp_call":
+            return [server_event("response.mcp_call_arguments.delta", response_id=state.id, item_id=msg.item_id,
+                                 output_index=index, delta=msg.delta)]
         return [server_event("response.function_call_arguments.delta", response_id=state.id, item_id=msg.item_id,
                              output_index=index, call_id=msg.call_id, delta=msg.delta)]
 
     def _on_FunctionCallDone(self, msg: m.FunctionCallDone) -> list[Event]:
+        state = self.responses.get(msg.response_id)
+        tool = state.mcp.get(msg.name) if state is not None and state.status == "in_progress" else None
+        if state is not None and tool is not None and tool.needs_approval:
+            return self._ask_approval(state, msg, tool)
         if (found := self._call(msg.response_id, msg.item_id)) is None:
             return []
         state, index = found
+        if tool is not None:  # it runs once the model has finished writing (ToolsPending)
+            state.output[index] = {**state.output[index], "arguments": msg.arguments}
+            return [server_event("response.mcp_call_arguments.done", response_id=state.id, item_id=msg.item_id,
+                                 output_index=index, arguments=msg.arguments)]
         item = {**state.output[index], "status": "completed", "arguments": msg.arguments}
         return [server_event("response.function_call_arguments.done", response_id=state.id, item_id=msg.item_id,
                              output_index=index, call_id=msg.call_id, name=msg.name, arguments=msg.arguments),
                 *self._output_done(state, index, item)]
+
+    def _ask_approval(self, state: ResponseState, msg: m.FunctionCallDone, tool: HostedTool) -> list[Event]:
+        """An ``mcp_approval_request`` item: the response ends with it; the client answers, then asks again."""
+        request = ApprovalRequest(msg.item_id, msg.call_id, tool, msg.arguments)
+        self.approval_requests[request.id] = request
+        item = {"id": request.id, "type": "mcp_approval_request", "server_label": tool.server.label,
+                "name": tool.name, "arguments": msg.arguments}
+        events = self._output_added(state, item)
+        return events + self._output_done(state, len(state.output) - 1, item)
+
+    def add_item(self, item: Event) -> list[Event]:
+        """An item the server adds on its own (an ``mcp_list_tools``): last, ``conversation.item.added``."""
+        self._store(item, None)
+        return [server_event("conversation.item.added", previous_item_id=self._previous_of(item["id"]), item=item)]
+
+    def item_done(self, item: Event) -> list[Event]:
+        """That item, final: ``conversation.item.done`` (nothing if the client deleted it meanwhile)."""
+        if item["id"] not in self.items:
+            return []
+        self.items[item["id"]] = item
+        return [server_event("conversation.item.done", previous_item_id=self._previous_of(item["id"]), item=item)]
+
+    def output_added(self, state: ResponseState, item: Event) -> tuple[int, list[Event]]:
+        """A new output item of a running response (an MCP call the server makes): its index and the events."""
+        events = self._output_added(state, item)
+        return len(state.output) - 1, events
+
+    def output_done(self, state: ResponseState, index: int, item: Event) -> list[Event]:
+        return self._output_done(state, index, item)
 
     def _output_done(self, state: ResponseState, index: int, item: Event) -> list[Event]:
         """An output item is final: ``response.output_item.done``, then (in the conversation) ``.done``."""
@@ -432,7 +539,7 @@ class Conversation:
         for index, item in enumerate(list(state.output)):
             if index == state.message_index:
                 events += self._message_done(state)
-            elif item["status"] == "in_progress":  # a call cut short: its arguments are not valid, nothing may run it
+            elif item.get("status") == "in_progress":  # a call cut short: its arguments are not valid, nothing runs it
                 events += self._output_done(state, index, {**item, "status": "incomplete"})
         usage = {"total_tokens": msg.input_tokens + msg.output_tokens, "input_tokens": msg.input_tokens,
                  "output_tokens": msg.output_tokens,
@@ -475,7 +582,8 @@ class Conversation:
         req = m.ResponseRequest.from_settings(settings, self.port.generation,
                                               instructions=f"{settings.instructions}\n{prompt}".strip())
         self.pending[req.response_id] = ResponseState(req.response_id, out_of_band=False,
-                                                      max_output_tokens=self.session.max_output_tokens)
+                                                      max_output_tokens=self.session.max_output_tokens,
+                                                      mcp=self._hosted())
         # As the API does: the silent stretch is committed as an (empty) user audio item, then answered.
         item_id = new_id("item")
         previous = self._last_item_id()
@@ -514,6 +622,8 @@ class Conversation:
     def _cancel(self, state: ResponseState, reason: str) -> None:
         state.status, state.reason = "cancelled", reason
         self.port.cancel(state.id, reason)
+        if self.on_cancel is not None:
+            self.on_cancel(state.id)
 
     def _item(self, item_id: str) -> Event:
         if item_id not in self.items:
@@ -612,6 +722,9 @@ def stored_item(item: ClientItem, item_id: str) -> Event:
     if item.type == "function_call":
         return {"id": item_id, "object": "realtime.item", "type": item.type, "status": "completed",
                 "call_id": item.call_id, "name": item.name, "arguments": item.arguments}
+    if item.type == "mcp_approval_response":
+        return {"id": item_id, "type": item.type, "approval_request_id": item.approval_request_id,
+                "approve": item.approve, "reason": item.reason}
     parts: list[Event] = []
     for part in item.content:
         if part.audio is not None:
@@ -620,6 +733,12 @@ def stored_item(item: ClientItem, item_id: str) -> Event:
             parts.append({"type": part.type, "text": part.text})
     return {"id": item_id, "object": "realtime.item", "type": "message", "status": "completed", "role": item.role,
             "content": parts}
+
+
+def mcp_call_item(item_id: str, tool: HostedTool, arguments: str, approval_request_id: str | None = None) -> Event:
+    """An ``mcp_call`` item, before it has run (``output`` and ``error`` come when it has)."""
+    return {"id": item_id, "type": "mcp_call", "server_label": tool.server.label, "name": tool.name,
+            "arguments": arguments, "approval_request_id": approval_request_id, "output": None, "error": None}
 
 
 def history_item(item_id: str, item: ClientItem) -> m.HistoryEntry | None:
@@ -646,6 +765,8 @@ def item_text(item: Event) -> str:
         return item["name"] + item["arguments"]
     if item["type"] == "function_call_output":
         return item["output"]
+    if item["type"] in ("mcp_call", "mcp_approval_request"):
+        return item["name"] + item["arguments"] + (item.get("output") or "")
     return " ".join(p.get("text") or p.get("transcript") or "" for p in item.get("content", []))
 
 

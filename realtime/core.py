@@ -23,6 +23,7 @@ from pipelines import audio, messages as m
 from pipelines.pool import Lease
 from realtime import limits, records
 from realtime.conversation import Conversation, Port
+from realtime.mcp_session import McpSession
 from realtime.events import ClientEvent, EventError, error_event, parse_event, server_event, to_beta
 from realtime.models import EndReason, Transport as TransportKind
 from realtime.runtime import Runtime
@@ -124,8 +125,9 @@ class SessionCore:
         self.lease = lease
         self.limits = limits.Limits.from_settings()
         self.session = SessionConfig(self.id, opening.model, settings.S2S_POOL.engines.all_voices,
-                                     self.limits.max_instructions_bytes, self.limits.max_session_s)
+                                     self.limits.max_instructions_bytes, self.limits.max_session_s, settings.S2S_MCP)
         self.conversation = Conversation(self.session, port, self.limits.conversation)
+        self.mcp = McpSession(self.session, self.conversation, self._send, self._spawn, self._apply_settings)
         self.bucket = limits.TokenBucket(self.limits.events_per_second, self.limits.burst)
         self.input_buffer = limits.InputBuffer(self.limits.max_input_buffer_ms)
         self.recorder = records.SessionRecorder(self.id, runtime.writer, runtime.metrics)
@@ -191,6 +193,8 @@ class SessionCore:
         self._spawn(self._send_loop(), "send")
         self._spawn(self._watch_limits(), "limits")
         await self._send(server_event("session.created", session=self._session_obj()))
+        for event in self.mcp.servers_changed():  # MCP servers the session opened with
+            await self._send(event)
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=f"{name}-{self.id}")
@@ -300,7 +304,7 @@ class SessionCore:
     def _session_update(self, event: ClientEvent) -> list[Event]:
         self.session.update(event.session, beta=self.opening.beta)
         self._apply_settings()
-        return [server_event("session.updated", session=self._session_obj())]
+        return [server_event("session.updated", session=self._session_obj()), *self.mcp.servers_changed()]
 
     def _transcription_session_update(self, event: ClientEvent) -> list[Event]:
         """The beta way to make this a transcription session (GA clients say ``session.type: "transcription"``)."""
@@ -417,6 +421,8 @@ class SessionCore:
             except Exception:
                 logger.exception("session %s: could not translate %s", self.id, type(out).__name__)
                 continue
+            if isinstance(out, m.ToolsPending):
+                self.mcp.pending(out)
             self.recorder.output(out, self.conversation)
             self._schedule_turn_timeout()
             for event in events:

@@ -117,6 +117,9 @@ class ClientItem:
     output: str | None = None  # function_call_output: the result
     name: str | None = None  # function_call: the function called
     arguments: str | None = None  # function_call: its arguments, JSON text
+    approval_request_id: str | None = None  # mcp_approval_response: the request it answers
+    approve: bool | None = None  # mcp_approval_response: whether the call may run
+    reason: str | None = None  # mcp_approval_response: why (optional)
 
     @property
     def text(self) -> str:
@@ -223,9 +226,14 @@ def parse_item(item: dict[str, Any], param: str, max_audio_bytes: int) -> Client
         return ClientItem(item_id, kind, call_id=optional(item, "call_id", str, f"{param}.call_id") or new_id("call"),
                           name=require(item, "name", str, f"{param}.name"),
                           arguments=require(item, "arguments", str, f"{param}.arguments"))
+    if kind == "mcp_approval_response":
+        return ClientItem(item_id, kind,
+                          approval_request_id=require(item, "approval_request_id", str, f"{param}.approval_request_id"),
+                          approve=require(item, "approve", bool, f"{param}.approve"),
+                          reason=optional(item, "reason", str, f"{param}.reason"))
     if kind != "message":
         raise EventError("invalid_value", f"Invalid value for '{param}.type': '{kind}'. Supported: 'message', "
-                         "'function_call', 'function_call_output'.", f"{param}.type")
+                         "'function_call', 'function_call_output', 'mcp_approval_response'.", f"{param}.type")
     role = require(item, "role", str, f"{param}.role")
     if role not in ("user", "assistant", "system"):
         raise EventError("invalid_value", f"Invalid value for '{param}.role': expected 'user', 'assistant' or "

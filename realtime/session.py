@@ -11,6 +11,7 @@ from pipelines import audio, tools as tool_parsing
 from pipelines.config import FunctionTool, SessionSettings, ToolChoice, TurnDetection
 from pipelines.errors import ToolDefinitionError
 from realtime.events import ClientItem, EventError, ItemReference, check_type, optional
+from realtime.mcp_config import HostedTool, McpPolicy, McpServer, parse_server
 
 BETA_FORMATS = {"pcm16": audio.PCM, "g711_ulaw": audio.PCMU, "g711_alaw": audio.PCMA}
 GA_TO_BETA_FORMATS = {v: k for k, v in BETA_FORMATS.items()}
@@ -65,6 +66,7 @@ class ResponseOptions:
 
     out_of_band: bool = False
     metadata: Any = None
+    mcp_servers: tuple[McpServer, ...] = ()  # the response's own MCP servers (their tools are listed first)
     input: tuple[ClientItem | ItemReference, ...] | None = None  # None: the conversation is the context
     overrides: dict[str, Any] = field(default_factory=dict)  # fields of ``ResponseRequest``
 
@@ -73,9 +75,15 @@ class SessionConfig:
     """The session as the client sees it. ``settings()`` gives what the pipeline needs."""
 
     def __init__(self, session_id: str, model: str, voices: tuple[str, ...],
-                 max_instructions_bytes: int = MAX_INSTRUCTIONS_BYTES, lifetime_s: float = 3600) -> None:
-        """``lifetime_s``: the longest the session may last (``S2S_MAX_SESSION_SECONDS``), for ``expires_at``."""
+                 max_instructions_bytes: int = MAX_INSTRUCTIONS_BYTES, lifetime_s: float = 3600,
+                 mcp_policy: McpPolicy | None = None) -> None:
+        """``lifetime_s``: the longest the session may last (``S2S_MAX_SESSION_SECONDS``), for ``expires_at``;
+        ``mcp_policy``: which MCP servers the session may offer (None: MCP is off)."""
         self.id = session_id
+        self.mcp_policy = mcp_policy or McpPolicy()
+        self.mcp_servers: tuple[McpServer, ...] = ()
+        # The listed tools of the session's MCP servers, by name: what the model may call besides the functions.
+        self.mcp_tools: dict[str, HostedTool] = {}
         self.max_instructions_bytes = max_instructions_bytes
         self.model = model
         self.voices = voices
@@ -150,8 +158,11 @@ class SessionConfig:
             if key in s and s[key] is not None:
                 self.max_output_tokens = parse_max_tokens(s[key], f"session.{key}")
         if s.get("tools") is not None or s.get("tool_choice") is not None:
-            self.tools, self.tool_choice = parse_tools(s.get("tools"), s.get("tool_choice"), self.tools,
-                                                       self.tool_choice, "session")
+            self.tools, self.tool_choice, servers = parse_tools(s.get("tools"), s.get("tool_choice"), self.tools,
+                                                                self.tool_choice, "session", self.mcp_policy,
+                                                                self.mcp_servers)
+            if servers is not None:
+                self.mcp_servers = servers
         if "parallel_tool_calls" in s and s["parallel_tool_calls"] is not None:
             self.parallel_tool_calls = check_type(s["parallel_tool_calls"], bool, "session.parallel_tool_calls")
         if "include" in s:
@@ -196,6 +207,9 @@ class SessionConfig:
 
     def _update_beta(self, s: dict[str, Any]) -> None:
         self._update_common(s)
+        if self.mcp_servers:
+            raise EventError("invalid_value", "MCP tools are a GA feature (the beta protocol has no MCP events): "
+                             "connect without 'OpenAI-Beta: realtime=v1' to use them.", "session.tools")
         if "modalities" in s and s["modalities"] is not None:
             modalities = parse_modalities(s["modalities"], "session.modalities", allow_both=True)
             self.output_modalities = ["audio"] if "audio" in modalities else ["text"]
@@ -255,13 +269,15 @@ class SessionConfig:
             options["instructions"] = self.parse_instructions(params["instructions"], "response.instructions")
         if params.get("temperature") is not None:
             options["temperature"] = parse_temperature(params["temperature"], "response.temperature")
+        servers: tuple[McpServer, ...] | None = None
         if params.get("tools") is not None or params.get("tool_choice") is not None:
-            options["tools"], options["tool_choice"] = parse_tools(params.get("tools"), params.get("tool_choice"),
-                                                                   self.tools, self.tool_choice, "response")
+            options["tools"], options["tool_choice"], servers = parse_tools(
+                params.get("tools"), params.get("tool_choice"), self.tools, self.tool_choice, "response",
+                self.mcp_policy, self.mcp_servers)
         if params.get("parallel_tool_calls") is not None:
             options["parallel_tool_calls"] = check_type(params["parallel_tool_calls"], bool,
                                                         "response.parallel_tool_calls")
-        return ResponseOptions(
+        return ResponseOptions(mcp_servers=servers or (),
             out_of_band=optional(params, "conversation", str, "response.conversation", "auto") == "none",
             metadata=params.get("metadata"), input=params.get("input"), overrides=options)
 
@@ -288,8 +304,17 @@ class SessionConfig:
             transcription_logprobs=self.logprobs,
             transcription_language=(self.transcription or {}).get("language"),
             transcription_prompt=(self.transcription or {}).get("prompt"),
-            tools=self.tools, tool_choice=self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
+            tools=self.tools + self.hosted_functions(), tool_choice=self.tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls, hosted=frozenset(tool.name for tool in self.hosted_tools()),
         )
+
+    def hosted_tools(self) -> list[HostedTool]:
+        """The MCP tools the model sees: a function of the same name keeps the name (the tool is left out)."""
+        taken = {tool.name for tool in self.tools}
+        return [tool for name, tool in self.mcp_tools.items() if name not in taken]
+
+    def hosted_functions(self) -> tuple[FunctionTool, ...]:
+        return tuple(tool.function() for tool in self.hosted_tools())
 
     # --- echo ---------------------------------------------------------------
 
@@ -306,11 +331,15 @@ class SessionConfig:
                            "speed": self.extra.get("speed", 1.0)},
             },
             "max_output_tokens": self.max_output_tokens, "include": self.include,
-            "expires_at": self.expires_at, "tools": [tool_parsing.tool_to_json(t) for t in self.tools],
+            "expires_at": self.expires_at, "tools": self.tools_json(),
             "tool_choice": tool_parsing.tool_choice_to_json(self.tool_choice),
             "parallel_tool_calls": self.parallel_tool_calls,
             **{k: v for k, v in self.extra.items() if k not in ("speed", "client_secret")},
         }
+
+    def tools_json(self) -> list[dict[str, Any]]:
+        """The session's tools as offered: functions, then MCP servers (without their headers)."""
+        return [tool_parsing.tool_to_json(t) for t in self.tools] + [server.echo for server in self.mcp_servers]
 
     def as_ga_transcription(self) -> dict[str, Any]:
         """A GA transcription session (``type: "transcription"``): audio in, transcripts out."""
@@ -345,7 +374,7 @@ class SessionConfig:
             "input_audio_transcription": self.transcription, "input_audio_noise_reduction": self.noise_reduction,
             "turn_detection": self.turn_detection, "temperature": self.temperature,
             "max_response_output_tokens": self.max_output_tokens, "expires_at": self.expires_at,
-            "include": self.include, "tools": [tool_parsing.tool_to_json(t) for t in self.tools],
+            "include": self.include, "tools": self.tools_json(),
             # The beta type has a string here: a named function is given by its name.
             "tool_choice": self.tool_choice.name if self.tool_choice.mode == "function" else self.tool_choice.mode,
             **{k: v for k, v in self.extra.items() if k not in ("speed", "client_secret")},
@@ -353,23 +382,53 @@ class SessionConfig:
 
 
 def parse_tools(tools: Any, choice: Any, current_tools: tuple[FunctionTool, ...], current_choice: ToolChoice,
-                scope: str) -> tuple[tuple[FunctionTool, ...], ToolChoice]:
+                scope: str, mcp_policy: McpPolicy | None = None, current_servers: tuple[McpServer, ...] = ()
+                ) -> tuple[tuple[FunctionTool, ...], ToolChoice, tuple[McpServer, ...] | None]:
     """``tools`` and ``tool_choice`` of a session or a response (None: the current value stays).
 
-    The choice is checked against the tools it will be used with, so a named function must be among
-    them and ``required`` needs one. A bad value raises :class:`EventError` naming its ``param``
-    (``session.tools[1].parameters``, ``response.tool_choice.name``).
+    Returns the functions, the choice, and the MCP servers (None when ``tools`` was not given). The
+    choice is checked against the functions it will be used with, so a named function must be among
+    them and ``required`` needs one (or an MCP server: its tools are known only once listed). A bad
+    value raises :class:`EventError` naming its ``param`` (``session.tools[1].parameters``, ``response.tool_choice.name``, ``session.tools[0].server_url``).
     """
+    servers: tuple[McpServer, ...] | None = None
     try:
-        parsed = current_tools if tools is None else tool_parsing.parse_tools(tools, f"{scope}.tools")
+        parsed = current_tools
+        if tools is not None:
+            parsed, servers = _parse_tool_list(tools, f"{scope}.tools", mcp_policy or McpPolicy())
+        offers_mcp = bool(current_servers if servers is None else servers)
         if choice is None:
-            tool_parsing.check_tool_choice(current_choice, parsed, f"{scope}.tool_choice")
-            return parsed, current_choice
+            if not (offers_mcp and current_choice.mode == "required"):
+                tool_parsing.check_tool_choice(current_choice, parsed, f"{scope}.tool_choice")
+            return parsed, current_choice, servers
         if isinstance(choice, str) and choice not in tool_parsing.MODES and any(t.name == choice for t in parsed):
             choice = {"type": "function", "name": choice}  # the beta shape: a function named by a string
-        return parsed, tool_parsing.parse_tool_choice(choice, parsed, f"{scope}.tool_choice")
+        if offers_mcp and choice == "required":
+            return parsed, ToolChoice(mode="required"), servers
+        return parsed, tool_parsing.parse_tool_choice(choice, parsed, f"{scope}.tool_choice"), servers
     except ToolDefinitionError as exc:
         raise EventError("invalid_value", exc.message, exc.param) from None
+
+
+def _parse_tool_list(value: Any, param: str, policy: McpPolicy) -> tuple[tuple[FunctionTool, ...], tuple[McpServer, ...]]:
+    """A ``tools`` list of functions and MCP servers; names and server labels must be unique."""
+    if not isinstance(value, list):
+        raise ToolDefinitionError(f"'{param}' must be an array of tools.", param)
+    functions: list[FunctionTool] = []
+    servers: list[McpServer] = []
+    for index, entry in enumerate(value):
+        where = f"{param}[{index}]"
+        if isinstance(entry, dict) and entry.get("type") == "mcp":
+            server = parse_server(entry, where, policy)
+            if any(s.label == server.label for s in servers):
+                raise ToolDefinitionError(f"Duplicate MCP server_label '{server.label}'.", f"{where}.server_label")
+            servers.append(server)
+            continue
+        tool = tool_parsing.parse_tool(entry, where)
+        if any(t.name == tool.name for t in functions):
+            raise ToolDefinitionError(f"Duplicate tool name '{tool.name}'.", f"{where}.name")
+        functions.append(tool)
+    return tuple(functions), tuple(servers)
 
 
 def unknown_keys(obj: dict[str, Any], known: set[str], param: str) -> None:

@@ -14,6 +14,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from pipelines.config import DEFAULT_LM_BACKEND, DEFAULT_STT_MODEL, LM_BACKENDS, EngineConfig, PoolConfig
+from realtime.mcp_config import McpPolicy
 from s2s_project.env import envbool, envchoice, envfloat, envicelist, envint, envlist, envpairs, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -181,6 +182,17 @@ S2S_POOL = PoolConfig(
 
 if S2S_POOL.engines.lm_backend == "openai" and not S2S_POOL.engines.lm_base_url:
     raise ImproperlyConfigured("S2S_LM_BACKEND=openai needs S2S_LM_BASE_URL (e.g. http://vllm.internal:8000/v1)")
+
+# MCP tools (a session's or a response's ``{"type": "mcp"}`` tools): only servers under these URL prefixes may be
+# reached (none: MCP is off), each operation within the time limit, each answer within the size limit.
+S2S_MCP = McpPolicy(
+    allowed_urls=envlist("S2S_MCP_ALLOWED_URLS", ()),
+    timeout_s=envfloat("S2S_MCP_TIMEOUT_S", 10.0, minimum=0.1),
+    max_response_bytes=envint("S2S_MCP_MAX_RESPONSE_BYTES", 256 * 1024, minimum=1024),
+)
+for _prefix in S2S_MCP.allowed_urls:
+    if not McpPolicy((_prefix,)).allows(_prefix):
+        raise ImproperlyConfigured(f"S2S_MCP_ALLOWED_URLS: {_prefix!r} is not an http(s) URL with a host")
 
 # --- audit, cluster and background jobs --------------------------------------
 

@@ -6,6 +6,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from pipelines.ids import new_id
@@ -20,7 +21,10 @@ from pipelines.messages import (
     Message,
     ResponseEnd,
     ResponseRequest,
+    ResponseResume,
     ResponseStarted,
+    ToolChoice,
+    ToolsPending,
     TruncateItem,
     UserTurn,
     insert_after,
@@ -30,6 +34,9 @@ from pipelines.stages.lm_output import ResponseOutput
 from pipelines.tool_calls import chat_messages
 
 logger = logging.getLogger(__name__)
+
+# Rounds of server-run calls one response may make; past them the model must answer without calling.
+MAX_TOOL_ROUNDS = 4
 
 
 class LMStream(Protocol):
@@ -58,6 +65,19 @@ class SessionGone(Exception):
     """The response was cancelled or its session ended while its prompt was being built."""
 
 
+@dataclass
+class _Run:
+    """One response across its rounds: generation, a pause for the server's calls, generation again."""
+
+    req: ResponseRequest
+    turn: str
+    item_id: str
+    started: float = field(default_factory=time.perf_counter)
+    first_token_s: float | None = None
+    rounds: int = 0
+    tokens: list[int] = field(default_factory=lambda: [0, 0, 0])  # input, output, cached over all rounds
+
+
 class LmStage(Stage):
     """Holds the conversation for the LM and answers from it.
 
@@ -83,6 +103,7 @@ class LmStage(Stage):
         self._scaffold: int | None = None  # tokens the chat template adds once per prompt
         # speculative turn -> the item ids it added, taken back if the turn is abandoned
         self._speculative: dict[str, list[str]] = {}
+        self._paused: dict[str, _Run] = {}  # responses waiting for the results of the server's calls
         self._prefix = self._new_prefix()
 
     def _new_prefix(self) -> object | None:
@@ -95,6 +116,7 @@ class LmStage(Stage):
         self._tokens = {}
         self.history_tokens = 0
         self._speculative = {}
+        self._paused = {}
         self._prefix = self._new_prefix()
 
     def process(self, msg: Downstream) -> Iterator[Message]:
@@ -110,6 +132,8 @@ class LmStage(Stage):
                 yield from self._respond(req, msg.turn)
         elif isinstance(msg, ResponseRequest):
             yield from self._respond(msg)
+        elif isinstance(msg, ResponseResume):
+            yield from self._resume(msg)
         elif isinstance(msg, AddItem):
             self._add(msg)
         elif isinstance(msg, DeleteItem):
@@ -211,14 +235,51 @@ class LmStage(Stage):
         return max(1, min(req.max_output_tokens, self.max_new_tokens))
 
     def _respond(self, req: ResponseRequest, turn: str = "") -> Iterator[Message]:
-        gen = req.generation
-        item_id = req.item_id or new_id("item")
-        yield ResponseStarted(generation=gen, response_id=req.response_id, item_id=item_id,
+        run = _Run(req, turn, req.item_id or new_id("item"))
+        yield ResponseStarted(generation=req.generation, response_id=req.response_id, item_id=run.item_id,
                               output_modalities=req.output_modalities, output_format=req.output_format,
                               voice=req.voice, out_of_band=req.out_of_band, turn=turn)
+        if req.awaiting:  # calls approved earlier run first: the session resumes it with their results
+            self._paused[req.response_id] = run
+            yield ToolsPending(generation=req.generation, response_id=req.response_id, turn=turn)
+            return
+        yield from self._generate(run)
+
+    def _resume(self, msg: ResponseResume) -> Iterator[Message]:
+        """The results of a paused response's calls: into the conversation, then the next round (or the end)."""
+        run = self._paused.pop(msg.response_id, None)
+        if run is None:
+            return
+        for entry in msg.results:
+            self._note(run, entry)
+        req, gen = run.req, run.req.generation
+        cancelled = self.context.cancel_reason(req.response_id, gen, run.turn)
+        if msg.finish or cancelled is not None:
+            yield self._end(run, "cancelled" if cancelled else "completed", cancelled)
+            return
+        run.rounds += 1
+        yield from self._generate(run)
+
+    def _note(self, run: _Run, entry: HistoryEntry) -> None:
+        """Adds a call or a result to the response's context: its own prompt, or the conversation."""
+        req = run.req
+        if req.out_of_band or req.extra_input is not None:
+            kept = tuple(e for e in req.extra_input or () if e.item_id != entry.item_id)
+            run.req = replace(req, extra_input=(*kept, entry))
+        if req.out_of_band or (run.turn and self.context.turn_abandoned(run.turn)):
+            return
+        self._keep(entry)
+        if run.turn in self._speculative:
+            self._speculative[run.turn].append(entry.item_id)
+
+    def _generate(self, run: _Run) -> Iterator[Message]:
+        """One round of generation; it ends the response, or pauses it after calls the server runs."""
+        req, turn, gen = run.req, run.turn, run.req.generation
+        if run.rounds >= MAX_TOOL_ROUNDS:
+            req = replace(req, tool_choice=ToolChoice(mode="none"))
+        elif run.rounds and req.tool_choice.mode in ("required", "function"):
+            req = replace(req, tool_choice=ToolChoice())  # the call it had to make is made: now it may answer
         cancel = CancelFlag(self.context, req.response_id, gen, turn)
-        started = time.perf_counter()
-        first_token_s: float | None = None
         output = ResponseOutput(req, turn, self.first_piece_words)
         status, reason = "completed", None
         stream = None
@@ -231,8 +292,8 @@ class LmStage(Stage):
             stream = self.model.generate_stream(self._messages(req, cancel), self._max_tokens(req), req.temperature,
                                                 cancel, **options)
             for piece in self._pieces(stream, cancel):
-                if first_token_s is None:
-                    first_token_s = time.perf_counter() - started
+                if run.first_token_s is None:
+                    run.first_token_s = time.perf_counter() - run.started
                 yield from output.feed(piece)
             if cancel.is_set():
                 status, reason = "cancelled", self.context.cancel_reason(req.response_id, gen, turn)
@@ -244,10 +305,24 @@ class LmStage(Stage):
         except Exception as exc:
             logger.exception("generation failed")
             status, reason = "failed", f"{type(exc).__name__}: {exc}"
-        self._remember(req, turn, item_id, output)
-        yield ResponseEnd(generation=gen, response_id=req.response_id, status=status, reason=reason,
-                          input_tokens=getattr(stream, "input_tokens", 0), output_tokens=getattr(stream, "output_tokens", 0),
-                          cached_tokens=getattr(stream, "cached_tokens", 0), lm_first_token_s=first_token_s, turn=turn)
+        for index, name in enumerate(("input_tokens", "output_tokens", "cached_tokens")):
+            run.tokens[index] += getattr(stream, name, 0)
+        self._remember(req, turn, run.item_id, output)
+        hosted = tuple(call for call in output.calls if call.name in req.hosted)
+        if status == "completed" and hosted:
+            if req.out_of_band or req.extra_input is not None:  # the next round's prompt has this round in it
+                said = [HistoryItem(run.item_id, "assistant", output.text)] if output.text else []
+                run.req = replace(run.req, extra_input=(*(run.req.extra_input or ()), *said, *output.calls))
+            self._paused[req.response_id] = run
+            yield ToolsPending(generation=gen, response_id=req.response_id, calls=hosted, turn=turn)
+            return
+        yield self._end(run, status, reason)
+
+    def _end(self, run: _Run, status: str, reason: str | None) -> ResponseEnd:
+        input_tokens, output_tokens, cached_tokens = run.tokens
+        return ResponseEnd(generation=run.req.generation, response_id=run.req.response_id, status=status, reason=reason,
+                           input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens,
+                           lm_first_token_s=run.first_token_s, turn=run.turn)
 
     def _remember(self, req: ResponseRequest, turn: str, item_id: str, output: ResponseOutput) -> None:
         """Adds the response's text and finished calls to the conversation (not for out-of-band ones)."""
