@@ -3,9 +3,9 @@
 // Usage (in tests/browser/agents_sdk, after npm ci):
 //   node agent_with_tool.mjs ws://127.0.0.1:PORT/v1/realtime [timeout_ms] [what the user says]
 //
-// The agent has one function tool (zod parameters). The first response is asked for with a
-// tool_choice naming the function, so that a small model calls it; the SDK runs the tool,
-// sends its function_call_output and asks for the next response, which the agent speaks.
+// The agent has one function tool (zod parameters) and the session's tool_choice, "auto": the model
+// chooses to call it; the SDK runs the tool, sends its function_call_output and asks for the next
+// response, which the agent speaks.
 // Prints one JSON line: the tool's calls, the audio bytes and transcript of the spoken
 // answer, the server event types seen and any errors; exits 0 when the agent spoke after
 // the tool ran, 1 otherwise.
@@ -14,7 +14,7 @@ import { z } from 'zod';
 
 const url = process.argv[2];
 const timeoutMs = Number(process.argv[3] ?? 240000);
-const question = process.argv[4] ?? 'What is the weather like in Paris?';
+const question = process.argv[4] ?? 'What is the weather like in Paris right now?';
 const calls = [];
 const errors = [];
 const eventTypes = [];
@@ -34,8 +34,7 @@ const getWeather = tool({
 
 const agent = new RealtimeAgent({
   name: 'Weather assistant',
-  instructions: 'You are a helpful voice assistant. Use the get_weather tool for questions about the weather, '
-    + 'then tell the user the result in one short sentence.',
+  instructions: 'call the get_weather tool, then answer in one short sentence using its result',
   tools: [getWeather],
 });
 
@@ -73,5 +72,4 @@ session.transport.sendEvent({
 });
 session.transport.sendEvent({
   type: 'response.create',
-  response: { tool_choice: { type: 'function', name: 'get_weather' } },
 });
