@@ -141,6 +141,7 @@ def opens_another(pieces: Iterable[str]) -> bool:
 # The first token of an answer that must be text: no markup, JSON, code, quote or bracket, and no whitespace to
 # hide one behind.
 TEXT_FIRST = r"""root ::= [^<{\[(`"' \t\n] .*"""
+MARKUP_FIRST = set("<{[(`\"'")
 # How an answer may open a call, whitespace aside: the Hermes tag, or the bare JSON object in any wrapping small
 # models put around it: a Markdown code block (Qwen2.5-Coder writes that when no system prompt tells it
 # otherwise), a parenthesis, doubled braces (a Qwen2.5 GGUF whose template shows the call as ``{{"name": ...}}``).
@@ -193,7 +194,8 @@ def call_key(name: str, arguments: Any) -> str:
 
 
 class AutoCallStream:
-    """``auto``: the model chooses between text and a call with its first tokens. Text streams as it comes.
+    """``auto``: the model chooses between text and a call with its first tokens. Text streams as it comes;
+    text that opens with markup (``MARKUP_FIRST``: a result read back as JSON, say) is made again by ``retry``.
     An answer that opens with a call (``_opening``) is stopped there and made by ``call``: the
     ``required`` call under its grammar, its opening in the prompt, so that the call parses and its
     arguments match the function's schema.
@@ -219,14 +221,19 @@ class AutoCallStream:
             opens, undecided = _opening("".join(head.split()))
             if opens or not undecided:
                 break  # decided: a call, or text
-        if not _opens_call("".join(head.split())):
+        compact = "".join(head.split())
+        if not _opens_call(compact) and compact[:1] not in MARKUP_FIRST:
             if head:
                 yield head
             yield from pieces
             return
         close = getattr(pieces, "close", None)
         if close is not None:
-            close()  # its context goes back before the call's generation takes one
+            close()  # its context goes back before the next generation takes one
+        if not _opens_call(compact):  # JSON (a result read back), a tag, code, a quote: never a spoken answer
+            self._stream = self._retry()
+            yield from self._stream
+            return
         self._stream = self._call()
         if not self._answered:
             yield from self._stream

@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 
 from pipelines.backends import _assembled
-from pipelines.backends._llama_tools import AutoCallStream, answered_calls, call_key
-from pipelines.backends.llama_cpp_lm import LlamaCppLM, resolve_gguf
+from pipelines.backends._llama_tools import AutoCallStream, CallSequence, _opening, answered_calls, call_key
+from pipelines.backends.llama_cpp_lm import DOUBLED_CALL_LAYOUT, LlamaCppLM, fixed_template, resolve_gguf
 from pipelines.backends.transformers_lm import PromptTooLongError, default_model
 from pipelines.config import FunctionTool, ToolChoice
 from pipelines.tool_calls import CALL_CLOSE, CALL_OPEN, CallEnd, CallParser
@@ -123,6 +123,7 @@ class Scripted:
     """A finished stream of given pieces; ``closed`` once its reader stopped it."""
 
     finish_reason = "stop"
+    output_tokens = 0
 
     def __init__(self, pieces: list[str]) -> None:
         self.pieces = pieces
@@ -150,8 +151,11 @@ def test_an_answer_that_opens_a_call_is_stopped_and_made_under_the_grammar_and_t
         [call] = calls("".join(AutoCallStream(free, set(), never, lambda: Scripted(PARIS_CALL))))
         assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Paris"})
         assert free.closed
-    for pieces in (["It is ", "{sunny} today."], ["```", "python\nprint(1)\n```"]):
-        assert "".join(AutoCallStream(Scripted(pieces), set(), never, never)) == "".join(pieces)
+    assert "".join(AutoCallStream(Scripted(["It is ", "{sunny} today."]), set(), never, never)) == "It is {sunny} today."
+    for pieces in (["```", "python\nprint(1)\n```"], ['{"status":', ' "booked"}'], ["(", "sunny)"]):
+        free = Scripted(pieces)  # markup first: never a spoken answer, so it is made again in words
+        assert "".join(AutoCallStream(free, set(), lambda: Scripted(["It is booked."]), never)) == "It is booked."
+        assert free.closed
 
 
 def test_the_calls_answered_are_those_since_the_users_last_message():
@@ -296,3 +300,36 @@ def test_parts_that_do_not_match_the_model_are_refused(tmp_path, monkeypatch):
     folder = _assembled.assembled("fake", tmp_path / "cache")
     assert (folder / "joined.bin").read_bytes() == b"abcdef"
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ["fake"]  # no temp folder left
+
+
+def test_every_wrapping_of_a_bare_call_opens_a_call_and_words_do_not():
+    for opening in ('<tool_call>', '({"name"', '{{"name":', '```json{"name"', '```{"name"', '[{"name"'):
+        assert _opening(opening) == (True, True), opening
+    for undecided in ("", "<tool", "(", "{", "{{", '{"na', "```js"):
+        assert _opening(undecided) == (False, True), undecided
+    for words in ("Hello", "(I", '{"city"', "It{", "```python"):
+        assert _opening(words) == (False, False), words
+
+
+def test_a_template_that_shows_the_call_with_doubled_braces_is_given_the_single_braced_layout():
+    doubled = 'x <tool_call>\\n' + DOUBLED_CALL_LAYOUT + '\\n</tool_call> y'
+    assert fixed_template(doubled) == 'x <tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call> y'
+    assert fixed_template("{{ messages }}") == "{{ messages }}"
+
+
+def test_calls_in_parallel_follow_one_another_until_the_model_ends_and_answered_ones_are_dropped():
+    lyon = [CALL_OPEN, '\n{"name": "get_weather", "arguments": {"city": "Lyon"}}\n', CALL_CLOSE]
+    seen: list[str] = []
+
+    def next_call(written: str):
+        seen.append(written)
+        return Scripted(lyon) if len(seen) == 1 else None
+
+    both = "".join(CallSequence(Scripted(PARIS_CALL), next_call))
+    assert [json.loads(c.arguments)["city"] for c in calls(both)] == ["Paris", "Lyon"]
+    assert seen[0] == "".join(PARIS_CALL)
+    answered = {call_key("get_weather", {"city": "Paris"})}
+    new_only = AutoCallStream(Scripted(["<tool_call>"]), answered, never,
+                              lambda: Scripted(PARIS_CALL + ["\n"] + lyon))
+    assert [json.loads(c.arguments)["city"] for c in calls("".join(new_only))] == ["Lyon"]
+

@@ -219,3 +219,41 @@ async def test_a_beta_client_gets_tools_echoed_in_beta_shapes_and_the_call_event
     done = of_type(events, "response.function_call_arguments.done")[0]
     assert (done["name"], json.loads(done["arguments"])) == ("get_weather", {})
     assert of_type(events, "conversation.item.created")[-1]["item"]["type"] == "function_call"
+
+
+async def test_parallel_tool_calls_make_several_calls_in_one_response_and_false_makes_one(connect):
+    client = await connect()
+    await client.update_session(tools=[WEATHER, TIME])
+    two = 'call get_weather {"city": "Paris"}; call get_time {"zone": "Europe/Paris"}'
+    done = (await call_turn(client, two))[-1]["response"]
+    assert [(item["type"], item["name"]) for item in done["output"]] == [
+        ("function_call", "get_weather"), ("function_call", "get_time")]
+    assert len({item["call_id"] for item in done["output"]}) == 2
+
+    updated = await client.update_session(parallel_tool_calls=False)
+    assert updated["session"]["parallel_tool_calls"] is False
+    done = (await call_turn(client, two))[-1]["response"]
+    assert [item["name"] for item in done["output"]] == ["get_weather"]
+    done = (await call_turn(client, two, parallel_tool_calls=True))[-1]["response"]  # the response's own choice
+    assert [item["name"] for item in done["output"]] == ["get_weather", "get_time"]
+
+    event_id = await client.send("session.update", session={"type": "realtime", "parallel_tool_calls": "yes"})
+    error = await client.error()
+    assert (error["param"], error["event_id"]) == ("session.parallel_tool_calls", event_id)
+
+
+async def test_a_function_call_output_for_a_call_the_conversation_lacks_is_an_error_and_nothing_is_added(connect):
+    client = await connect()
+    await client.update_session(tools=[WEATHER])
+    event_id = await client.send("conversation.item.create", item={
+        "type": "function_call_output", "call_id": "call_nobody_made", "output": "sunny"})
+    error = await client.error()
+    assert (error["param"], error["event_id"], error["code"]) == ("item.call_id", event_id, "invalid_value")
+    assert "call_nobody_made" in error["message"]
+    assert not of_type(await client.drain(), "conversation.item.added")
+
+    call = (await call_turn(client, 'call get_weather {"city": "Paris"}'))[-1]["response"]["output"][0]
+    await client.send("conversation.item.create", item={"type": "function_call_output", "call_id": call["call_id"],
+                                                         "output": "sunny"})
+    added = await client.until("conversation.item.added")
+    assert added["item"]["call_id"] == call["call_id"]

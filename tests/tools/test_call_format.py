@@ -12,6 +12,7 @@ from pipelines.tool_calls import (
     CallEnd,
     CallParser,
     CallStart,
+    MarkupFilter,
     Text,
     call_head,
     chat_messages,
@@ -107,3 +108,18 @@ def test_without_template_support_tools_calls_and_results_are_written_as_text():
     assert plain[3] == {"role": "tool", "content": "<tool_response>\nsunny, 24 C\n</tool_response>"}
     assert all(isinstance(m["content"], str) for m in plain)
     assert plain_messages(messages[:1], []) == [{"role": "user", "content": "Weather in Paris?"}]
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 1000])
+def test_call_markup_never_reaches_the_user_and_words_do_however_the_text_is_split(size):
+    cases = {
+        '({"name": "get_weather", "arguments": {"city": "Paris"}})': "",
+        "It is sunny (21 degrees) in Paris.": "It is sunny (21 degrees) in Paris.",
+        "Done. <tool_response>sunny</tool_response> I asked get_weather.": "Done. sunny I asked get weather.",
+        'The result {"status": "ok", "list": [1, 2]} came back, 3 < 4 `x`.': "The result  came back, 3 < 4 x.",
+        'Cut at the limit {"name": "get_wea': "Cut at the limit ",
+    }
+    for text, heard in cases.items():
+        markup = MarkupFilter(["get_weather"])
+        out = "".join(markup.feed(text[i:i + size]) for i in range(0, len(text), size)) + markup.finish()
+        assert out == heard, text
