@@ -181,9 +181,10 @@ def _lm(config: EngineConfig, device: str, threads: int, pool_size: int) -> Lang
     if config.lm_backend == "llama_cpp":
         from pipelines.backends.llama_cpp_lm import LlamaCppLM
 
-        # One generation slot per unit: the units answer at once, each with its share of the cores.
+        # One generation slot per unit: the units answer at once, each with its share of the cores. A unit whose
+        # session offers tools keeps a second context, made on first use, to decide on calls from the current turn.
         return LlamaCppLM(config.lm_model, gguf_file=config.lm_gguf_file, device=device, n_ctx=config.lm_context,
-                          threads=threads, max_contexts=max(1, pool_size), cache_dir=config.lm_cache_dir)
+                          threads=threads, max_contexts=2 * max(1, pool_size), cache_dir=config.lm_cache_dir)
     if config.lm_backend == "transformers":
         from pipelines.backends.transformers_lm import TransformersLM
 

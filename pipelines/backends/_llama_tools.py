@@ -172,6 +172,14 @@ def _opens_call(compact: str) -> bool:
     return _opening(compact)[0]
 
 
+def current_turn(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The system messages and the conversation from the user's last message on (calls and results since)."""
+    last = max((i for i, message in enumerate(messages) if message["role"] == "user"), default=None)
+    if last is None:
+        return list(messages)
+    return [message for message in messages[:last] if message["role"] == "system"] + list(messages[last:])
+
+
 def answered_calls(messages: Sequence[dict[str, Any]]) -> set[str]:
     """The calls made since the user's last message (each followed by its result), as ``call_key`` gives them."""
     calls: set[str] = set()
@@ -204,11 +212,15 @@ class AutoCallStream:
     model reading a result back often writes the same call again, and again. Such a repeat is dropped and
     the answer made again by ``retry``, which must open with a word."""
 
-    def __init__(self, stream: Any, answered: set[str], retry: Callable[[], Any], call: Callable[[], Any]) -> None:
+    def __init__(self, stream: Any, answered: set[str], retry: Callable[[], Any], call: Callable[[], Any],
+                 answer: Callable[[], Any] | None = None) -> None:
+        """``answer``: where an answer in words comes from when the decision's own prompt is not the one to
+        answer from (``LlamaCppLM.generate_stream``: the decision sees the current turn, the answer all of it)."""
         self._stream = stream
         self._answered = answered
         self._retry = retry
         self._call = call
+        self._answer = answer
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -222,7 +234,7 @@ class AutoCallStream:
             if opens or not undecided:
                 break  # decided: a call, or text
         compact = "".join(head.split())
-        if not _opens_call(compact) and compact[:1] not in MARKUP_FIRST:
+        if not _opens_call(compact) and compact[:1] not in MARKUP_FIRST and self._answer is None:
             if head:
                 yield head
             yield from pieces
@@ -230,8 +242,8 @@ class AutoCallStream:
         close = getattr(pieces, "close", None)
         if close is not None:
             close()  # its context goes back before the next generation takes one
-        if not _opens_call(compact):  # JSON (a result read back), a tag, code, a quote: never a spoken answer
-            self._stream = self._retry()
+        if not _opens_call(compact):  # words, made from the answer's prompt; never markup (a result read back)
+            self._stream = (self._answer or self._retry)()
             yield from self._stream
             return
         self._stream = self._call()

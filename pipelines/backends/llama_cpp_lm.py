@@ -28,6 +28,7 @@ from ._llama_tools import (
     ForcedCall,
     ForcedCallStream,
     answered_calls,
+    current_turn,
     forced_call,
     opens_another,
 )
@@ -93,6 +94,12 @@ class LlamaPrefix:
 
     def __init__(self) -> None:
         self.context: Any = None
+        self.turn: LlamaPrefix | None = None  # the context that decides on calls from the current turn alone
+
+    def for_turn(self) -> LlamaPrefix:
+        if self.turn is None:
+            self.turn = LlamaPrefix()
+        return self.turn
 
 
 class LlamaCppLM:
@@ -191,44 +198,48 @@ class LlamaCppLM:
                         ) -> LlamaCppStream | ForcedCallStream | AutoCallStream | CallSequence:
         """Tool calls are written in the Hermes format of ``pipelines.tool_calls``; how each ``tool_choice``
         is held on this engine: ``pipelines.backends._llama_tools``. With ``parallel_tool_calls`` a response
-        that calls a tool (``auto`` or ``required``) may call several, one after the other."""
+        that calls a tool (``auto`` or ``required``) may call several, one after the other.
+
+        ``auto`` in a conversation with earlier turns: whether to call, and the call, are made from the current
+        turn alone (the instructions, the tools, the user's last message and what followed it), on a context of
+        their own (``LlamaPrefix.turn``); an answer in words is made from the whole conversation. A small model
+        that sees earlier turns tends to answer new requests the way it answered old ones, calls or not.
+        """
         prompt_ids = self.encode_chat(messages, tools)
-        room = self.context_length - len(prompt_ids)
-        if room <= 0:
+        if len(prompt_ids) >= self.context_length:
             raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens, context is {self.context_length}")
 
-        def stream(ids: list[int] = prompt_ids, max_tokens: int = max_new_tokens, **grammars: str | None
-                   ) -> LlamaCppStream:
+        def stream(ids: list[int] = prompt_ids, max_tokens: int = max_new_tokens, on: LlamaPrefix | None = prefix,
+                   **grammars: str | None) -> LlamaCppStream:
             left = self.context_length - len(ids)
             if left <= 0:
                 raise PromptTooLongError(f"prompt has {len(ids)} tokens, context is {self.context_length}")
-            return LlamaCppStream(self, ids, min(max_tokens, left), temperature, cancel, seed, prefix, **grammars)
+            return LlamaCppStream(self, ids, min(max_tokens, left), temperature, cancel, seed, on, **grammars)
 
-        def call(choice: ToolChoice, written: str = "") -> ForcedCallStream:
-            forced = forced_call(tools, choice)
-            if written:  # the next of calls in parallel
-                forced = ForcedCall("\n" + forced.head, forced.grammar, forced.tail)
-            ids = prompt_ids + self._tokens(written + forced.head)
-            return ForcedCallStream(stream(ids, max_new_tokens - self._tokens_in(written), grammar=forced.grammar),
-                                    forced)
-
-        def calls(choice: ToolChoice) -> ForcedCallStream | CallSequence:
-            if not parallel_tool_calls or choice.mode == "function":
-                return call(choice)
+        def calls(choice: ToolChoice, base: list[int] = prompt_ids, on: LlamaPrefix | None = prefix
+                  ) -> ForcedCallStream | CallSequence:
+            def call(written: str = "") -> ForcedCallStream:
+                forced = forced_call(tools, choice)
+                if written:  # the next of calls in parallel
+                    forced = ForcedCall("\n" + forced.head, forced.grammar, forced.tail)
+                ids = base + self._tokens(written + forced.head)
+                return ForcedCallStream(stream(ids, max_new_tokens - self._tokens_in(written), on,
+                                               grammar=forced.grammar), forced)
 
             def next_call(written: str) -> ForcedCallStream | None:
                 if max_new_tokens - self._tokens_in(written) < MIN_CALL_TOKENS:
                     return None
-                probe = stream(prompt_ids + self._tokens(written), 4)
-                pieces = iter(probe)
+                pieces = iter(stream(base + self._tokens(written), 4, on))
                 try:
                     if not opens_another(pieces):
                         return None
                 finally:
                     pieces.close()  # its context goes back before the next call's generation takes one
-                return call(choice, written)
+                return call(written)
 
-            return CallSequence(call(choice), next_call)
+            if not parallel_tool_calls or choice.mode == "function":
+                return call()
+            return CallSequence(call(), next_call)
 
         if not tools:
             return stream()
@@ -236,8 +247,15 @@ class LlamaCppLM:
             return calls(tool_choice)
         if tool_choice.mode == "none":
             return stream(first=TEXT_FIRST)
-        return AutoCallStream(stream(), answered_calls(messages), lambda: stream(first=TEXT_FIRST),
-                              lambda: calls(ToolChoice("required")))
+        answered = answered_calls(messages)
+        words = lambda: stream(first=TEXT_FIRST)  # noqa: E731
+        turn = current_turn(messages)
+        if len(turn) == len(messages):
+            return AutoCallStream(stream(), answered, words, lambda: calls(ToolChoice("required")))
+        turn_ids = self.encode_chat(turn, tools)
+        on = None if prefix is None else prefix.for_turn()
+        return AutoCallStream(stream(turn_ids, on=on), answered, words,
+                              lambda: calls(ToolChoice("required"), turn_ids, on), answer=words)
 
     def _tokens(self, text: str) -> list[int]:
         return self._tokenizer.tokenize(text.encode(), add_bos=False, special=True) if text else []

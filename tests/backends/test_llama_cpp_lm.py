@@ -10,7 +10,14 @@ import jsonschema
 import pytest
 
 from pipelines.backends import _assembled
-from pipelines.backends._llama_tools import AutoCallStream, CallSequence, _opening, answered_calls, call_key
+from pipelines.backends._llama_tools import (
+    AutoCallStream,
+    CallSequence,
+    _opening,
+    answered_calls,
+    call_key,
+    current_turn,
+)
 from pipelines.backends.llama_cpp_lm import DOUBLED_CALL_LAYOUT, LlamaCppLM, fixed_template, resolve_gguf
 from pipelines.backends.transformers_lm import PromptTooLongError, default_model
 from pipelines.config import FunctionTool, ToolChoice
@@ -333,3 +340,31 @@ def test_calls_in_parallel_follow_one_another_until_the_model_ends_and_answered_
                               lambda: Scripted(PARIS_CALL + ["\n"] + lyon))
     assert [json.loads(c.arguments)["city"] for c in calls("".join(new_only))] == ["Lyon"]
 
+
+
+def test_the_current_turn_is_the_instructions_and_all_since_the_users_last_message():
+    earlier = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi."}]
+    assert current_turn([{"role": "system", "content": "Be brief."}] + earlier + WEATHER_ASKED) == [
+        {"role": "system", "content": "Be brief."}, *WEATHER_ASKED]
+    assert current_turn(WEATHER_ASKED) == WEATHER_ASKED
+
+
+def test_with_earlier_turns_the_decision_sees_the_turn_and_an_answer_in_words_comes_from_the_conversation():
+    turn_text = Scripted(["Sure"])  # the decision's own words are not the answer
+    answer = "".join(AutoCallStream(turn_text, set(), never, never, answer=lambda: Scripted(["It is sunny."])))
+    assert answer == "It is sunny." and turn_text.closed
+    [call] = calls("".join(AutoCallStream(Scripted(["<tool_call>"]), set(), never, lambda: Scripted(PARIS_CALL),
+                                          answer=never)))
+    assert call.name == "get_weather"
+
+
+def test_the_default_model_calls_a_tool_in_a_later_turn_after_an_earlier_call_and_answer(qwen):
+    earlier = [{"role": "system", "content": DEFAULT_INSTRUCTIONS}, *WEATHER_ASKED[1:],
+               {"role": "assistant", "content": "It is sunny and twenty-one degrees in Paris."}]
+    booking = earlier + [{"role": "user", "content": "Book a table for four at seven tonight, the name is Lee."}]
+    prefix = qwen.new_prefix_cache()
+    [call] = calls("".join(qwen.generate_stream(booking, 64, 0.0, prefix=prefix, tools=[WEATHER, BOOK_TABLE])))
+    assert call.name == "book_table" and json.loads(call.arguments)["party_size"] == 4, call
+    chat = earlier + [{"role": "user", "content": "Thank you, that was helpful."}]
+    text = "".join(qwen.generate_stream(chat, 32, 0.0, prefix=prefix, tools=[WEATHER, BOOK_TABLE]))
+    assert text.strip() and not calls(text) and text.strip()[0] not in "<{[(`", text
