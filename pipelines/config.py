@@ -19,6 +19,10 @@ PACKAGED_LM_NAMES = {"llama_cpp": "Qwen2.5-Coder-0.5B-Instruct", "transformers":
 LM_ENGINE_NAMES = {"llama_cpp": "llama.cpp", "transformers": "transformers", "openai": "an OpenAI-compatible engine"}
 
 
+# audio.output.speed: the speaking rate the API allows (1.0 is the voice's own).
+SPEED_RANGE = (0.25, 1.5)
+
+
 @dataclass(frozen=True)
 class FunctionTool:
     """A function the model may call: a validated ``tools`` entry of type ``function`` (see pipelines/tools.py)."""
@@ -59,6 +63,9 @@ class SessionSettings:
     input_format: str = "audio/pcm"
     output_format: str = "audio/pcm"
     voice: str = "alloy"
+    speed: float = 1.0  # speaking rate of the voice, SPEED_RANGE (audio.output.speed)
+    # Denoising of the input audio before turn detection and STT: None, "near_field" or "far_field".
+    noise_reduction: str | None = None
     instructions: str = ""
     output_modalities: tuple[str, ...] = ("audio",)
     max_output_tokens: int | None = None
@@ -107,6 +114,8 @@ class EngineConfig:
     tts_speaker: str | None = None
     tts_language: str | None = None
     tts_piper_cuda: bool = False
+    # audio.input.noise_reduction: the RNNoise library (None: the one in the pyrnnoise wheel).
+    denoiser_library: str | None = None
     # Extra voices: (name, model path) pairs, each loaded once like the default voice.
     extra_voices: tuple[tuple[str, str], ...] = ()
     # Partial transcripts while the user speaks, every this many ms of speech (0: none).

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from pipelines.config import EngineConfig
 from pipelines.errors import ModelLoadError
+from pipelines.input_audio import DenoiserModel
 from pipelines.speech_order import SpeechOrder
 from pipelines.stages.base import SessionContext, Stage
 from pipelines.stages.lm import LanguageModel, LmStage
@@ -58,6 +59,7 @@ class Engines:
     min_interrupt_ms: int
     history_tokens: int = 0
     turn_text: TextTurnModel | None = None
+    denoiser: DenoiserModel | None = None  # audio.input.noise_reduction (RNNoise)
     speech_order: SpeechOrder | None = None
     # Scheduler threads (LM batching, STT batching) stopped by close().
     schedulers: list[object] = field(default_factory=list)
@@ -72,7 +74,7 @@ class Engines:
         return [
             VadStage(context, self.vad, partial_every_ms=self.partial_every_ms, speculate_after_ms=self.speculate_after_ms,
                      turn_model=self.turn, check_after_ms=self.smart_turn_silence_ms,
-                     min_interrupt_ms=self.min_interrupt_ms, text_model=self.turn_text),
+                     min_interrupt_ms=self.min_interrupt_ms, text_model=self.turn_text, denoiser=self.denoiser),
             SttStage(context, self.stt),
             LmStage(context, self.lm, max_new_tokens=self.max_new_tokens, first_piece_words=self.first_piece_words,
                     max_history_tokens=self.history_tokens),
@@ -130,10 +132,12 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
     from pipelines.backends.batched_lm import BatchedLM
     from pipelines.backends.batched_stt import BatchedTranscriber
     from pipelines.backends.faster_whisper_stt import WhisperEngine
+    from pipelines.backends.rnnoise import RnnoiseModel
     from pipelines.backends.silero import SileroVadModel
     from pipelines.backends.smart_turn import SmartTurnModel
 
     vad = _timed("vad (silero)", lambda: SileroVadModel(config.vad_model), timings, progress)
+    denoiser = _timed("noise reduction (rnnoise)", lambda: RnnoiseModel(config.denoiser_library), timings, progress)
     turn = _timed("turn (smart turn v3)", lambda: SmartTurnModel(config.smart_turn_model, threads=threads), timings, progress)
     whisper = _timed("stt (faster-whisper)",
                      lambda: WhisperEngine(config.stt_model, device=device, cpu_threads=stt_threads,
@@ -158,7 +162,7 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
                    partial_every_ms=config.partial_every_ms, speculate_after_ms=config.speculate_after_ms,
                    first_piece_words=config.first_piece_words, smart_turn_silence_ms=config.smart_turn_silence_ms,
                    min_interrupt_ms=config.min_interrupt_ms, history_tokens=config.lm_history_tokens,
-                   turn_text=turn_text,  # type: ignore[arg-type]
+                   turn_text=turn_text, denoiser=denoiser,  # type: ignore[arg-type]
                    speech_order=order, schedulers=schedulers)
 
 

@@ -168,6 +168,7 @@ S2S_POOL = PoolConfig(
         tts_language=envstr("S2S_TTS_LANGUAGE", "") or None,
         tts_piper_cuda=envbool("S2S_TTS_PIPER_CUDA", False),
         extra_voices=envpairs("S2S_TTS_VOICES"),
+        denoiser_library=envstr("S2S_DENOISER_LIBRARY", "") or None,
         partial_every_ms=envint("S2S_PARTIAL_TRANSCRIPT_MS", 1000, minimum=0),
         speculate_after_ms=envint("S2S_SPECULATE_AFTER_MS", 96, minimum=0),
         smart_turn_model=envstr("S2S_SMART_TURN_MODEL", "") or None,
