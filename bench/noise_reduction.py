@@ -7,6 +7,8 @@ babble (four other sentences of the same voice, summed). Each mix goes through t
 path (``pipelines.input_audio.InputAudio``: 20 ms chunks, soxr, RNNoise at 48 kHz, 16 kHz out) with
 noise reduction off, ``near_field`` and ``far_field``, then through the default Whisper (tiny.en,
 faster-whisper, int8). The word error rate is all words substituted, dropped or added over all words said.
+Turn detection: the share of Silero VAD's frames scored as speech in 20 s of each noise alone (false alarms).
+``--caps 6 12`` gives one column per attenuation cap instead of per mode (how the modes' caps were chosen).
 
     .venv/bin/python bench/noise_reduction.py            # prints the table
     .venv/bin/python bench/noise_reduction.py --write    # and puts it in docs/benchmarks.md
@@ -33,6 +35,7 @@ from pipelines.backends.faster_whisper_stt import WhisperEngine  # noqa: E402
 from pipelines.backends.piper_tts import PiperEngine  # noqa: E402
 from pipelines.backends.deepfilternet import DeepFilterNetModel  # noqa: E402
 from pipelines.backends.rnnoise import RnnoiseModel  # noqa: E402
+from pipelines.backends.silero import SileroVadModel  # noqa: E402
 from pipelines.input_audio import ATTENUATION_LIMIT_DB, DenoiserModel, InputAudio  # noqa: E402
 from tests.support.speech import edit_distance  # noqa: E402
 
@@ -115,13 +118,13 @@ def chunk_costs_ms(mode: str | None, model: DenoiserModel | None, clip: np.ndarr
     return np.array(times[5:]) * 1e3
 
 
-def run(snrs: list[float], noises: list[str], denoisers: list[str], threads: int) -> dict:
+def run(snrs: list[float], noises: list[str], denoisers: list[str], threads: int, modes: tuple[str, ...] = MODES) -> dict:
     rng = np.random.default_rng(7)
     voice = PiperEngine()
     models: dict[str, DenoiserModel] = {name: DENOISERS[name]() for name in denoisers}
     # The columns: off, then each denoiser in each mode.
     columns: list[tuple[str, DenoiserModel | None, str | None]] = [("off", None, None)] + [
-        (f"{name} {mode}", model, mode) for name, model in models.items() for mode in MODES]
+        (f"{name} {mode}", model, mode) for name, model in models.items() for mode in modes]
     whisper = WhisperEngine(cpu_threads=threads)
     clean = [speech(voice, text) for text in SENTENCES]
     babble = [speech(voice, text) for text in BABBLE]
@@ -140,9 +143,25 @@ def run(snrs: list[float], noises: list[str], denoisers: list[str], threads: int
             clips = [mix(c, noise(kind, len(c), rng, babble), snr) for c in clean]
             rows.append((kind, f"{snr:g}", [wer(clips, model, mode) for _, model, mode in columns]))
             print(rows[-1], flush=True)
+    # Turn detection: the share of Silero's 32 ms frames scored as speech (>= 0.5) in noise alone, at the
+    # level of the 5 dB mixes (false alarms: each run of them can start a turn or cut into an answer).
+    vad = SileroVadModel()
+    level = float(np.mean([np.mean(c ** 2) for c in clean])) / 10 ** 0.5
+    alarms = []
+    for kind in noises:
+        alone = noise(kind, RATE * 20, rng, babble)
+        alone = (alone * np.sqrt(level / np.mean(alone ** 2))).astype(np.float32)
+        alarms.append((kind, [speech_share(vad, through_input_path(alone, mode, model)) for _, model, mode in columns]))
+        print(alarms[-1], flush=True)
     long_clip = mix(np.concatenate(clean), noise("white", sum(len(c) for c in clean), rng, babble), 10)
     costs = {label: chunk_costs_ms(mode, model, long_clip) for label, model, mode in columns}
-    return {"rows": rows, "costs": costs, "said": said, "columns": [label for label, _, _ in columns]}
+    return {"rows": rows, "alarms": alarms, "costs": costs, "said": said, "columns": [label for label, _, _ in columns]}
+
+
+def speech_share(vad: SileroVadModel, samples: np.ndarray) -> float:
+    state = vad.new_state()
+    frames = [samples[at:at + 512] for at in range(0, len(samples) - 512, 512)]
+    return sum(state.prob(frame) >= 0.5 for frame in frames) / len(frames)
 
 
 def _cap(mode: str) -> str:
@@ -174,6 +193,16 @@ def report(result: dict, command: str) -> str:
         lines.append(f"| {kind} | {snr} | " + " | ".join(f"{100 * w:.1f} %" for w in wers) + " |")
     lines += [
         "",
+        "Turn detection on noise alone (20 s at the level of the 5 dB mixes): the share of Silero's 32 ms frames "
+        "scored as speech, each a false alarm:",
+        "",
+        "| noise | " + " | ".join(result["columns"]) + " |",
+        "|---|" + "---|" * len(result["columns"]),
+    ]
+    for kind, shares in result["alarms"]:
+        lines.append(f"| {kind} | " + " | ".join(f"{100 * x:.1f} %" for x in shares) + " |")
+    lines += [
+        "",
         "Input path time per 20 ms chunk of 24 kHz PCM16 (decode, resampling, denoising), one thread:",
         "",
         "| noise_reduction | median ms | p90 ms |",
@@ -193,13 +222,18 @@ def main() -> None:
     parser.add_argument("--denoiser", nargs="+", default=list(DENOISERS), choices=list(DENOISERS))
     parser.add_argument("--near-db", type=float, help="try another attenuation cap for near_field (dB; 0: none)")
     parser.add_argument("--far-db", type=float, help="try another attenuation cap for far_field (dB; 0: none)")
+    parser.add_argument("--caps", type=float, nargs="+", help="columns by attenuation cap (dB; 0: none) instead of by mode")
     parser.add_argument("--threads", type=int, default=1, help="Whisper's CPU threads")
     parser.add_argument("--write", action="store_true", help="put the table in docs/benchmarks.md")
     args = parser.parse_args()
     for mode, cap in (("near_field", args.near_db), ("far_field", args.far_db)):
         if cap is not None:
             ATTENUATION_LIMIT_DB[mode] = cap or None
-    text = report(run(args.snr, args.noise, args.denoiser, args.threads), "python bench/noise_reduction.py " + " ".join(sys.argv[1:]))
+    modes = MODES
+    if args.caps:  # columns by attenuation cap instead of by mode, to choose the modes' caps
+        modes = tuple(f"cap {cap:g} dB" for cap in args.caps)
+        ATTENUATION_LIMIT_DB.update({mode: cap or None for mode, cap in zip(modes, args.caps)})
+    text = report(run(args.snr, args.noise, args.denoiser, args.threads, modes), "python bench/noise_reduction.py " + " ".join(sys.argv[1:]))
     print(text)
     if args.write:
         write_section(text, BEGIN, END)

@@ -41,7 +41,8 @@ def test_without_noise_reduction_the_path_only_resamples(denoiser):
     noise = white_noise(1.0)
     out = stream(noise, None, denoiser)
     reference = audio.StreamResampler(24000, 16000)
-    expected = np.concatenate([reference.process(noise), reference.flush()])
+    pcm = audio.decode(audio.encode(noise, audio.PCM), audio.PCM)
+    expected = np.concatenate([reference.process(pcm), reference.flush()])
     assert np.allclose(out, expected, atol=1e-6)
 
 
