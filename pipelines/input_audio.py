@@ -10,9 +10,11 @@ import numpy as np
 from pipelines import audio
 
 # How much each ``noise_reduction`` type may take away from a frequency band, in dB (None: no limit).
-# near_field (a headset, a phone at the mouth): the voice is loud and the noise little, so a light touch
-# that cannot eat into the voice; far_field (a laptop or a conference-room microphone): full strength.
-ATTENUATION_LIMIT_DB: dict[str, float | None] = {"near_field": 18.0, "far_field": None}
+# near_field (a headset, a phone at the mouth: the voice is loud, the noise little): a light touch;
+# far_field (a laptop or a conference-room microphone: more noise): twice as much. Not more: with
+# no cap, or 18 dB, the denoisers take parts of the speech too and Whisper hears worse at 0-5 dB SNR
+# than without them; 6 and 12 dB lowered its word error rate (bench/noise_reduction.py --caps).
+ATTENUATION_LIMIT_DB: dict[str, float | None] = {"near_field": 6.0, "far_field": 12.0}
 
 
 class Denoiser(Protocol):

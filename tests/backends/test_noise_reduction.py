@@ -8,7 +8,7 @@ import pytest
 from pipelines import audio
 from pipelines.backends.deepfilternet import DeepFilterNetModel
 from pipelines.backends.rnnoise import RnnoiseModel
-from pipelines.input_audio import InputAudio
+from pipelines.input_audio import ATTENUATION_LIMIT_DB, InputAudio
 from tests.support.speech import spoken, word_errors
 
 SENTENCE = "Set a timer for twelve minutes and remind me to check the oven."
@@ -53,9 +53,8 @@ def test_noise_alone_is_taken_down_and_the_stream_keeps_its_length(denoiser, mod
     assert abs(len(out) - len(noise) * 2 // 3) <= 1600 * 4  # at most the denoiser's lag, pushed out by flush
     settled = out[16000:]  # after the first second
     drop = db(audio.resample(noise, 24000, 16000)[16000:]) - db(settled)
-    assert drop > 10, drop
-    if mode == "near_field":  # the attenuation cap: near_field never takes more than 18 dB away
-        assert drop < 19, drop
+    cap = ATTENUATION_LIMIT_DB[mode]  # noise alone is taken down as far as the mode's cap allows, no further
+    assert cap - 2 < drop < cap + 1, (mode, drop)
 
 
 def test_far_field_takes_more_noise_away_than_near_field(denoiser):
@@ -81,7 +80,7 @@ def test_a_session_turning_noise_reduction_on_mid_stream_gets_it_from_then_on(de
     after = np.concatenate([path.process(data[at:at + CHUNK_BYTES], audio.PCM, "far_field")
                             for at in range(half, len(data), CHUNK_BYTES)])
     path.close()
-    assert db(before) - db(after[8000:]) > 10
+    assert db(before) - db(after[8000:]) > 8
 
 
 @pytest.mark.parametrize("mode", [None, "far_field"])
@@ -104,5 +103,5 @@ def test_the_vad_stage_denoises_a_turn_only_when_the_session_asks(silero_model, 
     (utterance,) = [m for m in stage.process(CommitAudio(generation=0, item_id="item_1")) if isinstance(m, Utterance)]
     samples = np.frombuffer(utterance.samples, dtype=np.float32)
     assert abs(len(samples) - 32000) <= 2000  # the whole turn, flushed out of the filters and the denoiser
-    drop = db(noise) - db(samples[8000:])
-    assert (drop > 10) if mode else (abs(drop) < 1), drop
+    drop = db(audio.resample(noise, 24000, 16000)) - db(samples[8000:])  # 16 kHz keeps 2/3 of white noise's band
+    assert (drop > 8) if mode else (abs(drop) < 1), drop
