@@ -10,11 +10,11 @@ import numpy as np
 from pipelines import audio
 
 # How much each ``noise_reduction`` type may take away from a frequency band, in dB (None: no limit).
-# near_field (a headset, a phone at the mouth: the voice is loud, the noise little): a light touch;
-# far_field (a laptop or a conference-room microphone: more noise): twice as much. Not more: with
-# no cap, or 18 dB, the denoisers take parts of the speech too and Whisper hears worse at 0-5 dB SNR
-# than without them; 6 and 12 dB lowered its word error rate (bench/noise_reduction.py --caps).
-ATTENUATION_LIMIT_DB: dict[str, float | None] = {"near_field": 6.0, "far_field": 12.0}
+# Both types get the same light touch: with RNNoise (the default), a 6 dB cap lowered Whisper's word
+# error rate in white and pink noise at 0-5 dB SNR and left it as it was in babble; 12 dB (a stronger
+# far_field was the idea) did worse than 6 in all but one case and much worse in babble, and with no
+# cap or 18 dB the denoisers took speech away too (bench/noise_reduction.py --caps 6 12).
+ATTENUATION_LIMIT_DB: dict[str, float | None] = {"near_field": 6.0, "far_field": 6.0}
 
 
 class Denoiser(Protocol):

@@ -57,10 +57,10 @@ def test_noise_alone_is_taken_down_and_the_stream_keeps_its_length(denoiser, mod
     assert cap - 2 < drop < cap + 1, (mode, drop)
 
 
-def test_far_field_takes_more_noise_away_than_near_field(denoiser):
+def test_near_and_far_field_are_the_same_light_touch(denoiser):
     noise = white_noise(3.0)
     near, far = (db(stream(noise, mode, denoiser)[16000:]) for mode in ("near_field", "far_field"))
-    assert far < near - 3, (near, far)
+    assert abs(far - near) < 0.5, (near, far)
 
 
 def test_denoised_noisy_speech_still_says_the_words(denoiser, whisper_engine):
@@ -80,7 +80,7 @@ def test_a_session_turning_noise_reduction_on_mid_stream_gets_it_from_then_on(de
     after = np.concatenate([path.process(data[at:at + CHUNK_BYTES], audio.PCM, "far_field")
                             for at in range(half, len(data), CHUNK_BYTES)])
     path.close()
-    assert db(before) - db(after[8000:]) > 8
+    assert db(before) - db(after[8000:]) > 4
 
 
 @pytest.mark.parametrize("mode", [None, "far_field"])
@@ -104,4 +104,4 @@ def test_the_vad_stage_denoises_a_turn_only_when_the_session_asks(silero_model, 
     samples = np.frombuffer(utterance.samples, dtype=np.float32)
     assert abs(len(samples) - 32000) <= 2000  # the whole turn, flushed out of the filters and the denoiser
     drop = db(audio.resample(noise, 24000, 16000)) - db(samples[8000:])  # 16 kHz keeps 2/3 of white noise's band
-    assert (drop > 8) if mode else (abs(drop) < 1), drop
+    assert (drop > 4) if mode else (abs(drop) < 1), drop
