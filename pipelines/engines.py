@@ -215,8 +215,8 @@ def _voices(config: EngineConfig, device: str, timings: dict[str, float],
     loaded: dict[str, Synthesizer] = {}
     for name, path in config.extra_voices:
         if path not in loaded:
-            loaded[path] = _timed(f"voice {name}", lambda path=path: _tts(_with_model(config, path), device),  # type: ignore[assignment]
-                                  timings, progress)
+            load = lambda path=path: _tts(_with_model(config, path), device)  # noqa: E731
+            loaded[path] = _timed(f"voice {name}", load, timings, progress)  # type: ignore[assignment]
         voices[name] = loaded[path]
     return voices
 
