@@ -10,10 +10,10 @@ import numpy as np
 from pipelines import audio
 
 # How much each ``noise_reduction`` type may take away from a frequency band, in dB (None: no limit).
-# Both types get the same light touch: with RNNoise (the default), a 6 dB cap lowered Whisper's word
-# error rate in white and pink noise at 0-5 dB SNR and left it as it was in babble; 12 dB (a stronger
-# far_field was the idea) did worse than 6 in all but one case and much worse in babble, and with no
-# cap or 18 dB the denoisers took speech away too (bench/noise_reduction.py --caps 6 12).
+# Both types get the same light touch. With RNNoise (the default) a 6 dB cap lowered Whisper's mean word
+# error rate over white and pink noise at 0-10 dB SNR from 18.7 % to 15.8 %; a 12 dB cap (the idea was a
+# stronger far_field) did worse on average, most of all in babble (64.7 % against 52.6 % at 5 dB), and
+# with no cap or 18 dB the denoisers took speech away too (docs/benchmarks.md, bench/noise_reduction.py).
 ATTENUATION_LIMIT_DB: dict[str, float | None] = {"near_field": 6.0, "far_field": 6.0}
 
 
