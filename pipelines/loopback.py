@@ -146,19 +146,19 @@ class FakeLanguageModel:
 
 
 class FakeSynthesizer:
-    """Echoes the unit's last user turn once; otherwise a 440 Hz tone, 60 ms per word."""
+    """Echoes the unit's last user turn once; otherwise a 440 Hz tone, 60 ms per word (divided by the speed)."""
 
     sample_rate = audio.PIPELINE_RATE
 
     def __init__(self, memory: _Memory) -> None:
         self.memory = memory
 
-    def synthesize(self, text: str, cancel: object | None = None) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, cancel: object | None = None, speed: float = 1.0) -> Iterator[np.ndarray]:
         echo = self.memory.take()
         if echo is not None and len(echo):
             yield echo
             return
-        n = int(self.sample_rate * 0.06 * max(1, len(text.split())))
+        n = int(self.sample_rate * 0.06 * max(1, len(text.split())) / speed)
         t = np.arange(n, dtype=np.float32) / self.sample_rate
         yield (0.2 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
 

@@ -98,6 +98,7 @@ class ResponseRequest(Downstream):
     voice: str
     output_format: str
     temperature: float
+    speed: float = 1.0  # speaking rate, 0.25-1.5 (audio.output.speed)
     out_of_band: bool = False
     item_id: str = ""
     # The items an explicit ``input`` of response.create gives as the whole context (None: the conversation).
@@ -118,8 +119,8 @@ class ResponseRequest(Downstream):
             "response_id": new_id("resp"), "instructions": settings.instructions,
             "output_modalities": settings.output_modalities, "max_output_tokens": settings.max_output_tokens,
             "voice": settings.voice, "output_format": settings.output_format, "temperature": settings.temperature,
-            "tools": settings.tools, "tool_choice": settings.tool_choice, "hosted": settings.hosted,
-            "parallel_tool_calls": settings.parallel_tool_calls,
+            "speed": settings.speed, "tools": settings.tools, "tool_choice": settings.tool_choice,
+            "hosted": settings.hosted, "parallel_tool_calls": settings.parallel_tool_calls,
         }
         return cls(generation=generation, **{**fields, **overrides})
 
@@ -250,6 +251,7 @@ class TextForSpeech(Downstream):
     text: str
     voice: str
     output_format: str
+    speed: float = 1.0
 
 
 @dataclass(frozen=True)

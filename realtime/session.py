@@ -297,6 +297,7 @@ class SessionConfig:
             )
         return SessionSettings(
             input_format=self.input_format, output_format=self.output_format, voice=self.voice,
+            speed=_number(self.extra.get("speed"), 1.0), noise_reduction=(self.noise_reduction or {}).get("type"),
             instructions=self.instructions, output_modalities=tuple(self.output_modalities),
             max_output_tokens=None if self.max_output_tokens == "inf" else int(self.max_output_tokens),
             temperature=self.temperature, turn_detection=detection,
@@ -457,6 +458,11 @@ def parse_transcription(value: Any, param: str) -> dict[str, Any] | None:
         raise EventError("invalid_value", f"Invalid value for '{param}.language': expected an ISO-639-1 code "
                          "such as 'en'.", f"{param}.language")
     return out
+
+
+def _number(value: Any, default: float) -> float:
+    """A stored number for the pipeline (validated at the protocol edge); ``default`` when unset."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
 def parse_noise_reduction(value: Any, param: str) -> dict[str, Any] | None:

@@ -13,7 +13,15 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from pipelines.config import DEFAULT_LM_BACKEND, DEFAULT_STT_MODEL, LM_BACKENDS, EngineConfig, PoolConfig
+from pipelines.config import (
+    DEFAULT_DENOISER,
+    DEFAULT_LM_BACKEND,
+    DEFAULT_STT_MODEL,
+    DENOISERS,
+    LM_BACKENDS,
+    EngineConfig,
+    PoolConfig,
+)
 from realtime.mcp_config import McpPolicy
 from s2s_project.env import envbool, envchoice, envfloat, envicelist, envint, envlist, envpairs, envstr
 
@@ -169,6 +177,8 @@ S2S_POOL = PoolConfig(
         tts_language=envstr("S2S_TTS_LANGUAGE", "") or None,
         tts_piper_cuda=envbool("S2S_TTS_PIPER_CUDA", False),
         extra_voices=envpairs("S2S_TTS_VOICES"),
+        denoiser=envchoice("S2S_DENOISER", DEFAULT_DENOISER, DENOISERS),
+        denoiser_library=envstr("S2S_DENOISER_LIBRARY", "") or None,
         partial_every_ms=envint("S2S_PARTIAL_TRANSCRIPT_MS", 1000, minimum=0),
         speculate_after_ms=envint("S2S_SPECULATE_AFTER_MS", 96, minimum=0),
         smart_turn_model=envstr("S2S_SMART_TURN_MODEL", "") or None,

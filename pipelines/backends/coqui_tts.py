@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -9,6 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+from pipelines.audio import time_stretch
 
 logger = logging.getLogger(__name__)
 
@@ -91,27 +94,40 @@ class CoquiEngine:
             sentences = _SENTENCE_END.split(text)
         return [s.strip() for s in sentences if s.strip()]
 
+    @property
+    def speed_method(self) -> str:
+        """How ``speed`` is applied: the model's own rate ("xtts", "length_scale") or a time stretch."""
+        if self.is_xtts:
+            return "xtts"
+        if isinstance(getattr(self._model, "length_scale", None), (int, float)):
+            return "length_scale"  # VITS: phoneme durations scale with it
+        return "time_stretch"
+
     def synthesize(
-        self, text: str, cancel: threading.Event | None = None
+        self, text: str, cancel: threading.Event | None = None, speed: float = 1.0
     ) -> Iterator[np.ndarray]:
         """Yield float32 mono audio at ``sample_rate``, per sentence (per chunk for XTTS).
 
-        A set ``cancel`` stops before the next sentence or chunk.
+        ``speed`` scales the speaking rate: XTTS's own ``speed``, VITS's length scale
+        (durations divided by ``speed``), or for other models a phase-vocoder time
+        stretch of the output (same pitch). A set ``cancel`` stops before the next
+        sentence or chunk.
         """
         import torch
 
+        method = self.speed_method if speed != 1.0 else ""
         for sentence in self.split_sentences(text):
             if cancel is not None and cancel.is_set():
                 return
             if self.is_xtts:
-                yield from self._xtts_stream(sentence, cancel)
+                yield from self._xtts_stream(sentence, cancel, speed)
                 continue
             if not self._speakable(sentence):
                 # Coqui's VITS crashes on an input with no token it knows ("42" for a
                 # voice without digits, an emoji): there is nothing in it to say.
                 logger.info("Skipping %r: none of its characters are in the voice's vocabulary", sentence)
                 continue
-            with self._lock, torch.inference_mode():
+            with self._lock, torch.inference_mode(), self._length_scale(speed if method == "length_scale" else 1.0):
                 wav = self._tts.tts(
                     sentence,
                     speaker=self._speaker,
@@ -119,6 +135,8 @@ class CoquiEngine:
                     split_sentences=False,
                 )
             audio = _as_float32(wav)
+            if method == "time_stretch":
+                audio = time_stretch(audio, speed)
             if audio.size:
                 yield audio
 
@@ -142,12 +160,25 @@ class CoquiEngine:
             ids = self._model.tokenizer.text_to_ids(sentence, language=self._language)
         return any(i not in self._padding_ids for i in ids)
 
+    @contextlib.contextmanager
+    def _length_scale(self, speed: float) -> Iterator[None]:
+        """VITS reads its length scale from the model: set for one call, under the lock, then restored."""
+        if speed == 1.0:
+            yield
+            return
+        base = self._model.length_scale
+        self._model.length_scale = base / speed
+        try:
+            yield
+        finally:
+            self._model.length_scale = base
+
     def _xtts_stream(
-        self, sentence: str, cancel: threading.Event | None
+        self, sentence: str, cancel: threading.Event | None, speed: float = 1.0
     ) -> Iterator[np.ndarray]:
         latent, embedding = self._xtts_latents  # type: ignore[misc]
         chunks = self._model.inference_stream(
-            sentence, self.language or "en", latent, embedding
+            sentence, self.language or "en", latent, embedding, speed=speed
         )
         while cancel is None or not cancel.is_set():
             with self._lock:  # never held across a yield

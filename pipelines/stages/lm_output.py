@@ -98,4 +98,4 @@ class ResponseOutput:
     def _speech(self, text: str) -> TextForSpeech:
         req = self._req
         return TextForSpeech(generation=req.generation, response_id=req.response_id, text=text, voice=req.voice,
-                             output_format=req.output_format, turn=self._turn)
+                             output_format=req.output_format, speed=req.speed, turn=self._turn)

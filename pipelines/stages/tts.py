@@ -10,6 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from pipelines import audio
+from pipelines.config import SPEED_RANGE
 from pipelines.messages import AudioOut, Downstream, Message, ResponseEnd, ResponseFinished, TextForSpeech
 from pipelines.speech_order import SpeechOrder
 from pipelines.stages.base import CancelFlag, SessionContext, Stage
@@ -22,7 +23,9 @@ DELTA_MS = 100  # size of each audio delta sent to the client
 class Synthesizer(Protocol):
     sample_rate: int
 
-    def synthesize(self, text: str, cancel: object | None = None) -> Iterator[np.ndarray]: ...
+    def synthesize(self, text: str, cancel: object | None = None, speed: float = 1.0) -> Iterator[np.ndarray]:
+        """Float32 mono chunks at ``sample_rate``; ``speed`` (SPEED_RANGE) scales the speaking rate."""
+        ...
 
 
 class TtsStage(Stage):
@@ -75,7 +78,8 @@ class TtsStage(Stage):
         step = out_rate * DELTA_MS // 1000
         transcript_pending = msg.text
         try:
-            for chunk in voice.synthesize(msg.text, cancel):
+            low, high = SPEED_RANGE
+            for chunk in voice.synthesize(msg.text, cancel, speed=min(high, max(low, msg.speed))):
                 if cancel.is_set():
                     return
                 samples = audio.resample(np.asarray(chunk, dtype=np.float32), voice.sample_rate, out_rate)

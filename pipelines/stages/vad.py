@@ -12,6 +12,7 @@ import numpy as np
 
 from pipelines import audio
 from pipelines.ids import new_id
+from pipelines.input_audio import DenoiserModel, InputAudio
 from pipelines.messages import (
     AudioCleared,
     AudioCommitted,
@@ -92,9 +93,11 @@ class VadStage(Stage):
 
     def __init__(self, context: SessionContext, model: VadModel, partial_every_ms: int = 0,
                  speculate_after_ms: int = 0, turn_model: TurnModel | None = None, check_after_ms: int = 200,
-                 min_interrupt_ms: int = 0, text_model: TextTurnModel | None = None) -> None:
+                 min_interrupt_ms: int = 0, text_model: TextTurnModel | None = None,
+                 denoiser: DenoiserModel | None = None) -> None:
         super().__init__(context)
         self.model = model
+        self._input = InputAudio(denoiser)  # the denoiser is shared; each session gets its own state
         self.partial_every_ms = partial_every_ms
         self.speculate_after_ms = speculate_after_ms
         self.turn_model = turn_model
@@ -110,7 +113,7 @@ class VadStage(Stage):
         self._state.reset()
 
     def _reset_session(self) -> None:
-        self._resampler: audio.StreamResampler | None = None
+        self._input.close()  # a new session starts a new chain (filters, denoiser state)
         self._pending = np.zeros(0, dtype=np.float32)
         self._buffer: list[np.ndarray] = []  # the current turn, 16 kHz
         self._prefix: collections.deque[np.ndarray] = collections.deque()
@@ -153,12 +156,10 @@ class VadStage(Stage):
             yield msg
 
     def _audio(self, msg: AudioIn) -> Iterator[Message]:
-        rate = audio.RATES[msg.audio_format]
-        if self._resampler is None or self._resampler.from_rate != rate:
-            self._resampler = audio.StreamResampler(rate, audio.PIPELINE_RATE)
-        samples = self._resampler.process(audio.decode(msg.data, msg.audio_format))
+        settings = self.context.settings
+        samples = self._input.process(msg.data, msg.audio_format, settings.noise_reduction)
         self._pending = np.concatenate([self._pending, samples])
-        detection = self.context.settings.turn_detection
+        detection = settings.turn_detection
         while len(self._pending) >= FRAME:
             frame, self._pending = self._pending[:FRAME], self._pending[FRAME:]
             self._processed_ms += FRAME_MS
@@ -312,8 +313,8 @@ class VadStage(Stage):
             yield Utterance(generation=generation, item_id=item_id, samples=samples, create_response=detection.create_response)
 
     def _commit(self, msg: CommitAudio) -> Iterator[Message]:
-        if self._resampler is not None:  # what the filter still holds belongs to this turn
-            self._pending = np.concatenate([self._pending, self._resampler.flush()])
+        # What the filters (and the denoiser) still hold belongs to this turn.
+        self._pending = np.concatenate([self._pending, self._input.flush()])
         samples = self._samples() + self._pending.tobytes()
         duration = len(samples) // 4 * 1000 // audio.PIPELINE_RATE
         if duration < MIN_COMMIT_MS:

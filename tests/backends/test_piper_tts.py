@@ -19,3 +19,24 @@ def test_the_default_voice_speaks_audibly_at_its_rate(piper_engine):
     for chunk in chunks:
         assert len(chunk) > piper_engine.sample_rate // 4
         assert np.abs(chunk).max() > 0.05
+
+
+SENTENCE = "Please book a table for four people at seven tonight."
+
+
+def _seconds(engine, speed: float) -> float:
+    return sum(len(c) for c in engine.synthesize(SENTENCE, speed=speed)) / engine.sample_rate
+
+
+def test_speed_shortens_and_lengthens_the_same_words(piper_engine, whisper_engine):
+    from tests.backends.conftest import resample
+    from tests.support.speech import word_errors
+
+    normal, fast, slow = (_seconds(piper_engine, s) for s in (1.0, 1.5, 0.25))
+    # Piper's length scale stretches the phonemes; the pauses around them scale less.
+    assert fast < 0.8 * normal, (fast, normal)
+    assert slow > 2.5 * normal, (slow, normal)
+    for speed in (1.5, 0.25):
+        samples = np.concatenate(list(piper_engine.synthesize(SENTENCE, speed=speed)))
+        heard = whisper_engine.transcribe(resample(samples, piper_engine.sample_rate, 16000), language="en")
+        assert word_errors(heard, SENTENCE) <= 2, (speed, heard)

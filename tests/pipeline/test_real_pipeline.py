@@ -138,3 +138,39 @@ async def test_a_text_question_gets_a_spoken_answer_in_g711(real_server):
     samples = audio.decode(turn.audio(), audio.PCMU)
     assert len(samples) > audio.RATES[audio.PCMU] // 4  # 8 kHz, one byte a sample
     assert float(np.sqrt(np.mean(samples ** 2))) > 0.01
+
+
+async def _spoken_answer(server, session: dict) -> Turn:
+    ws = await connect(server)
+    try:
+        await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", **session}}))
+        await collect(ws, Turn(), "session.updated", timeout=20)
+        return await ask_in_text(ws, "What is two plus two?", timeout=90)
+    finally:
+        await ws.close()
+
+
+async def test_the_sessions_speed_makes_the_same_answer_shorter_or_longer(real_server):
+    normal = await _spoken_answer(real_server, {})
+    fast = await _spoken_answer(real_server, {"audio": {"output": {"speed": 1.5}}})
+    transcript = [t.first("response.done")["response"]["output"][0]["content"][0]["transcript"] for t in (normal, fast)]
+    assert transcript[0] == transcript[1]  # greedy decoding: the same words
+    assert len(fast.audio()) < 0.85 * len(normal.audio()), (len(fast.audio()), len(normal.audio()))
+
+
+async def test_a_noisy_question_is_heard_through_noise_reduction(real_server):
+    said = "What is the capital of France?"
+    speech = question(said)
+    noise = np.random.default_rng(5).standard_normal(len(speech)).astype(np.float32)
+    noisy = speech + noise * float(np.sqrt(np.mean(speech ** 2) / np.mean(noise ** 2) / 10 ** 0.5))  # 5 dB SNR
+    ws = await connect(real_server)
+    try:
+        await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {
+            "noise_reduction": {"type": "near_field"}}}}}))
+        updated = await collect(ws, Turn(), "session.updated", timeout=20)
+        assert updated.first("session.updated")["session"]["audio"]["input"]["noise_reduction"] == {"type": "near_field"}
+        turn = await speak(ws, noisy, until="conversation.item.input_audio_transcription.completed")
+    finally:
+        await ws.close()
+    heard = turn.first("conversation.item.input_audio_transcription.completed")["transcript"]
+    assert {"capital", "france"} <= words(heard), heard
