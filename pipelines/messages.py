@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.config import FunctionTool, SessionSettings, ToolChoice
+from pipelines.config import FunctionTool, SessionSettings, ToolChoice, Truncation
 from pipelines.ids import new_id
 
 
@@ -105,6 +105,7 @@ class ResponseRequest(Downstream):
     # Functions the model may call, and whether it must (see pipelines/tools.py to build them).
     tools: tuple[FunctionTool, ...] = ()
     tool_choice: ToolChoice = ToolChoice()
+    truncation: Truncation = Truncation()
 
     @classmethod
     def from_settings(cls, settings: SessionSettings, generation: int, **overrides: Any) -> ResponseRequest:
@@ -113,7 +114,7 @@ class ResponseRequest(Downstream):
             "response_id": new_id("resp"), "instructions": settings.instructions,
             "output_modalities": settings.output_modalities, "max_output_tokens": settings.max_output_tokens,
             "voice": settings.voice, "output_format": settings.output_format, "temperature": settings.temperature,
-            "tools": settings.tools, "tool_choice": settings.tool_choice,
+            "tools": settings.tools, "tool_choice": settings.tool_choice, "truncation": settings.truncation,
         }
         return cls(generation=generation, **{**fields, **overrides})
 
@@ -239,6 +240,7 @@ class ResponseEnd(Downstream):
     cached_tokens: int = 0
     reason: str | None = None
     lm_first_token_s: float | None = None
+    error_code: str | None = None  # failed: why, as the API names it (``context_length_exceeded``)
 
 
 # --- out of the pipeline ---------------------------------------------------
@@ -262,6 +264,7 @@ class SpeechStopped(Outbound):
 class AudioCommitted(Outbound):
     item_id: str
     duration_ms: int
+    samples: bytes = b""  # the committed audio, 16 kHz float32 (``conversation.item.retrieve`` returns it)
 
 
 @dataclass(frozen=True)
@@ -364,6 +367,7 @@ class ResponseFinished(Outbound):
     cached_tokens: int = 0
     reason: str | None = None
     latencies: dict[str, float] = field(default_factory=dict)
+    error_code: str | None = None  # failed: why, as the API names it (None: a server error)
 
 
 @dataclass(frozen=True)
