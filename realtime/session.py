@@ -418,7 +418,7 @@ class SessionConfig:
             "include": self.include, "tools": [tool_parsing.tool_to_json(t) for t in self.tools],
             # The beta type has a string here: a named function is given by its name.
             "tool_choice": self.tool_choice.name if self.tool_choice.mode == "function" else self.tool_choice.mode,
-            "tracing": self.tracing, "speed": self.speed,
+            "tracing": self.tracing, "speed": self.speed, "prompt": self.prompt, "truncation": self.truncation,
         }
 
 
