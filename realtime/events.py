@@ -260,6 +260,46 @@ CONTENT_TYPES = {"user": ("input_text", "input_audio", "input_image"), "system":
                  "assistant": ("output_text", "text")}
 
 
+MAX_PROMPT_VARIABLES = 64
+
+
+def parse_prompt(value: Any, param: str) -> dict[str, Any]:
+    """A stored prompt reference as the SDK types it (``ResponsePrompt``): ``id``, optional ``version`` and
+    ``variables``, text only here (images and files: no model here reads them)."""
+    check_type(value, dict, param)
+    for key in value:
+        if key not in ("id", "version", "variables"):
+            raise EventError("unknown_parameter", f"Unknown parameter: '{param}.{key}'.", f"{param}.{key}")
+    ref: dict[str, Any] = {"id": require(value, "id", str, f"{param}.id")}
+    if value.get("version") is not None:
+        ref["version"] = check_type(value["version"], str, f"{param}.version")
+    variables = optional(value, "variables", dict, f"{param}.variables")
+    if variables is not None:
+        if len(variables) > MAX_PROMPT_VARIABLES:
+            raise EventError("object_above_max_properties", f"Invalid '{param}.variables': at most "
+                             f"{MAX_PROMPT_VARIABLES} variables.", f"{param}.variables")
+        ref["variables"] = {name: _prompt_variable(entry, f"{param}.variables.{name}")
+                            for name, entry in variables.items()}
+    return ref
+
+
+def _prompt_variable(value: Any, param: str) -> str | dict[str, str]:
+    check_type(value, (str, dict), param)
+    if isinstance(value, str):
+        return value
+    kind = require(value, "type", str, f"{param}.type")
+    if kind in ("input_image", "input_file"):
+        raise EventError("invalid_value", f"Invalid '{param}': this server's models read text only; an {kind} "
+                         "variable cannot be used.", f"{param}.type")
+    if kind != "input_text":
+        raise EventError("invalid_value", f"Invalid value for '{param}.type': '{kind[:100]}'. Supported: "
+                         "'input_text'.", f"{param}.type")
+    for key in value:
+        if key not in ("type", "text"):
+            raise EventError("unknown_parameter", f"Unknown parameter: '{param}.{key}'.", f"{param}.{key}")
+    return {"type": "input_text", "text": require(value, "text", str, f"{param}.text")}
+
+
 def parse_input(value: Any, param: str, max_audio_bytes: int) -> tuple[ClientItem | ItemReference, ...]:
     """A response's ``input``: items given inline, or references to items of the conversation."""
     check_type(value, list, param)

@@ -32,7 +32,7 @@ class PromptManager(models.Manager["Prompt"]):
                 for version, text, defaults in rows}
 
     def lookup(self, prompt_id: str, version: str | None) -> StoredPrompt:
-        """The version asked for (None: the newest); raises ``PromptNotFound`` (a ``PromptLookup``)."""
+        """The version asked for (None: the newest); raises ``PromptError`` (a ``PromptLookup``)."""
         return pick(self.versions_of(prompt_id), prompt_id, version)
 
 

@@ -10,8 +10,8 @@ from typing import Any
 from pipelines import audio, tools as tool_parsing
 from pipelines.config import FunctionTool, SessionSettings, ToolChoice, Truncation, TurnDetection
 from pipelines.errors import ToolDefinitionError
-from realtime.events import ClientItem, EventError, ItemReference, check_type, optional
-from realtime.prompts import PromptLookup, apply_prompt, parse_prompt
+from realtime.events import ClientItem, EventError, ItemReference, check_type, optional, parse_prompt
+from realtime.prompts import PromptError, PromptLookup, fill
 
 BETA_FORMATS = {"pcm16": audio.PCM, "g711_ulaw": audio.PCMU, "g711_alaw": audio.PCMA}
 GA_TO_BETA_FORMATS = {v: k for k, v in BETA_FORMATS.items()}
@@ -268,7 +268,13 @@ class SessionConfig:
     def apply_prompt(self, value: Any, param: str, prompts: PromptLookup | None) -> tuple[dict[str, Any], str]:
         """A ``prompt`` reference, validated and found: (the reference as echoed, its text with the variables in)."""
         ref = parse_prompt(value, param)
-        text = apply_prompt(ref, param, prompts)
+        if prompts is None:
+            raise EventError("invalid_value", f"Invalid '{param}': stored prompts cannot be used here.", param)
+        given = {name: v if isinstance(v, str) else v["text"] for name, v in (ref.get("variables") or {}).items()}
+        try:
+            text = fill(prompts(ref["id"], ref.get("version")), given)
+        except PromptError as exc:
+            raise EventError(exc.code, exc.message, f"{param}.{exc.field}") from None
         return ref, self.parse_instructions(text, param)
 
     def parse_voice(self, value: Any, param: str) -> str:
