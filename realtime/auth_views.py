@@ -107,7 +107,8 @@ def client_secrets(request: HttpRequest) -> JsonResponse:
         if size > limit:
             raise EventError("session_too_large", f"The session settings are {size} bytes of JSON; a client secret "
                              f"may carry at most {limit}.", "session")
-        session.update(config, beta=False, prompts=Prompt.objects.lookup)  # validated now: a bad setting fails here, not at connect
+        # Validated now: a bad setting fails here, not at connect.
+        session.update(config, beta=False, prompts=Prompt.objects.lookup)
     except EventError as exc:
         return api_error(400, exc.code, exc.message, exc.param)
     secret, value = auth.create_client_secret(api_key, config, ttl)

@@ -88,7 +88,8 @@ class Conversation:
         self.caps = caps or Caps()
         self.text_bytes = 0  # UTF-8 bytes of text in all items
         self._sizes: dict[str, int] = {}
-        self._audio: dict[str, tuple[bytes, str | None]] = {}  # user item id -> its audio (bytes, format; None: pipeline)
+        # user item id -> its audio: (bytes, their format; None: the pipeline's 16 kHz float32)
+        self._audio: dict[str, tuple[bytes, str | None]] = {}
         self.audio_bytes = 0
         self.id = new_id("conv")
         self.items: dict[str, Event] = {}

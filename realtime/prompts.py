@@ -65,7 +65,8 @@ def fill(stored: StoredPrompt, given: Mapping[str, str]) -> str:
     missing = sorted(wanted - set(values))
     if missing:
         raise PromptError("missing_required_parameter", f"Missing prompt variables: {', '.join(missing)} (prompt "
-                          f"'{stored.id}' version {stored.version} has no default for them).", f"variables.{missing[0]}")
+                          f"'{stored.id}' version {stored.version} has no default for them).",
+                          f"variables.{missing[0]}")
     return PLACEHOLDER.sub(lambda match: values[match.group(1)], stored.text)
 
 

@@ -79,8 +79,6 @@ class ResponseOptions:
     metadata: Any = None
     input: tuple[ClientItem | ItemReference, ...] | None = None  # None: the conversation is the context
     overrides: dict[str, Any] = field(default_factory=dict)  # fields of ``ResponseRequest``
-    max_output_tokens: int | str | None = None  # as the response shows it (None: the session's)
-    prompt: dict[str, Any] | None = None  # the stored prompt its instructions come from
 
 
 class SessionConfig:
@@ -296,7 +294,6 @@ class SessionConfig:
         elif params.get("modalities") is not None:
             options["output_modalities"] = tuple(parse_modalities(params["modalities"], "response.modalities",
                                                                   allow_both=True))
-        limit: int | str | None = None
         for key in ("max_output_tokens", "max_response_output_tokens"):
             if params.get(key) is not None:
                 limit = parse_max_tokens(params[key], f"response.{key}", self.token_cap)
@@ -314,9 +311,8 @@ class SessionConfig:
             options["output_format"] = parse_beta_format(params["output_audio_format"], "response.output_audio_format")
         if params.get("instructions") is not None:
             options["instructions"] = self.parse_instructions(params["instructions"], "response.instructions")
-        prompt = None
         if params.get("prompt") is not None:
-            prompt, text = self.apply_prompt(params["prompt"], "response.prompt", prompts)
+            _, text = self.apply_prompt(params["prompt"], "response.prompt", prompts)
             if options.get("instructions", text) != text:
                 raise EventError("invalid_value", "Give either 'response.instructions' or 'response.prompt': a "
                                  "stored prompt's text becomes the response's instructions.", "response.instructions")
@@ -334,7 +330,7 @@ class SessionConfig:
                              "Supported values are: 'auto' and 'none'.", "response.conversation")
         return ResponseOptions(
             out_of_band=conversation == "none", metadata=parse_metadata(params.get("metadata"), "response.metadata"),
-            input=params.get("input"), overrides=options, max_output_tokens=limit, prompt=prompt)
+            input=params.get("input"), overrides=options)
 
     # --- what the pipeline needs -------------------------------------------
 

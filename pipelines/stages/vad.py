@@ -305,8 +305,8 @@ class VadStage(Stage):
         self._buffer = []
         speculation, self._speculation = self._speculation, ""
         yield SpeechStopped(generation=generation, item_id=item_id, audio_end_ms=end_ms, speech_end_at=self._speech_end_at)
-        yield AudioCommitted(generation=generation, item_id=item_id, duration_ms=len(samples) // 4 * 1000 // audio.PIPELINE_RATE,
-                             samples=samples)
+        yield AudioCommitted(generation=generation, item_id=item_id,
+                             duration_ms=len(samples) // 4 * 1000 // audio.PIPELINE_RATE, samples=samples)
         if speculation:
             yield TurnConfirmed(generation=generation, turn=speculation)
         else:

@@ -147,7 +147,8 @@ async def check_session_update(client, path: tuple[str, ...], value: Any) -> Non
         assert error["param"].startswith("session." + ".".join(path[:1])), (path, value, error)
         return
     # An audio format may also be named by a string (as older clients do); it is echoed in the SDK's shape.
-    assert path == ("audio", "input", "format") or sdk_accepts(SESSION_TYPE, {"type": "realtime", **nested(path, value)}), (
+    sent = {"type": "realtime", **nested(path, value)}
+    assert path == ("audio", "input", "format") or sdk_accepts(SESSION_TYPE, sent), (
         f"the server accepted {path}={value!r}, which the SDK's types reject")
     if value is not None and path != ("reasoning",):
         assert at(event["session"], path) == applied(path, value), (path, value, at(event["session"], path))
@@ -176,8 +177,8 @@ async def check_response_create(client, key: str, value: Any) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-@hsettings(max_examples=30, deadline=None,
-           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
+@hsettings(max_examples=30, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
 @given(updates=session_events, responses=response_events)
 async def test_every_generated_setting_is_honoured_and_echoed_or_refused_naming_its_param(connect, loopback_pool,
                                                                                          settings, updates,
