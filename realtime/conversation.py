@@ -64,8 +64,9 @@ class Caps:
     max_item_bytes: int = 256 * 1024
     max_total_bytes: int = 8 * 1024 * 1024
     # User audio kept for ``conversation.item.retrieve`` (16 kHz float32, 64 KB a second): past it, the
-    # oldest items' audio is let go (they are retrieved with their transcript and ``audio`` null).
-    max_audio_bytes: int = 16 * 1024 * 1024
+    # oldest items' audio is let go (they are retrieved with their transcript, without audio). 8 MiB is about
+    # two minutes: the longest item's audio, as base64 PCM at 24 kHz, stays well within the send buffer.
+    max_audio_bytes: int = 8 * 1024 * 1024
 
 
 def text_bytes(text: str | None) -> int:
