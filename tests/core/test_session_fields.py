@@ -281,3 +281,18 @@ async def test_a_retrieved_user_audio_item_carries_its_audio_in_the_sessions_inp
     await client.send("conversation.item.retrieve", item_id=item_id)
     part = (await client.until("conversation.item.retrieved"))["item"]["content"][0]
     assert abs(len(base64.b64decode(part["audio"])) - 8000) <= 320  # one second at 8 kHz, a byte a sample
+
+
+async def test_user_audio_kept_for_retrieval_is_capped_and_the_oldest_goes_first(connect, settings):
+    settings.S2S_MAX_CONVERSATION_AUDIO_BYTES = 100_000  # two seconds of 24 kHz PCM, not three
+    client = await connect()
+    pcm = base64.b64encode(audio.encode(tone(1.0), audio.PCM)).decode()
+    for name in ("item_a", "item_b", "item_c"):
+        await client.send("conversation.item.create", item={
+            "id": name, "type": "message", "role": "user", "content": [{"type": "input_audio", "audio": pcm}]})
+        await client.until("conversation.item.done")
+    kept = {}
+    for name in ("item_a", "item_b", "item_c"):
+        await client.send("conversation.item.retrieve", item_id=name)
+        kept[name] = (await client.until("conversation.item.retrieved"))["item"]["content"][0].get("audio")
+    assert kept["item_a"] is None and kept["item_b"] == kept["item_c"] == pcm
