@@ -224,6 +224,10 @@ class SessionConfig:
             self.transcription = parse_transcription(inp["transcription"], "session.audio.input.transcription")
         if "noise_reduction" in inp:
             self.noise_reduction = parse_noise_reduction(inp["noise_reduction"], "session.audio.input.noise_reduction")
+        if isinstance(inp.get("turn_detection"), dict) and "type" not in inp["turn_detection"]:
+            # The GA types name it (the beta's may leave it out: the current type stays).
+            raise EventError("missing_required_parameter", "Missing required parameter: "
+                             "'session.audio.input.turn_detection.type'.", "session.audio.input.turn_detection.type")
         if "turn_detection" in inp:
             self.turn_detection = parse_turn_detection(inp["turn_detection"], "session.audio.input.turn_detection", self.turn_detection)
         if "format" in out:
