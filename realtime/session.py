@@ -461,8 +461,7 @@ def parse_transcription(value: Any, param: str) -> dict[str, Any] | None:
         return None
     check_type(value, dict, param)
     unknown_keys(value, TRANSCRIPTION_KEYS, param)
-    model = value.get("model") or "whisper-1"
-    check_type(model, str, f"{param}.model")
+    model = "whisper-1" if value.get("model") is None else check_type(value["model"], str, f"{param}.model")
     if model not in TRANSCRIPTION_MODELS:
         raise EventError("invalid_value", f"Invalid value for '{param}.model': '{model[:100]}'. Supported: "
                          + ", ".join(f"'{m}'" for m in TRANSCRIPTION_MODELS) + ".", f"{param}.model")
