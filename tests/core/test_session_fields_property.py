@@ -9,8 +9,10 @@ Each event sets one field of the SDK's types to a generated value, so its outcom
   and ``response.done``);
 * the session goes on: after every example a plain update and a response still work.
 
-Bounded: 50 examples, each setting every field once (15 session fields, 9 response fields): about 1,200
-events on 50 sessions, about 10 seconds here.
+A beta client's flat fields get the same checks against the beta types.
+
+Bounded: 50 GA examples, each setting every field once (15 session fields, 9 response fields), about
+1,200 events on 50 sessions; 20 beta examples of 9 fields: about 15 seconds here in all.
 """
 
 from __future__ import annotations
@@ -218,5 +220,50 @@ async def test_every_generated_setting_is_honoured_and_echoed_or_refused_naming_
         await check_response_create(client, key, value)
     # The session goes on.
     await client.send("response.create", response={"output_modalities": ["text"]})
+    assert (await client.until("response.done", timeout=20))["response"]["status"] == "completed"
+    await client.communicator.disconnect()
+
+
+# The beta's flat shape: what a beta client may set; its events validate against the beta types.
+BETA_FIELDS: list[tuple[str, st.SearchStrategy[Any]]] = [
+    ("instructions", maybe(st.text(max_size=20))),
+    ("max_response_output_tokens", maybe(max_tokens)),
+    ("modalities", maybe(modalities)),
+    ("speed", maybe(st.floats(0.0, 2.0, allow_nan=False))),
+    ("tracing", maybe(tracing)),
+    ("truncation", maybe(truncation)),
+    ("voice", maybe(st.sampled_from(["alloy", "nope"]))),
+    ("temperature", maybe(st.floats(0.0, 2.0, allow_nan=False))),
+    ("input_audio_format", maybe(st.sampled_from(["pcm16", "g711_ulaw", "audio/pcm"]))),
+]
+beta_events = st.tuples(*(st.tuples(st.just(key), values) for key, values in BETA_FIELDS)).flatmap(
+    lambda events: st.permutations(list(events)))
+
+
+@pytest.mark.django_db(transaction=True)
+@hsettings(max_examples=20, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
+@given(updates=beta_events)
+async def test_a_beta_clients_generated_settings_are_applied_or_refused_and_every_event_is_beta_valid(
+        connect, loopback_pool, settings, updates):
+    settings.S2S_MAX_EVENTS_PER_SECOND = 100_000
+    settings.S2S_EVENTS_BURST = 100_000
+    for _ in range(200):
+        if loopback_pool.free_units() == len(loopback_pool.units):
+            break
+        await asyncio.sleep(0.05)
+    client = await connect(headers=[(b"openai-beta", b"realtime=v1")])
+    for key, value in updates:
+        event_id = await client.send("session.update", session={key: value})
+        event = await client.until(lambda e: e["type"] in ("session.updated", "error"))
+        if event["type"] == "error":
+            assert event["error"]["event_id"] == event_id, event
+            assert event["error"]["param"].startswith(f"session.{key}"), (key, value, event["error"])
+        elif value is not None and key in ("instructions", "tracing", "truncation", "voice"):
+            assert event["session"][key] == value, (key, value, event["session"][key])
+    await client.send("session.update", session={"modalities": ["text"], "turn_detection": None,
+                                                 "max_response_output_tokens": "inf"})
+    await client.until("session.updated")
+    await client.say_text("still here")
     assert (await client.until("response.done", timeout=20))["response"]["status"] == "completed"
     await client.communicator.disconnect()
