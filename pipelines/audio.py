@@ -82,6 +82,12 @@ def encode(samples: np.ndarray, audio_format: str) -> bytes:
     raise ValueError(f"unknown audio format {audio_format!r}")
 
 
+def from_pipeline(samples: bytes, audio_format: str) -> bytes:
+    """16 kHz float32 pipeline samples (as bytes) -> bytes of ``audio_format`` at its rate."""
+    floats = np.frombuffer(samples[: len(samples) - len(samples) % 4], dtype=np.float32)
+    return encode(resample(floats, PIPELINE_RATE, RATES[audio_format]), audio_format)
+
+
 def duration_ms(num_bytes: int, audio_format: str) -> int:
     samples = num_bytes // BYTES_PER_SAMPLE[audio_format]
     return samples * 1000 // RATES[audio_format]

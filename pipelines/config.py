@@ -60,6 +60,24 @@ class TurnDetection:
 
 
 @dataclass(frozen=True)
+class Truncation:
+    """How the LM fits a long conversation into a prompt: the session's ``truncation``.
+
+    ``auto``: per response, the oldest items that do not fit the context are left out.
+    ``disabled``: nothing is left out; a response whose conversation does not fit fails.
+    ``retention_ratio``: when the conversation after the instructions (and tools) passes the
+    limit (``post_instructions`` tokens, or by default the context less the instructions and
+    the answer's room), the oldest items are dropped until ``retention_ratio`` of the limit is
+    used. The cut stays where it is until the next overflow, so the prompt's start (and the
+    engine's prefix cache) holds across turns.
+    """
+
+    type: str = "auto"  # auto | disabled | retention_ratio
+    retention_ratio: float = 1.0
+    post_instructions: int | None = None
+
+
+@dataclass(frozen=True)
 class SessionSettings:
     """What the stages of a unit need to know of the current session."""
 
@@ -85,6 +103,7 @@ class SessionSettings:
     # Names among ``tools`` that the server runs itself (MCP tools): a call of one pauses the response
     # until its result comes back (``ResponseResume``), and the model answers from it in the same response.
     hosted: frozenset[str] = frozenset()
+    truncation: Truncation = Truncation()
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.config import FunctionTool, SessionSettings, ToolChoice
+from pipelines.config import FunctionTool, SessionSettings, ToolChoice, Truncation
 from pipelines.ids import new_id
 
 
@@ -111,6 +111,7 @@ class ResponseRequest(Downstream):
     hosted: frozenset[str] = frozenset()
     # Starts paused, before any generation: calls approved earlier run first, then the model answers.
     awaiting: bool = False
+    truncation: Truncation = Truncation()
 
     @classmethod
     def from_settings(cls, settings: SessionSettings, generation: int, **overrides: Any) -> ResponseRequest:
@@ -121,6 +122,7 @@ class ResponseRequest(Downstream):
             "voice": settings.voice, "output_format": settings.output_format, "temperature": settings.temperature,
             "speed": settings.speed, "tools": settings.tools, "tool_choice": settings.tool_choice,
             "hosted": settings.hosted, "parallel_tool_calls": settings.parallel_tool_calls,
+            "truncation": settings.truncation,
         }
         return cls(generation=generation, **{**fields, **overrides})
 
@@ -265,6 +267,7 @@ class ResponseEnd(Downstream):
     cached_tokens: int = 0
     reason: str | None = None
     lm_first_token_s: float | None = None
+    error_code: str | None = None  # failed: why, as the API names it (``context_length_exceeded``)
 
 
 # --- out of the pipeline ---------------------------------------------------
@@ -288,6 +291,7 @@ class SpeechStopped(Outbound):
 class AudioCommitted(Outbound):
     item_id: str
     duration_ms: int
+    samples: bytes = b""  # the committed audio, 16 kHz float32 (``conversation.item.retrieve`` returns it)
 
 
 @dataclass(frozen=True)
@@ -401,6 +405,7 @@ class ResponseFinished(Outbound):
     cached_tokens: int = 0
     reason: str | None = None
     latencies: dict[str, float] = field(default_factory=dict)
+    error_code: str | None = None  # failed: why, as the API names it (None: a server error)
 
 
 @dataclass(frozen=True)

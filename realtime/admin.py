@@ -209,3 +209,4 @@ class NodeAdmin(ReadOnlyAdmin):
 
 
 from realtime import auth_admin  # noqa: E402,F401  (registers the API key and client secret admins)
+from realtime import prompt_admin  # noqa: E402,F401  (registers the stored prompts' admin)

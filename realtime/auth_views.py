@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 from pipelines.ids import new_id
 from realtime import auth
 from realtime.events import EventError, loads
-from realtime.models import ApiKey
+from realtime.models import ApiKey, Prompt
 from realtime.session import SessionConfig
 
 MIN_TTL_S, MAX_TTL_S = 10, 7200
@@ -107,7 +107,8 @@ def client_secrets(request: HttpRequest) -> JsonResponse:
         if size > limit:
             raise EventError("session_too_large", f"The session settings are {size} bytes of JSON; a client secret "
                              f"may carry at most {limit}.", "session")
-        session.update(config, beta=False)  # validated now: a bad setting fails here, not at connect
+        # Validated now: a bad setting fails here, not at connect.
+        session.update(config, beta=False, prompts=Prompt.objects.lookup)
     except EventError as exc:
         return api_error(400, exc.code, exc.message, exc.param)
     secret, value = auth.create_client_secret(api_key, config, ttl)

@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from aiortc.sdp import SessionDescription
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -24,7 +25,7 @@ from pipelines.ids import new_id
 from realtime import auth, runtime
 from realtime.core import CLOSE_POLICY, Opening, Refusal, refuse
 from realtime.events import EventError, error_event
-from realtime.models import Transport
+from realtime.models import Prompt, Transport
 from realtime.session import SessionConfig
 from realtime.webrtc import WebRTCCall, hang_up_elsewhere
 
@@ -120,11 +121,12 @@ def check_sdp(sdp: str) -> None:
 
 
 def check_session(session: dict[str, Any] | None) -> None:
-    """Validates the call's settings as ``session.update`` would, before any unit is claimed."""
+    """Validates the call's settings as ``session.update`` would, before any unit is claimed (sync: it may read
+    a stored prompt)."""
     if session:
         trial = SessionConfig("check", settings.S2S_DEFAULT_MODEL, settings.S2S_POOL.engines.all_voices)
         try:
-            trial.update(session, beta=False)
+            trial.update(session, beta=False, prompts=Prompt.objects.lookup)
         except EventError as exc:
             raise BadOffer(exc.message, exc.param, exc.code) from None
 
@@ -153,7 +155,7 @@ async def create_call(request: HttpRequest) -> HttpResponse:
         return error_response(AUTH_STATUS.get(exc.code, 503), exc.code, exc.message, error_type=exc.error_type)
     try:
         sdp, call_config = read_offer(request)
-        check_session(call_config)
+        await sync_to_async(check_session)(call_config)
     except BadOffer as exc:
         rt.writer.submit(lambda: auth.give_back_secret(principal))
         return error_response(400, exc.code, exc.message, exc.param)

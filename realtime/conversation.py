@@ -36,6 +36,7 @@ class ResponseState:
     item_id: str = ""
     status: str = "in_progress"
     reason: str | None = None
+    error_code: str | None = None  # failed: the API's code (None: a server error)
     text: str = ""
     audio_bytes: int = 0
     # (sentence, audio ms at which it starts) for truncation to what was heard
@@ -76,6 +77,10 @@ class Caps:
     max_items: int = 4096
     max_item_bytes: int = 256 * 1024
     max_total_bytes: int = 8 * 1024 * 1024
+    # User audio kept for ``conversation.item.retrieve`` (16 kHz float32, 64 KB a second): past it, the
+    # oldest items' audio is let go (they are retrieved with their transcript, without audio). 8 MiB is about
+    # two minutes: the longest item's audio, as base64 PCM at 24 kHz, stays well within the send buffer.
+    max_audio_bytes: int = 8 * 1024 * 1024
 
 
 def text_bytes(text: str | None) -> int:
@@ -98,6 +103,9 @@ class Conversation:
         self.caps = caps or Caps()
         self.text_bytes = 0  # UTF-8 bytes of text in all items
         self._sizes: dict[str, int] = {}
+        # user item id -> its audio: (bytes, their format; None: the pipeline's 16 kHz float32)
+        self._audio: dict[str, tuple[bytes, str | None]] = {}
+        self.audio_bytes = 0
         self.id = new_id("conv")
         self.items: dict[str, Event] = {}
         self.responses: dict[str, ResponseState] = {}
@@ -170,6 +178,7 @@ class Conversation:
         if (history := history_item(stored["id"], item)) is not None:
             self.port.submit(m.AddItem(generation=self.port.generation, item=history, previous_item_id=previous))
         if item.audio is not None:
+            self._keep_audio(stored["id"], item.audio, self.session.input_format)
             self._committed_ms[stored["id"]] = audio.duration_ms(len(item.audio), self.session.input_format)
             self.port.submit(m.AudioItem(generation=self.port.generation, item_id=stored["id"], data=item.audio,
                                          audio_format=self.session.input_format))
@@ -184,11 +193,35 @@ class Conversation:
             self.approved[request.id] = self.approval_requests.pop(request.id)
 
     def retrieve_item(self, item_id: str) -> list[Event]:
-        return [server_event("conversation.item.retrieved", item=self._item(item_id))]
+        """The item; a user audio item with its audio (base64, in the session's input format) while it is kept."""
+        item = self._item(item_id)
+        if item_id in self._audio:
+            data, fmt = self._audio[item_id]
+            wanted = self.session.input_format
+            data = audio.from_pipeline(data, wanted) if fmt is None else (
+                data if fmt == wanted else audio.encode(audio.resample(audio.decode(data, fmt), audio.RATES[fmt],
+                                                                       audio.RATES[wanted]), wanted))
+            item = {**item, "content": [{**part, "audio": encode_audio(data)} if part.get("type") == "input_audio"
+                                        else part for part in item["content"]]}
+        return [server_event("conversation.item.retrieved", item=item)]
+
+    def _keep_audio(self, item_id: str, data: bytes, audio_format: str | None) -> None:
+        """Keeps a user item's audio for retrieval; the oldest go when the session's audio cap is passed."""
+        if not data or len(data) > self.caps.max_audio_bytes:
+            return
+        self._audio[item_id] = (data, audio_format)
+        self.audio_bytes += len(data)
+        while self.audio_bytes > self.caps.max_audio_bytes:
+            self._drop_audio(next(iter(self._audio)))
+
+    def _drop_audio(self, item_id: str) -> None:
+        data, _ = self._audio.pop(item_id, (b"", None))
+        self.audio_bytes -= len(data)
 
     def delete_item(self, item_id: str) -> list[Event]:
         self._item(item_id)
         del self.items[item_id]
+        self._drop_audio(item_id)
         self._account(item_id, 0)
         self.port.submit(m.DeleteItem(generation=self.port.generation, item_id=item_id))
         return [server_event("conversation.item.deleted", item_id=item_id)]
@@ -295,6 +328,7 @@ class Conversation:
 
     def _on_AudioCommitted(self, msg: m.AudioCommitted) -> list[Event]:
         self._committed_ms[msg.item_id] = msg.duration_ms
+        self._keep_audio(msg.item_id, msg.samples, None)
         previous = self._last_item_id()
         item = {"id": msg.item_id, "object": "realtime.item", "type": "message", "status": "completed", "role": "user",
                 "content": [{"type": "input_audio", "transcript": None}]}
@@ -523,7 +557,7 @@ class Conversation:
         if state is None:
             return []
         if state.status == "in_progress":
-            state.status, state.reason = msg.status, msg.reason
+            state.status, state.reason, state.error_code = msg.status, msg.reason, msg.error_code
         if self.active is state:
             self.active = None
         self.finished.append(state)
@@ -532,8 +566,8 @@ class Conversation:
         if state.status == "failed":
             self.errors += 1
             events.append(server_event("error", error={
-                "type": "server_error", "code": "response_failed", "message": f"The response failed: {state.reason}",
-                "param": None, "event_id": state.event_id}))
+                **failure(state), "message": f"The response failed: {state.reason}", "param": None,
+                "event_id": state.event_id}))
         if not state.output:  # nothing came (an empty or early-cancelled answer): the message says so
             events += self._open_message(state)
         for index, item in enumerate(list(state.output)):
@@ -664,7 +698,7 @@ class Conversation:
         elif state.status == "incomplete":
             details = {"type": "incomplete", "reason": state.reason}
         elif state.status == "failed":
-            details = {"type": "failed", "error": {"type": "server_error", "code": "response_failed", "message": state.reason}}
+            details = {"type": "failed", "error": {**failure(state), "message": state.reason}}
         return {"object": "realtime.response", "id": state.id, "status": state.status, "status_details": details,
                 "output": output, "conversation_id": state.conversation_id, "output_modalities": list(state.modalities),
                 "max_output_tokens": state.max_output_tokens,
@@ -701,6 +735,14 @@ class Conversation:
             elif (history := history_item(entry.id or new_id("item"), entry)) is not None:
                 out.append(history)
         return tuple(out), clips
+
+
+def failure(state: ResponseState) -> Event:
+    """The ``type`` and ``code`` of a failed response's error: the client's to fix (a conversation too long for
+    the context with truncation disabled), or the server's."""
+    if state.error_code is not None:
+        return {"type": "invalid_request_error", "code": state.error_code}
+    return {"type": "server_error", "code": "response_failed"}
 
 
 def event_part(part: Event) -> Event:

@@ -13,19 +13,20 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
 from pipelines import audio, messages as m
 from pipelines.pool import Lease
-from realtime import limits, records
+from realtime import limits, prompts, records
 from realtime.conversation import Conversation, Port
 from realtime.mcp_session import McpSession
 from realtime.events import ClientEvent, EventError, error_event, parse_event, server_event, to_beta
-from realtime.models import EndReason, Transport as TransportKind
+from realtime.models import EndReason, Prompt, Transport as TransportKind
 from realtime.runtime import Runtime
 from realtime.session import SessionConfig
 
@@ -111,7 +112,7 @@ class SessionCore:
         "conversation.item.truncate": lambda core, e: core.conversation.truncate_item(
             e.item_id, e.content_index, e.audio_end_ms),
         "response.create": lambda core, e: core.conversation.create_response(
-            core.session.response_options(e.response), e.event_id),
+            core.session.response_options(e.response, core.opening.beta, e.fields.get("prompts")), e.event_id),
         "response.cancel": lambda core, e: core.conversation.cancel_response(e.response_id),
         "output_audio_buffer.clear": lambda core, e: core._clear_output_audio(),
     }
@@ -125,7 +126,9 @@ class SessionCore:
         self.lease = lease
         self.limits = limits.Limits.from_settings()
         self.session = SessionConfig(self.id, opening.model, settings.S2S_POOL.engines.all_voices,
-                                     self.limits.max_instructions_bytes, self.limits.max_session_s, settings.S2S_MCP)
+                                     self.limits.max_instructions_bytes, self.limits.max_session_s,
+                                     token_cap=self._token_cap(), context_tokens=self._context_tokens(),
+                                     mcp_policy=settings.S2S_MCP)
         self.conversation = Conversation(self.session, port, self.limits.conversation)
         self.mcp = McpSession(self.session, self.conversation, self._send, self._spawn, self._apply_settings)
         self.bucket = limits.TokenBucket(self.limits.events_per_second, self.limits.burst)
@@ -138,16 +141,23 @@ class SessionCore:
         self._tasks: set[asyncio.Task[None]] = set()
         self._turn_timeout: asyncio.Task[None] | None = None
         self._turn_timeout_due: float | None = None
+        # The settings a client secret was minted with, or a call offered with (validated then); one that
+        # names a stored prompt is applied in start(), where the database can be read off the event loop.
+        self._deferred: list[dict[str, Any]] = []
         for config in (opening.session_config, opening.call_config):
-            if not config:
-                continue
-            try:  # the settings a client secret was minted with, or a call offered with (validated then)
-                self.session.update(config, beta=False)
-            except EventError:
-                logger.exception("session %s: the session settings it opened with no longer apply", self.id)
+            if config and (self._deferred or isinstance(config.get("prompt"), dict)):
+                self._deferred.append(config)
+            elif config:
+                self._open_with(config, None)
         if opening.transcription:
             self.session.type = "transcription"
         self._apply_settings()
+
+    def _open_with(self, config: dict[str, Any], lookup: prompts.PromptLookup | None) -> None:
+        try:
+            self.session.update(config, beta=False, prompts=lookup)
+        except EventError:
+            logger.exception("session %s: the session settings it opened with no longer apply", self.id)
 
     # --- start ------------------------------------------------------------------------
 
@@ -186,6 +196,12 @@ class SessionCore:
     async def start(self) -> None:
         """Records the session, starts its tasks and says ``session.created``."""
         assert self.lease is not None
+        for config in self._deferred:
+            self._open_with(config, await self._prompt_lookup(config.get("prompt")))
+        if self._deferred:
+            if self.opening.transcription:
+                self.session.type = "transcription"
+            self._apply_settings()
         self.runtime.session_started(self, self.id, node=settings.S2S_NODE_NAME, unit_index=self.lease.unit.index,
                                      model=self.opening.model, started_at=self.started_at,
                                      principal=self.opening.principal, client_addr=self.opening.client_addr,
@@ -260,7 +276,7 @@ class SessionCore:
         event: ClientEvent | None = None
         try:
             limits.check_frame(size, self.limits)
-            event = parse_event(text, settings.S2S_MAX_EVENT_BYTES)
+            event = await self._with_prompts(parse_event(text, settings.S2S_MAX_EVENT_BYTES))
             audio_ms = self._check_input_buffer(event)
             for reply in self.handle(event):
                 await self._send(reply)
@@ -297,12 +313,29 @@ class SessionCore:
         self.recorder.client_event(ClientEvent("input_audio_buffer.append", None, {"audio": data}), self.conversation)
         self.input_buffer.add(ms, self._server_vad())
 
+    async def _with_prompts(self, event: ClientEvent) -> ClientEvent:
+        """The event with ``prompts``, the lookup of the stored prompt its ``session`` or ``response`` names."""
+        if event.type not in ("session.update", "response.create"):
+            return event
+        payload = event.fields.get("session" if event.type == "session.update" else "response")
+        ref = payload.get("prompt") if isinstance(payload, dict) else None
+        lookup = await self._prompt_lookup(ref)
+        return event if lookup is None else replace(event, fields={**event.fields, "prompts": lookup})
+
+    @staticmethod
+    async def _prompt_lookup(ref: Any) -> prompts.PromptLookup | None:
+        """Reads the versions of the prompt ``ref`` names (in a thread: the ORM never runs on the loop)."""
+        if not isinstance(ref, dict) or not isinstance(ref.get("id"), str):
+            return None  # nothing to read: the session says what is wrong with the reference
+        versions = await database_sync_to_async(Prompt.objects.versions_of)(ref["id"])
+        return lambda prompt_id, version: prompts.pick(versions, prompt_id, version)
+
     def handle(self, event: ClientEvent) -> list[Event]:
         """Carries out one parsed client event; returns the events that answer it."""
         return self.HANDLERS[event.type](self, event)
 
     def _session_update(self, event: ClientEvent) -> list[Event]:
-        self.session.update(event.session, beta=self.opening.beta)
+        self.session.update(event.session, beta=self.opening.beta, prompts=event.fields.get("prompts"))
         self._apply_settings()
         return [server_event("session.updated", session=self._session_obj()), *self.mcp.servers_changed()]
 
@@ -441,6 +474,12 @@ class SessionCore:
         stages = self.lease.unit.stages() if self.lease is not None else []
         caps = [stage.max_new_tokens for stage in stages if isinstance(getattr(stage, "max_new_tokens", None), int)]
         return caps[0] if caps else settings.S2S_POOL.engines.lm_max_new_tokens
+
+    def _context_tokens(self) -> int | None:
+        """The context of the unit's language model (None: not known here)."""
+        stages = self.lease.unit.stages() if self.lease is not None else []
+        sizes = [getattr(getattr(stage, "model", None), "context_length", None) for stage in stages]
+        return next((size for size in sizes if isinstance(size, int)), None)
 
     async def _unit_failed(self, out: m.UnitFailed) -> None:
         """A stage thread died: the session cannot go on. Close with 1011; the release rebuilds the unit."""

@@ -239,21 +239,73 @@ def parse_item(item: dict[str, Any], param: str, max_audio_bytes: int) -> Client
         raise EventError("invalid_value", f"Invalid value for '{param}.role': expected 'user', 'assistant' or "
                          "'system'.", f"{param}.role")
     parts: list[ContentPart] = []
+    allowed = CONTENT_TYPES[role]
     for index, part in enumerate(require(item, "content", list, f"{param}.content")):
         where = f"{param}.content[{index}]"
         check_type(part, dict, where)
         ptype = require(part, "type", str, f"{where}.type")
-        if ptype in ("input_text", "text", "output_text"):
-            text = require(part, "text", str, f"{where}.text")
-            parts.append(ContentPart(ptype if role != "assistant" else "output_text", text=text))
-        elif ptype == "input_audio" and role == "user":
+        if ptype not in allowed:
+            supported = " and ".join(f"'{t}'" for t in allowed if t != "text")
+            raise EventError("invalid_value", f"Invalid value: '{ptype[:100]}'. Supported values for a {role} "
+                             f"message's content are: {supported}.", f"{where}.type")
+        if ptype == "input_image":
+            raise EventError("invalid_value", "Invalid value: 'input_image'. This server's models read text and "
+                             "hear audio; they cannot see images.", f"{where}.type")
+        if ptype == "input_audio":
             if any(p.audio is not None for p in parts):
                 raise EventError("invalid_value", "Only one input_audio part per item is supported.", where)
             data = decode_audio(require(part, "audio", str, f"{where}.audio"), f"{where}.audio", max_audio_bytes)
             parts.append(ContentPart("input_audio", audio=data))
         else:
-            raise EventError("invalid_value", f"Invalid content type '{ptype}' for a {role} message.", f"{where}.type")
+            text = require(part, "text", str, f"{where}.text")
+            parts.append(ContentPart("output_text" if role == "assistant" else ptype, text=text))
     return ClientItem(item_id, "message", role, tuple(parts))
+
+
+# The content a client may give a message, by role (the SDK's item types). An assistant's "text" is the
+# beta's name for output_text; a user's "text" is refused, as the API does.
+CONTENT_TYPES = {"user": ("input_text", "input_audio", "input_image"), "system": ("input_text",),
+                 "assistant": ("output_text", "text")}
+
+
+MAX_PROMPT_VARIABLES = 64
+
+
+def parse_prompt(value: Any, param: str) -> dict[str, Any]:
+    """A stored prompt reference as the SDK types it (``ResponsePrompt``): ``id``, optional ``version`` and
+    ``variables``, text only here (images and files: no model here reads them)."""
+    check_type(value, dict, param)
+    for key in value:
+        if key not in ("id", "version", "variables"):
+            raise EventError("unknown_parameter", f"Unknown parameter: '{param}.{key}'.", f"{param}.{key}")
+    ref: dict[str, Any] = {"id": require(value, "id", str, f"{param}.id")}
+    if value.get("version") is not None:
+        ref["version"] = check_type(value["version"], str, f"{param}.version")
+    variables = optional(value, "variables", dict, f"{param}.variables")
+    if variables is not None:
+        if len(variables) > MAX_PROMPT_VARIABLES:
+            raise EventError("object_above_max_properties", f"Invalid '{param}.variables': at most "
+                             f"{MAX_PROMPT_VARIABLES} variables.", f"{param}.variables")
+        ref["variables"] = {name: _prompt_variable(entry, f"{param}.variables.{name}")
+                            for name, entry in variables.items()}
+    return ref
+
+
+def _prompt_variable(value: Any, param: str) -> str | dict[str, str]:
+    check_type(value, (str, dict), param)
+    if isinstance(value, str):
+        return value
+    kind = require(value, "type", str, f"{param}.type")
+    if kind in ("input_image", "input_file"):
+        raise EventError("invalid_value", f"Invalid '{param}': this server's models read text only; an {kind} "
+                         "variable cannot be used.", f"{param}.type")
+    if kind != "input_text":
+        raise EventError("invalid_value", f"Invalid value for '{param}.type': '{kind[:100]}'. Supported: "
+                         "'input_text'.", f"{param}.type")
+    for key in value:
+        if key not in ("type", "text"):
+            raise EventError("unknown_parameter", f"Unknown parameter: '{param}.{key}'.", f"{param}.{key}")
+    return {"type": "input_text", "text": require(value, "text", str, f"{param}.text")}
 
 
 def parse_input(value: Any, param: str, max_audio_bytes: int) -> tuple[ClientItem | ItemReference, ...]:

@@ -56,7 +56,8 @@ class Limits:
             max_session_s=float(settings.S2S_MAX_SESSION_SECONDS),
             idle_timeout_s=float(settings.S2S_IDLE_TIMEOUT_S),
             conversation=Caps(max_items=settings.S2S_MAX_ITEMS, max_item_bytes=settings.S2S_MAX_ITEM_BYTES,
-                              max_total_bytes=settings.S2S_MAX_CONVERSATION_BYTES),
+                              max_total_bytes=settings.S2S_MAX_CONVERSATION_BYTES,
+                              max_audio_bytes=settings.S2S_MAX_CONVERSATION_AUDIO_BYTES),
             max_instructions_bytes=settings.S2S_MAX_INSTRUCTIONS_BYTES,
         )
 

@@ -14,9 +14,11 @@ from django.db import models
 from django.utils import timezone
 
 from realtime.auth_models import ApiKey, ClientSecret
+from realtime.prompt_models import Prompt, PromptVersion
 from realtime.recording_models import Recording
 
-__all__ = ["ApiKey", "ClientSecret", "ConversationItem", "EndReason", "Node", "RealtimeSession", "Recording",
+__all__ = ["ApiKey", "ClientSecret", "ConversationItem", "EndReason", "Node", "Prompt", "PromptVersion",
+           "RealtimeSession", "Recording",
            "RefusalCount", "ResponseRecord", "Transport", "upsert"]
 
 

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines import audio, tools as tool_parsing
-from pipelines.config import FunctionTool, SessionSettings, ToolChoice, TurnDetection
+from pipelines.config import FunctionTool, SessionSettings, ToolChoice, Truncation, TurnDetection
 from pipelines.errors import ToolDefinitionError
-from realtime.events import ClientItem, EventError, ItemReference, check_type, optional
+from realtime.events import ClientItem, EventError, ItemReference, check_type, optional, parse_prompt
 from realtime.mcp_config import HostedTool, McpPolicy, McpServer, parse_server
+from realtime.prompts import PromptError, PromptLookup, fill
 
 BETA_FORMATS = {"pcm16": audio.PCM, "g711_ulaw": audio.PCMU, "g711_alaw": audio.PCMA}
 GA_TO_BETA_FORMATS = {v: k for k, v in BETA_FORMATS.items()}
@@ -26,11 +27,22 @@ DEFAULT_INSTRUCTIONS = ("You are a helpful voice assistant. Your replies are spo
 # within the beta's range.
 DEFAULT_TEMPERATURE = 0.0
 BETA_TEMPERATURE_RANGE = (0.6, 1.2)
-# Fields the server accepts and echoes without acting on them.
-PASSTHROUGH = ("tracing", "prompt", "truncation", "speed", "client_secret")
+# The API's bounds: ``max_output_tokens`` (below this server's own cap too), ``speed``, ``metadata``.
+API_MAX_OUTPUT_TOKENS = 4096
+SPEED_RANGE = (0.25, 1.5)
+METADATA_MAX_PAIRS, METADATA_MAX_KEY, METADATA_MAX_VALUE = 16, 64, 512
+MAX_MODEL_NAME = 256
+TRACING_KEYS = {"group_id", "metadata", "workflow_name"}
 # What a session may set, by shape (the openai SDK's session types; ``temperature`` is this server's own
 # addition for GA). The object the server echoes may be sent back: its read-only keys are ignored.
 READ_ONLY = {"id", "object", "expires_at"}
+# ``response.create``'s ``response``, by shape (the SDK's ``RealtimeResponseCreateParams``, and the beta's);
+# ``temperature`` is this server's addition for GA, as in the session.
+RESPONSE_GA_KEYS = {"audio", "conversation", "input", "instructions", "max_output_tokens", "metadata",
+                    "output_modalities", "parallel_tool_calls", "prompt", "reasoning", "tool_choice", "tools",
+                    "temperature"}
+RESPONSE_BETA_KEYS = {"conversation", "input", "instructions", "max_response_output_tokens", "metadata", "modalities",
+                      "output_audio_format", "temperature", "tool_choice", "tools", "voice"}
 GA_KEYS = {"type", "audio", "include", "instructions", "max_output_tokens", "model", "output_modalities",
            "parallel_tool_calls", "prompt", "reasoning", "tool_choice", "tools", "tracing", "truncation",
            "temperature"} | READ_ONLY
@@ -76,10 +88,17 @@ class SessionConfig:
 
     def __init__(self, session_id: str, model: str, voices: tuple[str, ...],
                  max_instructions_bytes: int = MAX_INSTRUCTIONS_BYTES, lifetime_s: float = 3600,
+                 token_cap: int = API_MAX_OUTPUT_TOKENS, context_tokens: int | None = None,
                  mcp_policy: McpPolicy | None = None) -> None:
-        """``lifetime_s``: the longest the session may last (``S2S_MAX_SESSION_SECONDS``), for ``expires_at``;
-        ``mcp_policy``: which MCP servers the session may offer (None: MCP is off)."""
+        """``lifetime_s``: the longest the session may last (``S2S_MAX_SESSION_SECONDS``), for ``expires_at``.
+
+        ``token_cap``: the most output tokens the LM gives one response (``S2S_LM_MAX_NEW_TOKENS``);
+        ``context_tokens``: the LM's context (None: unknown here, ``token_limits`` are checked against it at
+        connect); ``mcp_policy``: which MCP servers the session may offer (None: MCP is off).
+        """
         self.id = session_id
+        self.token_cap = min(token_cap, API_MAX_OUTPUT_TOKENS)
+        self.context_tokens = context_tokens
         self.mcp_policy = mcp_policy or McpPolicy()
         self.mcp_servers: tuple[McpServer, ...] = ()
         # The listed tools of the session's MCP servers, by name: what the model may call besides the functions.
@@ -108,7 +127,10 @@ class SessionConfig:
         self.tools: tuple[FunctionTool, ...] = ()
         self.tool_choice = ToolChoice()
         self.parallel_tool_calls = True
-        self.extra: dict[str, Any] = {"tracing": None, "prompt": None, "truncation": "auto"}
+        self.speed = 1.0  # audio.output.speed, validated here; the TTS side acts on it
+        self.tracing: str | dict[str, Any] | None = None
+        self.truncation: str | dict[str, Any] = "auto"
+        self.prompt: dict[str, Any] | None = None  # the stored prompt the instructions come from (as echoed)
 
     @property
     def transcription_only(self) -> bool:
@@ -120,15 +142,17 @@ class SessionConfig:
 
     # --- updates ----------------------------------------------------------
 
-    def update(self, session: Any, beta: bool, transcription: bool = False) -> None:
+    def update(self, session: Any, beta: bool, transcription: bool = False,
+               prompts: PromptLookup | None = None) -> None:
         """Applies a ``session.update`` (``transcription``: a beta ``transcription_session.update``).
 
         Validates everything before changing anything: a bad value raises :class:`EventError`
-        naming its ``param`` and leaves the session as it was.
+        naming its ``param`` and leaves the session as it was. ``prompts`` finds a stored
+        ``prompt`` (None: a session that names one is refused).
         """
         check_type(session, dict, "session")
         trial = copy.copy(self)
-        trial.extra = dict(self.extra)
+        trial._prompts = prompts
         if transcription:
             unknown_keys(session, BETA_TRANSCRIPTION_KEYS, "session")
             trial.type = "transcription"
@@ -145,18 +169,38 @@ class SessionConfig:
             if trial.model != self.model:
                 raise EventError("invalid_value", "Cannot update a conversation's model if assistant audio is present.",
                                  "session.model")
+        del trial._prompts
         self.__dict__.update(trial.__dict__)
 
     def _update_common(self, s: dict[str, Any]) -> None:
         if "instructions" in s:
             self.instructions = self.parse_instructions(s["instructions"], "session.instructions")
+            if s.get("prompt") is None:
+                self.prompt = None  # the instructions no longer come from a stored prompt
+        if "prompt" in s and s["prompt"] is not None:
+            self.prompt, text = self.apply_prompt(s["prompt"], "session.prompt", self._prompts)
+            if "instructions" in s and s["instructions"] != text:
+                raise EventError("invalid_value", "Give either 'session.instructions' or 'session.prompt': a stored "
+                                 "prompt's text becomes the session's instructions.", "session.instructions")
+            self.instructions = text
+        elif "prompt" in s:
+            self.prompt = None
         if "model" in s and s["model"] is not None:
-            self.model = check_type(s["model"], str, "session.model")
+            self.model = parse_model(s["model"], "session.model")
         if "temperature" in s and s["temperature"] is not None:
             self.temperature = parse_temperature(s["temperature"], "session.temperature")
         for key in ("max_output_tokens", "max_response_output_tokens"):
             if key in s and s[key] is not None:
-                self.max_output_tokens = parse_max_tokens(s[key], f"session.{key}")
+                self.max_output_tokens = parse_max_tokens(s[key], f"session.{key}", self.token_cap)
+        if s.get("reasoning") is not None:
+            raise no_reasoning("session.reasoning")
+        if "tracing" in s:
+            self.tracing = parse_tracing(s["tracing"], "session.tracing")
+        if "truncation" in s and s["truncation"] is not None:
+            self.truncation = parse_truncation(s["truncation"], "session.truncation", self.context_tokens,
+                                               self.token_cap)
+        if s.get("speed") is not None:  # the beta's place for it
+            self.speed = parse_speed(s["speed"], "session.speed")
         if s.get("tools") is not None or s.get("tool_choice") is not None:
             self.tools, self.tool_choice, servers = parse_tools(s.get("tools"), s.get("tool_choice"), self.tools,
                                                                 self.tool_choice, "session", self.mcp_policy,
@@ -167,9 +211,6 @@ class SessionConfig:
             self.parallel_tool_calls = check_type(s["parallel_tool_calls"], bool, "session.parallel_tool_calls")
         if "include" in s:
             self.include = parse_include(s["include"], "session.include")
-        for key in PASSTHROUGH:
-            if key in s:
-                self.extra[key] = s[key]
 
     def _update_ga(self, s: dict[str, Any]) -> None:
         kind = s.get("type", self.type)
@@ -196,14 +237,18 @@ class SessionConfig:
             self.transcription = parse_transcription(inp["transcription"], "session.audio.input.transcription")
         if "noise_reduction" in inp:
             self.noise_reduction = parse_noise_reduction(inp["noise_reduction"], "session.audio.input.noise_reduction")
+        if isinstance(inp.get("turn_detection"), dict) and "type" not in inp["turn_detection"]:
+            # The GA types name it (the beta's may leave it out: the current type stays).
+            raise EventError("missing_required_parameter", "Missing required parameter: "
+                             "'session.audio.input.turn_detection.type'.", "session.audio.input.turn_detection.type")
         if "turn_detection" in inp:
             self.turn_detection = parse_turn_detection(inp["turn_detection"], "session.audio.input.turn_detection", self.turn_detection)
         if "format" in out:
             self.output_format = parse_ga_format(out["format"], "session.audio.output.format")
         if "voice" in out:
             self.voice = self.parse_voice(out["voice"], "session.audio.output.voice")
-        if "speed" in out:
-            self.extra["speed"] = out["speed"]
+        if out.get("speed") is not None:
+            self.speed = parse_speed(out["speed"], "session.audio.output.speed")
 
     def _update_beta(self, s: dict[str, Any]) -> None:
         self._update_common(s)
@@ -238,6 +283,18 @@ class SessionConfig:
                              f"{self.max_instructions_bytes} bytes, got {size}.", param)
         return value
 
+    def apply_prompt(self, value: Any, param: str, prompts: PromptLookup | None) -> tuple[dict[str, Any], str]:
+        """A ``prompt`` reference, validated and found: (the reference as echoed, its text with the variables in)."""
+        ref = parse_prompt(value, param)
+        if prompts is None:
+            raise EventError("invalid_value", f"Invalid '{param}': stored prompts cannot be used here.", param)
+        given = {name: v if isinstance(v, str) else v["text"] for name, v in (ref.get("variables") or {}).items()}
+        try:
+            text = fill(prompts(ref["id"], ref.get("version")), given)
+        except PromptError as exc:
+            raise EventError(exc.code, exc.message, f"{param}.{exc.field}") from None
+        return ref, self.parse_instructions(text, param)
+
     def parse_voice(self, value: Any, param: str) -> str:
         check_type(value, (str, dict), param)
         if isinstance(value, dict):
@@ -247,8 +304,10 @@ class SessionConfig:
                              + ", ".join(f"'{v}'" for v in self.voices) + ".", param)
         return value
 
-    def response_options(self, params: dict[str, Any]) -> ResponseOptions:
+    def response_options(self, params: dict[str, Any], beta: bool = False,
+                         prompts: PromptLookup | None = None) -> ResponseOptions:
         """The ``response`` of a ``response.create``, validated against this session (its voices, formats)."""
+        unknown_keys(params, RESPONSE_BETA_KEYS if beta else RESPONSE_GA_KEYS, "response")
         options: dict[str, Any] = {}
         if params.get("output_modalities") is not None:
             options["output_modalities"] = tuple(parse_modalities(params["output_modalities"], "response.output_modalities"))
@@ -257,16 +316,29 @@ class SessionConfig:
                                                                   allow_both=True))
         for key in ("max_output_tokens", "max_response_output_tokens"):
             if params.get(key) is not None:
-                value = parse_max_tokens(params[key], f"response.{key}")
-                options["max_output_tokens"] = None if value == "inf" else int(value)
-        audio_out = optional(optional(params, "audio", dict, "response.audio", {}), "output", dict,
-                             "response.audio.output", {})
-        if "voice" in audio_out or "voice" in params:
-            options["voice"] = self.parse_voice(audio_out.get("voice", params.get("voice")), "response.audio.output.voice")
-        if "format" in audio_out:
+                limit = parse_max_tokens(params[key], f"response.{key}", self.token_cap)
+                options["max_output_tokens"] = None if limit == "inf" else int(limit)
+        audio_cfg = optional(params, "audio", dict, "response.audio", {})
+        unknown_keys(audio_cfg, {"output"}, "response.audio")
+        audio_out = optional(audio_cfg, "output", dict, "response.audio.output", {})
+        unknown_keys(audio_out, {"format", "voice"}, "response.audio.output")
+        if audio_out.get("voice") is not None or params.get("voice") is not None:
+            param = "response.voice" if params.get("voice") is not None else "response.audio.output.voice"
+            options["voice"] = self.parse_voice(audio_out.get("voice", params.get("voice")), param)
+        if audio_out.get("format") is not None:
             options["output_format"] = parse_ga_format(audio_out["format"], "response.audio.output.format")
+        if params.get("output_audio_format") is not None:
+            options["output_format"] = parse_beta_format(params["output_audio_format"], "response.output_audio_format")
         if params.get("instructions") is not None:
             options["instructions"] = self.parse_instructions(params["instructions"], "response.instructions")
+        if params.get("prompt") is not None:
+            _, text = self.apply_prompt(params["prompt"], "response.prompt", prompts)
+            if options.get("instructions", text) != text:
+                raise EventError("invalid_value", "Give either 'response.instructions' or 'response.prompt': a "
+                                 "stored prompt's text becomes the response's instructions.", "response.instructions")
+            options["instructions"] = text
+        if params.get("reasoning") is not None:
+            raise no_reasoning("response.reasoning")
         if params.get("temperature") is not None:
             options["temperature"] = parse_temperature(params["temperature"], "response.temperature")
         servers: tuple[McpServer, ...] | None = None
@@ -277,9 +349,14 @@ class SessionConfig:
         if params.get("parallel_tool_calls") is not None:
             options["parallel_tool_calls"] = check_type(params["parallel_tool_calls"], bool,
                                                         "response.parallel_tool_calls")
-        return ResponseOptions(mcp_servers=servers or (),
-            out_of_band=optional(params, "conversation", str, "response.conversation", "auto") == "none",
-            metadata=params.get("metadata"), input=params.get("input"), overrides=options)
+        conversation = optional(params, "conversation", str, "response.conversation", "auto")
+        if conversation not in ("auto", "none"):
+            raise EventError("invalid_value", f"Invalid value for 'response.conversation': '{conversation[:100]}'. "
+                             "Supported values are: 'auto' and 'none'.", "response.conversation")
+        return ResponseOptions(
+            mcp_servers=servers or (), out_of_band=conversation == "none",
+            metadata=parse_metadata(params.get("metadata"), "response.metadata"), input=params.get("input"),
+            overrides=options)
 
     # --- what the pipeline needs -------------------------------------------
 
@@ -297,7 +374,7 @@ class SessionConfig:
             )
         return SessionSettings(
             input_format=self.input_format, output_format=self.output_format, voice=self.voice,
-            speed=_number(self.extra.get("speed"), 1.0), noise_reduction=(self.noise_reduction or {}).get("type"),
+            speed=self.speed, noise_reduction=(self.noise_reduction or {}).get("type"),
             instructions=self.instructions, output_modalities=tuple(self.output_modalities),
             max_output_tokens=None if self.max_output_tokens == "inf" else int(self.max_output_tokens),
             temperature=self.temperature, turn_detection=detection,
@@ -305,7 +382,7 @@ class SessionConfig:
             transcription_logprobs=self.logprobs,
             transcription_language=(self.transcription or {}).get("language"),
             transcription_prompt=(self.transcription or {}).get("prompt"),
-            tools=self.tools + self.hosted_functions(), tool_choice=self.tool_choice,
+            tools=self.tools + self.hosted_functions(), tool_choice=self.tool_choice, truncation=self.truncation_settings(),
             parallel_tool_calls=self.parallel_tool_calls, hosted=frozenset(tool.name for tool in self.hosted_tools()),
         )
 
@@ -316,6 +393,13 @@ class SessionConfig:
 
     def hosted_functions(self) -> tuple[FunctionTool, ...]:
         return tuple(tool.function() for tool in self.hosted_tools())
+
+    def truncation_settings(self) -> Truncation:
+        if isinstance(self.truncation, str):
+            return Truncation(type=self.truncation)
+        limits = self.truncation.get("token_limits") or {}
+        return Truncation(type="retention_ratio", retention_ratio=float(self.truncation["retention_ratio"]),
+                          post_instructions=limits.get("post_instructions"))
 
     # --- echo ---------------------------------------------------------------
 
@@ -328,14 +412,13 @@ class SessionConfig:
             "audio": {
                 "input": {"format": _format_object(self.input_format), "transcription": self.transcription,
                           "noise_reduction": self.noise_reduction, "turn_detection": self.turn_detection},
-                "output": {"format": _format_object(self.output_format), "voice": self.voice,
-                           "speed": self.extra.get("speed", 1.0)},
+                "output": {"format": _format_object(self.output_format), "voice": self.voice, "speed": self.speed},
             },
             "max_output_tokens": self.max_output_tokens, "include": self.include,
             "expires_at": self.expires_at, "tools": self.tools_json(),
             "tool_choice": tool_parsing.tool_choice_to_json(self.tool_choice),
             "parallel_tool_calls": self.parallel_tool_calls,
-            **{k: v for k, v in self.extra.items() if k not in ("speed", "client_secret")},
+            "tracing": self.tracing, "prompt": self.prompt, "truncation": self.truncation,
         }
 
     def tools_json(self) -> list[dict[str, Any]]:
@@ -378,7 +461,7 @@ class SessionConfig:
             "include": self.include, "tools": self.tools_json(),
             # The beta type has a string here: a named function is given by its name.
             "tool_choice": self.tool_choice.name if self.tool_choice.mode == "function" else self.tool_choice.mode,
-            **{k: v for k, v in self.extra.items() if k not in ("speed", "client_secret")},
+            "tracing": self.tracing, "speed": self.speed, "prompt": self.prompt, "truncation": self.truncation,
         }
 
 
@@ -445,8 +528,7 @@ def parse_transcription(value: Any, param: str) -> dict[str, Any] | None:
         return None
     check_type(value, dict, param)
     unknown_keys(value, TRANSCRIPTION_KEYS, param)
-    model = value.get("model") or "whisper-1"
-    check_type(model, str, f"{param}.model")
+    model = "whisper-1" if value.get("model") is None else check_type(value["model"], str, f"{param}.model")
     if model not in TRANSCRIPTION_MODELS:
         raise EventError("invalid_value", f"Invalid value for '{param}.model': '{model[:100]}'. Supported: "
                          + ", ".join(f"'{m}'" for m in TRANSCRIPTION_MODELS) + ".", f"{param}.model")
@@ -458,11 +540,6 @@ def parse_transcription(value: Any, param: str) -> dict[str, Any] | None:
         raise EventError("invalid_value", f"Invalid value for '{param}.language': expected an ISO-639-1 code "
                          "such as 'en'.", f"{param}.language")
     return out
-
-
-def _number(value: Any, default: float) -> float:
-    """A stored number for the pipeline (validated at the protocol edge); ``default`` when unset."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
 def parse_noise_reduction(value: Any, param: str) -> dict[str, Any] | None:
@@ -497,13 +574,122 @@ def parse_temperature(value: Any, param: str) -> float:
     return float(value)
 
 
-def parse_max_tokens(value: Any, param: str) -> int | str:
+def parse_max_tokens(value: Any, param: str, cap: int = API_MAX_OUTPUT_TOKENS) -> int | str:
+    """An integer the LM will honour, or ``inf`` (this server's cap, ``S2S_LM_MAX_NEW_TOKENS``).
+
+    A number above the cap is refused, not clamped: the client learns the real limit at once, and
+    what the session and its responses show is what the LM applies.
+    """
     if value == "inf":
         return "inf"
     check_type(value, int, param)
-    if not 1 <= value <= 4096:
-        raise EventError("invalid_value", f"'{param}' must be between 1 and 4096, or 'inf'.", param)
+    if value < 1:
+        raise EventError("integer_below_min_value", f"Invalid '{param}': expected an integer of at least 1, or "
+                         "'inf'.", param)
+    if value > API_MAX_OUTPUT_TOKENS:
+        raise EventError("integer_above_max_value", f"Invalid '{param}': expected at most {API_MAX_OUTPUT_TOKENS}, "
+                         "or 'inf'.", param)
+    if value > cap:
+        raise EventError("integer_above_max_value", f"Invalid '{param}': this server gives a response at most {cap} "
+                         f"output tokens (S2S_LM_MAX_NEW_TOKENS); ask for at most {cap}, or 'inf' for that limit.",
+                         param)
     return value
+
+
+def parse_speed(value: Any, param: str) -> float:
+    """``speed``: a number from 0.25 to 1.5 (the TTS side acts on it)."""
+    check_type(value, (int, float), param)
+    low, high = SPEED_RANGE
+    if not low <= value <= high:
+        raise EventError("invalid_value", f"Invalid '{param}': expected a number from {low} to {high}.", param)
+    return float(value)
+
+
+def parse_model(value: Any, param: str) -> str:
+    """A model name: every one is answered by this server's configured LM, as at connect."""
+    check_type(value, str, param)
+    if not value or len(value) > MAX_MODEL_NAME:
+        raise EventError("invalid_value", f"Invalid '{param}': expected a model name of 1 to {MAX_MODEL_NAME} "
+                         "characters.", param)
+    return value
+
+
+def no_reasoning(param: str) -> EventError:
+    return EventError("unsupported_parameter", f"Unsupported parameter: '{param}'. No reasoning model runs on this "
+                      "server: leave it out (or null).", param)
+
+
+def parse_tracing(value: Any, param: str) -> str | dict[str, Any] | None:
+    """``tracing``: null, ``auto``, or a configuration (``workflow_name``, ``group_id``, ``metadata``).
+
+    Accepted as the SDK's type has it and echoed; the server's own trace of a session is its
+    record in the audit admin, which every session gets.
+    """
+    if value is None or value == "auto":
+        return value
+    if isinstance(value, str):
+        raise EventError("invalid_value", f"Invalid value for '{param}': '{value[:100]}'. Supported: 'auto', null, "
+                         "or an object.", param)
+    check_type(value, dict, param)
+    unknown_keys(value, TRACING_KEYS, param)
+    for key in ("group_id", "workflow_name"):
+        optional(value, key, str, f"{param}.{key}")
+    return dict(value)
+
+
+def parse_truncation(value: Any, param: str, context_tokens: int | None, token_cap: int) -> str | dict[str, Any]:
+    """``truncation``: ``auto``, ``disabled``, or ``retention_ratio`` with its optional token limit."""
+    if isinstance(value, str):
+        if value not in ("auto", "disabled"):
+            raise EventError("invalid_value", f"Invalid value for '{param}': '{value[:100]}'. Supported: 'auto', "
+                             "'disabled', or a retention_ratio object.", param)
+        return value
+    check_type(value, dict, param)
+    unknown_keys(value, {"type", "retention_ratio", "token_limits"}, param)
+    if value.get("type") != "retention_ratio":
+        raise EventError("invalid_value", f"Invalid value for '{param}.type': expected 'retention_ratio'.",
+                         f"{param}.type")
+    ratio = value.get("retention_ratio")
+    if ratio is None:
+        raise EventError("missing_required_parameter", f"Missing required parameter: '{param}.retention_ratio'.",
+                         f"{param}.retention_ratio")
+    check_type(ratio, (int, float), f"{param}.retention_ratio")
+    if not 0.0 <= ratio <= 1.0:
+        raise EventError("invalid_value", f"Invalid '{param}.retention_ratio': expected a number from 0.0 to 1.0.",
+                         f"{param}.retention_ratio")
+    out: dict[str, Any] = {"type": "retention_ratio", "retention_ratio": ratio}
+    limits = optional(value, "token_limits", dict, f"{param}.token_limits")
+    if limits is not None:
+        where = f"{param}.token_limits"
+        unknown_keys(limits, {"post_instructions"}, where)
+        tokens = optional(limits, "post_instructions", int, f"{where}.post_instructions")
+        highest = None if context_tokens is None else context_tokens - token_cap
+        if tokens is not None and (tokens < 1 or highest is not None and tokens > highest):
+            bound = f"from 1 to {highest} (the model's context of {context_tokens} tokens less the {token_cap} " \
+                    "output tokens of a response)" if highest is not None else "of at least 1"
+            raise EventError("invalid_value", f"Invalid '{where}.post_instructions': expected an integer {bound}.",
+                             f"{where}.post_instructions")
+        out["token_limits"] = {"post_instructions": tokens} if "post_instructions" in limits else {}
+    return out
+
+
+def parse_metadata(value: Any, param: str) -> dict[str, str] | None:
+    """``metadata``: at most 16 pairs, keys of at most 64 characters, string values of at most 512."""
+    if value is None:
+        return None
+    check_type(value, dict, param)
+    if len(value) > METADATA_MAX_PAIRS:
+        raise EventError("object_above_max_properties", f"Invalid '{param}': expected an object with at most "
+                         f"{METADATA_MAX_PAIRS} properties, got {len(value)}.", param)
+    for key, entry in value.items():
+        if len(key) > METADATA_MAX_KEY:
+            raise EventError("string_above_max_length", f"Invalid '{param}': key '{key[:80]}' is longer than "
+                             f"{METADATA_MAX_KEY} characters.", param)
+        check_type(entry, str, f"{param}.{key}")
+        if len(entry) > METADATA_MAX_VALUE:
+            raise EventError("string_above_max_length", f"Invalid '{param}.{key}': expected a string of at most "
+                             f"{METADATA_MAX_VALUE} characters.", f"{param}.{key}")
+    return dict(value)
 
 
 def parse_modalities(value: Any, param: str, allow_both: bool = False) -> list[str]:

@@ -249,6 +249,8 @@ S2S_SHUTDOWN_GRACE_S = envfloat("S2S_SHUTDOWN_GRACE_S", 30.0, minimum=0.0)
 S2S_MAX_ITEMS = envint("S2S_MAX_ITEMS", 4096, minimum=16)
 S2S_MAX_ITEM_BYTES = envint("S2S_MAX_ITEM_BYTES", 256 * 1024, minimum=1024)
 S2S_MAX_CONVERSATION_BYTES = envint("S2S_MAX_CONVERSATION_BYTES", 8 * 1024 * 1024, minimum=S2S_MAX_ITEM_BYTES)
+# User audio kept for conversation.item.retrieve (16 kHz float32: 64 KB a second); the oldest items' goes first.
+S2S_MAX_CONVERSATION_AUDIO_BYTES = envint("S2S_MAX_CONVERSATION_AUDIO_BYTES", 8 * 1024 * 1024, minimum=0)
 S2S_MAX_INSTRUCTIONS_BYTES = envint("S2S_MAX_INSTRUCTIONS_BYTES", 128 * 1024, minimum=1024)
 # The session settings a client secret may carry (JSON bytes): room for the longest instructions.
 S2S_MAX_CLIENT_SECRET_CONFIG_BYTES = envint("S2S_MAX_CLIENT_SECRET_CONFIG_BYTES", S2S_MAX_INSTRUCTIONS_BYTES + 64 * 1024,

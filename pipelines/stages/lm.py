@@ -78,6 +78,10 @@ class _Run:
     tokens: list[int] = field(default_factory=lambda: [0, 0, 0])  # input, output, cached over all rounds
 
 
+class ContextExceeded(Exception):
+    """The conversation does not fit the model's context and the session's truncation is disabled."""
+
+
 class LmStage(Stage):
     """Holds the conversation for the LM and answers from it.
 
@@ -101,6 +105,10 @@ class LmStage(Stage):
         self.history_tokens = 0  # the sum of _tokens
         self._tokens: dict[str, int] = {}  # item id -> tokens of its entry as it is now
         self._scaffold: int | None = None  # tokens the chat template adds once per prompt
+        # Items the history cap pushed out (a response with truncation disabled cannot be whole without
+        # them), and items a ``retention_ratio`` truncation cut off (left out of every later prompt).
+        self._lost: set[str] = set()
+        self._cut: set[str] = set()
         # speculative turn -> the item ids it added, taken back if the turn is abandoned
         self._speculative: dict[str, list[str]] = {}
         self._paused: dict[str, _Run] = {}  # responses waiting for the results of the server's calls
@@ -117,6 +125,7 @@ class LmStage(Stage):
         self.history_tokens = 0
         self._speculative = {}
         self._paused = {}
+        self._lost, self._cut = set(), set()
         self._prefix = self._new_prefix()
 
     def process(self, msg: Downstream) -> Iterator[Message]:
@@ -138,6 +147,7 @@ class LmStage(Stage):
             self._add(msg)
         elif isinstance(msg, DeleteItem):
             self._forget(msg.item_id)
+            self._lost.discard(msg.item_id)
         elif isinstance(msg, TruncateItem):
             item = self.history.get(msg.item_id)
             if isinstance(item, HistoryItem):
@@ -168,6 +178,7 @@ class LmStage(Stage):
     def _keep(self, item: HistoryEntry) -> None:
         """Puts ``item`` in the history (last, or in its place when it is there already)."""
         self.history[item.item_id] = item
+        self._lost.discard(item.item_id)
         self._count(item)
 
     def _count(self, item: HistoryEntry) -> None:
@@ -175,11 +186,14 @@ class LmStage(Stage):
         self.history_tokens += tokens - self._tokens.get(item.item_id, 0)
         self._tokens[item.item_id] = tokens
         while self.history_tokens > self.max_history_tokens and len(self.history) > 1:
-            self._forget(next(iter(self.history)))  # the oldest item goes first
+            oldest = next(iter(self.history))  # the oldest item goes first
+            self._forget(oldest)
+            self._lost.add(oldest)
 
     def _forget(self, item_id: str) -> None:
         self.history.pop(item_id, None)
         self.history_tokens -= self._tokens.pop(item_id, 0)
+        self._cut.discard(item_id)
 
     def _message_tokens(self, item: HistoryEntry) -> int:
         """The tokens ``item`` adds to a prompt: its own count, less what the chat template adds once."""
@@ -192,24 +206,28 @@ class LmStage(Stage):
         return max(1, self.model.count_tokens(messages) - self._scaffold)
 
     def _messages(self, req: ResponseRequest, cancel: CancelFlag) -> list[dict[str, Any]]:
-        """The prompt: the instructions and the newest entries that fit the context with room for the answer.
+        """The prompt: the instructions and the entries the session's truncation keeps (see ``Truncation``).
 
-        Linear: entries are taken newest first with their kept token counts, then the
-        whole prompt is counted once (a few times at most) to settle the estimate.
-        Raises :class:`SessionGone` as soon as the response is cancelled or its session ends.
+        ``auto`` (and, after its cut, ``retention_ratio``) takes the newest entries that fit the
+        context with room for the answer. Linear: entries are taken newest first with their kept
+        token counts, then the whole prompt is counted once (a few times at most) to settle the
+        estimate. Raises :class:`SessionGone` as soon as the response is cancelled or its session
+        ends, :class:`ContextExceeded` when truncation is disabled and the conversation does not fit.
         """
         own = req.extra_input is not None
         entries = req.extra_input if own else tuple(self.history.values())
         system = [{"role": "system", "content": req.instructions}] if req.instructions else []
         budget = self.model.context_length - self._max_tokens(req)
+        if req.truncation.type == "disabled":
+            return self._whole(req, system, entries, own, budget)
         used = self._prompt_tokens(system, req.tools) if system or req.tools else 0
+        if req.truncation.type == "retention_ratio" and not own:
+            entries = self._retained(entries, req, budget - used, cancel)
         kept: deque[tuple[HistoryEntry, int]] = deque()
         for item in reversed(entries):  # the oldest go first when the conversation outgrows the context
             if cancel.is_set():
                 raise SessionGone
-            tokens = None if own else self._tokens.get(item.item_id)
-            if tokens is None:
-                tokens = self._message_tokens(item)
+            tokens = self._entry_tokens(item, own)
             if not tokens:
                 continue
             if kept and used + tokens > budget:
@@ -225,6 +243,54 @@ class LmStage(Stage):
             while excess > 0 and len(kept) > 1:
                 excess -= kept.popleft()[1]
         return system + chat_messages(e for e, _ in kept)
+
+    def _entry_tokens(self, item: HistoryEntry, own: bool) -> int:
+        tokens = None if own else self._tokens.get(item.item_id)
+        return self._message_tokens(item) if tokens is None else tokens
+
+    def _whole(self, req: ResponseRequest, system: list[dict[str, Any]], entries: Sequence[HistoryEntry],
+               own: bool, budget: int) -> list[dict[str, Any]]:
+        """Truncation ``disabled``: the whole conversation, or :class:`ContextExceeded`."""
+        if not own and self._lost:
+            raise ContextExceeded(
+                f"The conversation is longer than this server keeps for the model ({self.max_history_tokens} tokens) "
+                "and truncation is disabled: delete the oldest items or enable truncation.")
+        messages = system + chat_messages(entries)
+        used = self._prompt_tokens(messages, req.tools)
+        if used > budget:
+            raise ContextExceeded(
+                f"The conversation ({used} tokens with the instructions and tools) does not fit the model's context "
+                f"of {self.model.context_length} tokens with room for {self._max_tokens(req)} output tokens, and "
+                "truncation is disabled: delete items or enable truncation.")
+        return messages
+
+    def _retained(self, entries: Sequence[HistoryEntry], req: ResponseRequest, room: int,
+                  cancel: CancelFlag) -> list[HistoryEntry]:
+        """Truncation ``retention_ratio``: the conversation after its cut, moving the cut on an overflow.
+
+        The limit is ``post_instructions`` (never more than ``room``, what the context leaves after the
+        instructions and the answer); past it, the oldest entries go until the rest is at most
+        ``retention_ratio`` of the limit (the newest entry always stays).
+        """
+        truncation = req.truncation
+        limit = min(truncation.post_instructions or room, room)
+        kept = [item for item in entries if item.item_id not in self._cut]
+        tokens = []
+        for item in kept:
+            if cancel.is_set():
+                raise SessionGone
+            tokens.append(self._entry_tokens(item, own=False))
+        total = sum(tokens)
+        if total <= limit:
+            return kept
+        target = truncation.retention_ratio * limit
+        start = 0
+        while total > target and start < len(kept) - 1:
+            total -= tokens[start]
+            self._cut.add(kept[start].item_id)
+            start += 1
+        logger.debug("truncation: %d items cut, %d tokens kept of a limit of %d", start, total, limit)
+        return kept[start:]
 
     def _prompt_tokens(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool]) -> int:
         return self.model.count_tokens(messages, tools) if tools else self.model.count_tokens(messages)
@@ -281,7 +347,7 @@ class LmStage(Stage):
             req = replace(req, tool_choice=ToolChoice())  # the call it had to make is made: now it may answer
         cancel = CancelFlag(self.context, req.response_id, gen, turn)
         output = ResponseOutput(req, turn, self.first_piece_words)
-        status, reason = "completed", None
+        status, reason, error_code = "completed", None, None
         stream = None
         try:
             # A response with its own input has its own prompt: it would only displace the conversation's cache.
@@ -302,6 +368,8 @@ class LmStage(Stage):
             yield from output.finish(completed=status != "cancelled")
         except SessionGone:
             status, reason = "cancelled", self.context.cancel_reason(req.response_id, gen, turn)
+        except ContextExceeded as exc:
+            status, reason, error_code = "failed", str(exc), "context_length_exceeded"
         except Exception as exc:
             logger.exception("generation failed")
             status, reason = "failed", f"{type(exc).__name__}: {exc}"
@@ -316,13 +384,14 @@ class LmStage(Stage):
             self._paused[req.response_id] = run
             yield ToolsPending(generation=gen, response_id=req.response_id, calls=hosted, turn=turn)
             return
-        yield self._end(run, status, reason)
+        yield self._end(run, status, reason, error_code)
 
-    def _end(self, run: _Run, status: str, reason: str | None) -> ResponseEnd:
+    def _end(self, run: _Run, status: str, reason: str | None, error_code: str | None = None) -> ResponseEnd:
         input_tokens, output_tokens, cached_tokens = run.tokens
         return ResponseEnd(generation=run.req.generation, response_id=run.req.response_id, status=status, reason=reason,
                            input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens,
-                           lm_first_token_s=run.first_token_s, turn=run.turn)
+                           lm_first_token_s=run.first_token_s, turn=run.turn,
+                           error_code=error_code)
 
     def _remember(self, req: ResponseRequest, turn: str, item_id: str, output: ResponseOutput) -> None:
         """Adds the response's text and finished calls to the conversation (not for out-of-band ones)."""

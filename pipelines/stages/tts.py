@@ -112,4 +112,5 @@ class TtsStage(Stage):
             latencies["tts_first_audio_s"] = first - started
         return ResponseFinished(generation=msg.generation, response_id=msg.response_id, status=status,
                                 input_tokens=msg.input_tokens, output_tokens=msg.output_tokens,
-                                cached_tokens=msg.cached_tokens, reason=reason, latencies=latencies, turn=msg.turn)
+                                cached_tokens=msg.cached_tokens, reason=reason, latencies=latencies, turn=msg.turn,
+                                error_code=msg.error_code if status == msg.status else None)

@@ -306,7 +306,8 @@ class VadStage(Stage):
         self._buffer = []
         speculation, self._speculation = self._speculation, ""
         yield SpeechStopped(generation=generation, item_id=item_id, audio_end_ms=end_ms, speech_end_at=self._speech_end_at)
-        yield AudioCommitted(generation=generation, item_id=item_id, duration_ms=len(samples) // 4 * 1000 // audio.PIPELINE_RATE)
+        yield AudioCommitted(generation=generation, item_id=item_id,
+                             duration_ms=len(samples) // 4 * 1000 // audio.PIPELINE_RATE, samples=samples)
         if speculation:
             yield TurnConfirmed(generation=generation, turn=speculation)
         else:
@@ -331,7 +332,7 @@ class VadStage(Stage):
         if self._speculation:
             yield TurnAbandoned(generation=msg.generation, turn=self._speculation)
             self._speculation = ""
-        yield AudioCommitted(generation=msg.generation, item_id=msg.item_id, duration_ms=duration)
+        yield AudioCommitted(generation=msg.generation, item_id=msg.item_id, duration_ms=duration, samples=samples)
         yield Utterance(generation=msg.generation, item_id=msg.item_id, samples=samples,
                         create_response=False, response=msg.response)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from bench.tool_scoring import call_markup
 from tests.pipeline.conftest import Turn, ask_in_text, collect, connect
 from tests.support.server import LiveServer
 
@@ -87,12 +88,13 @@ def run_agent(script: Path, server: LiveServer, timeout_s: int) -> dict:
     return report
 
 
-async def test_an_agents_sdk_voice_agent_runs_its_tool_and_speaks_the_answer(real_server, agents_sdk):
+async def test_a_js_agents_sdk_voice_agent_with_auto_runs_its_tool_and_speaks_the_answer(real_server, agents_sdk):
     report = await asyncio.to_thread(run_agent, agents_sdk, real_server, 300)
     shown = json.dumps({k: v for k, v in report.items() if k != "eventTypes"})
     assert report["calls"] and all(set(call) == {"city"} and call["city"].strip() for call in report["calls"]), shown
     assert "paris" in report["calls"][0]["city"].lower(), shown
     assert report["audioBytes"] > 0 and report["transcript"].strip(), shown
+    assert not call_markup(report["transcript"], ["get_weather"]), shown  # the answer, not the call, is spoken
     assert not report["errors"] and report["returncode"] == 0, shown
     types = report["eventTypes"]
     assert types.index("response.function_call_arguments.done") < types.index("response.output_audio.delta")

@@ -150,6 +150,23 @@ async def test_a_client_secret_opens_exactly_one_session_with_its_settings(loopb
     assert secret.used_at is not None and secret.session_id == created["session"]["id"]
 
 
+async def test_a_client_secret_minted_with_a_stored_prompt_opens_a_session_with_its_text(loopback_pool, api_key):
+    from asgiref.sync import sync_to_async
+
+    from realtime.models import Prompt, PromptVersion
+
+    prompt = await Prompt.objects.acreate(name="greeter")
+    await PromptVersion.objects.acreate(prompt=prompt, version=1, instructions="Greet {{who}}.")
+    ref = {"id": prompt.id, "variables": {"who": "Ana"}}
+    assert (await sync_to_async(mint)(api_key, {"session": {"prompt": {"id": prompt.id}}})).status_code == 400
+    minted = (await sync_to_async(mint)(api_key, {"session": {"prompt": ref}})).json()
+    assert minted["session"]["instructions"] == "Greet Ana."
+    comm, _ = await connect(subprotocols=["realtime", f"openai-insecure-api-key.{minted['value']}"])
+    session = (await next_event(comm))["session"]
+    assert (session["instructions"], session["prompt"]) == ("Greet Ana.", ref)
+    await comm.disconnect()
+
+
 async def test_a_client_secret_may_open_a_transcription_session(loopback_pool, api_key):
     from asgiref.sync import sync_to_async
 
