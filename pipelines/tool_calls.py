@@ -56,6 +56,16 @@ def call_text(name: str, arguments: str) -> str:
     return call_head(name) + arguments + CALL_TAIL
 
 
+def call_key(name: str, arguments: Any) -> str:
+    """One call, whatever the spacing and key order of its arguments."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            pass
+    return name + "\n" + json.dumps(arguments, sort_keys=True)
+
+
 def tool_schema(tool: FunctionTool) -> dict[str, Any]:
     """The tool in the shape chat templates take (``tools=`` of ``apply_chat_template``)."""
     return {"type": "function",

@@ -19,11 +19,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pipelines.messages import FunctionTool, ToolChoice
-from pipelines.tool_calls import CALL_CLOSE, CALL_OPEN, CALL_SEPARATOR, CALL_TAIL, CallEnd, CallParser, call_head, call_text
+from pipelines.tool_calls import CALL_CLOSE, CALL_OPEN, CALL_SEPARATOR, CALL_TAIL, CallEnd, CallParser, call_head, call_key, call_text
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +173,53 @@ def _opens_call(compact: str) -> bool:
     return _opening(compact)[0]
 
 
+# Words too common to show where a value came from.
+COMMON_WORDS = frozenset("""a an and are at be by can do for from have how i in is it its me my of on or our please
+the that this to was we what when where which who why will with you your""".split())
+WORD = re.compile(r"[^\W_]+")
+
+
+def _words(text: str) -> set[str]:
+    return {word for word in WORD.findall(text.lower()) if word not in COMMON_WORDS}
+
+
+class Grounding:
+    """Whether a call the model chose is made of what was said: one of its free-text arguments (a string with
+    no enum, pattern or format, at any depth; digits aside, as "19:00" for "seven") shares a word with the
+    conversation's instructions, the user's messages or the tools' results, or it has none. A small model
+    asked "Hello, how are you?" with a weather tool offered calls it for a city nobody named; a call the
+    user asked for names something the user said."""
+
+    def __init__(self, tools: Sequence[FunctionTool], messages: Sequence[dict[str, Any]]) -> None:
+        self._schemas = {tool.name: tool.parameters for tool in tools}
+        said = " ".join(str(m.get("content") or "") for m in messages if m["role"] in ("system", "user", "tool"))
+        self._said = _words(said)
+
+    def __call__(self, call: CallEnd) -> bool:
+        try:
+            arguments = json.loads(call.arguments)
+        except ValueError:
+            return False
+        worded = [words for value in _free_text(arguments, self._schemas.get(call.name, {}))
+                  if (words := {w for w in _words(value) if not w.isdigit()})]
+        return not worded or any(words & self._said for words in worded)
+
+
+def _free_text(value: Any, schema: Any) -> Iterator[str]:
+    """The string values of ``value`` that its schema leaves free (no enum, const, pattern or format)."""
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(value, str):
+        if not any(key in schema for key in ("enum", "const", "pattern", "format")):
+            yield value
+    elif isinstance(value, dict):
+        properties = schema.get("properties") or {}
+        for key, item in value.items():
+            yield from _free_text(item, properties.get(key, {}))
+    elif isinstance(value, list):
+        for item in value:
+            yield from _free_text(item, schema.get("items", {}))
+
+
 def current_turn(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The system messages and the conversation from the user's last message on (calls and results since)."""
     last = max((i for i, message in enumerate(messages) if message["role"] == "user"), default=None)
@@ -191,16 +239,6 @@ def answered_calls(messages: Sequence[dict[str, Any]]) -> set[str]:
     return calls
 
 
-def call_key(name: str, arguments: Any) -> str:
-    """One call, whatever the spacing and key order of its arguments."""
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            pass
-    return name + "\n" + json.dumps(arguments, sort_keys=True)
-
-
 class AutoCallStream:
     """``auto``: the model chooses between text and a call with its first tokens. Text streams as it comes;
     text that opens with markup (``MARKUP_FIRST``: a result read back as JSON, say) is made again by ``retry``.
@@ -209,13 +247,17 @@ class AutoCallStream:
     arguments match the function's schema.
 
     Once calls have been answered since the user spoke (``answered``), a call is held to its end: a small
-    model reading a result back often writes the same call again, and again. Such a repeat is dropped and
-    the answer made again by ``retry``, which must open with a word."""
+    model reading a result back often writes the same call again, and again. Such a repeat is dropped, and
+    so is a call that is not ``grounded``; with no call left the answer is made by ``answer`` or ``retry``,
+    which must open with a word."""
 
     def __init__(self, stream: Any, answered: set[str], retry: Callable[[], Any], call: Callable[[], Any],
-                 answer: Callable[[], Any] | None = None) -> None:
+                 answer: Callable[[], Any] | None = None, grounded: Callable[[CallEnd], bool] | None = None) -> None:
         """``answer``: where an answer in words comes from when the decision's own prompt is not the one to
-        answer from (``LlamaCppLM.generate_stream``: the decision sees the current turn, the answer all of it)."""
+        answer from (``LlamaCppLM.generate_stream``: the decision sees the current turn, the answer all of it);
+        ``grounded``: whether a call the model chose is made of what was said (``Grounding``); one that is not
+        is dropped (the call is then held until it ends, not streamed)."""
+        self._grounded = grounded
         self._stream = stream
         self._answered = answered
         self._retry = retry
@@ -247,7 +289,7 @@ class AutoCallStream:
             yield from self._stream
             return
         self._stream = self._call()
-        if not self._answered:
+        if not self._answered and self._grounded is None:
             yield from self._stream
             return
         text = "".join(self._stream)
@@ -255,15 +297,21 @@ class AutoCallStream:
             yield text
             return
         calls = self._calls(text)
-        new = [call for call in calls if call_key(call.name, call.arguments) not in self._answered]
-        if len(new) == len(calls):
+        kept = [call for call in calls if call_key(call.name, call.arguments) not in self._answered]
+        if len(kept) < len(calls):
+            logger.info("a call already answered was written again: it is dropped")
+        if self._grounded is not None:
+            made_up = [call for call in kept if not self._grounded(call)]
+            if made_up:
+                logger.info("a call with arguments nobody said was dropped: %s", made_up[0].name)
+            kept = [call for call in kept if call not in made_up]
+        if len(kept) == len(calls):
             yield text
             return
-        if new:  # of calls in parallel, those already answered are dropped
-            yield "\n".join(call_text(call.name, call.arguments) for call in new)
+        if kept:
+            yield "\n".join(call_text(call.name, call.arguments) for call in kept)
             return
-        logger.info("a call already answered was written again: the answer is made again, as text")
-        self._stream = self._retry()
+        self._stream = (self._answer or self._retry)()  # no call left to make: the answer, in words
         yield from self._stream
 
     @staticmethod

@@ -27,6 +27,7 @@ from ._llama_tools import (
     CallSequence,
     ForcedCall,
     ForcedCallStream,
+    Grounding,
     answered_calls,
     current_turn,
     forced_call,
@@ -249,13 +250,14 @@ class LlamaCppLM:
             return stream(first=TEXT_FIRST)
         answered = answered_calls(messages)
         words = lambda: stream(first=TEXT_FIRST)  # noqa: E731
+        grounded = Grounding(tools, messages)
         turn = current_turn(messages)
         if len(turn) == len(messages):
-            return AutoCallStream(stream(), answered, words, lambda: calls(ToolChoice("required")))
+            return AutoCallStream(stream(), answered, words, lambda: calls(ToolChoice("required")), grounded=grounded)
         turn_ids = self.encode_chat(turn, tools)
         on = None if prefix is None else prefix.for_turn()
         return AutoCallStream(stream(turn_ids, on=on), answered, words,
-                              lambda: calls(ToolChoice("required"), turn_ids, on), answer=words)
+                              lambda: calls(ToolChoice("required"), turn_ids, on), answer=words, grounded=grounded)
 
     def _tokens(self, text: str) -> list[int]:
         return self._tokenizer.tokenize(text.encode(), add_bos=False, special=True) if text else []

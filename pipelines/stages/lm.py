@@ -361,6 +361,8 @@ class LmStage(Stage):
                 if run.first_token_s is None:
                     run.first_token_s = time.perf_counter() - run.started
                 yield from output.feed(piece)
+                if output.repeated:
+                    break
             if cancel.is_set():
                 status, reason = "cancelled", self.context.cancel_reason(req.response_id, gen, turn)
             if status == "completed" and stream.output_tokens >= self._max_tokens(req):

@@ -16,7 +16,7 @@ from pipelines.messages import (
     TextForSpeech,
 )
 from pipelines.text import SentenceSplitter
-from pipelines.tool_calls import ArgumentsPiece, CallEnd, CallParser, CallStart, MarkupFilter, Text
+from pipelines.tool_calls import ArgumentsPiece, CallEnd, CallParser, CallStart, MarkupFilter, Text, call_key
 
 
 class ResponseOutput:
@@ -35,7 +35,10 @@ class ResponseOutput:
         self._parser = CallParser()
         self._callable = {t.name for t in req.tools} if req.tool_choice.mode != "none" else set()
         self._filter = MarkupFilter(t.name for t in req.tools) if req.tools else None
-        self._open: tuple[str, str, str] | None = None  # item_id, call_id, name of the call being written
+        self._open: tuple[str, str, str] | None = None
+        self._held: list[Message] | None = None  # a later call's messages, until it proves not to be a repeat
+        self._made: set[str] = set()
+        self.repeated = False  # the model wrote a call it had made already in this response: time to stop  # item_id, call_id, name of the call being written
         self.text_parts: list[str] = []
         self.calls: list[FunctionCallItem] = []
 
@@ -72,18 +75,32 @@ class ResponseOutput:
                 return
             self._open = (new_id("item"), new_id("call"), event.name)
             item_id, call_id, name = self._open
-            yield FunctionCallStarted(generation=gen, response_id=req.response_id, item_id=item_id,
-                                      call_id=call_id, name=name, turn=turn)
+            started = FunctionCallStarted(generation=gen, response_id=req.response_id, item_id=item_id,
+                                          call_id=call_id, name=name, turn=turn)
+            self._held = [started] if self.calls else None  # a later call may repeat one: held to its end
+            if self._held is None:
+                yield started
         elif self._open is not None:
             item_id, call_id, name = self._open
             if isinstance(event, ArgumentsPiece):
-                yield FunctionCallArgumentsDelta(generation=gen, response_id=req.response_id, item_id=item_id,
-                                                 call_id=call_id, delta=event.text, turn=turn)
-            else:
-                self._open = None
-                self.calls.append(FunctionCallItem(item_id, call_id, name, event.arguments))
-                yield FunctionCallDone(generation=gen, response_id=req.response_id, item_id=item_id,
-                                       call_id=call_id, name=name, arguments=event.arguments, turn=turn)
+                delta = FunctionCallArgumentsDelta(generation=gen, response_id=req.response_id, item_id=item_id,
+                                                   call_id=call_id, delta=event.text, turn=turn)
+                if self._held is None:
+                    yield delta
+                else:
+                    self._held.append(delta)
+                return
+            self._open = None
+            held, self._held = self._held or [], None
+            key = call_key(name, event.arguments)
+            if key in self._made:  # the same call again: a small model would go on repeating it
+                self.repeated = True
+                return
+            self._made.add(key)
+            self.calls.append(FunctionCallItem(item_id, call_id, name, event.arguments))
+            yield from held
+            yield FunctionCallDone(generation=gen, response_id=req.response_id, item_id=item_id,
+                                   call_id=call_id, name=name, arguments=event.arguments, turn=turn)
 
     def _user_text(self, text: str) -> Iterator[Message]:
         if not text:

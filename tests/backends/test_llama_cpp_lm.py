@@ -13,6 +13,7 @@ from pipelines.backends import _assembled
 from pipelines.backends._llama_tools import (
     AutoCallStream,
     CallSequence,
+    Grounding,
     _opening,
     answered_calls,
     call_key,
@@ -368,3 +369,16 @@ def test_the_default_model_calls_a_tool_in_a_later_turn_after_an_earlier_call_an
     chat = earlier + [{"role": "user", "content": "Thank you, that was helpful."}]
     text = "".join(qwen.generate_stream(chat, 32, 0.0, prefix=prefix, tools=[WEATHER, BOOK_TABLE]))
     assert text.strip() and not calls(text) and text.strip()[0] not in "<{[(`", text
+
+
+def test_a_chosen_call_must_be_made_of_what_was_said_or_the_answer_is_given_in_words():
+    said = [{"role": "system", "content": "The user's name is Lee."}, {"role": "user", "content": "Hello, how are you?"}]
+    grounded = Grounding([WEATHER, BOOK_TABLE], said)
+    assert not grounded(CallEnd("get_weather", '{"city": "New York"}'))
+    assert grounded(CallEnd("book_table", '{"name": "Lee", "party_size": 2, "time": "19:00"}'))
+    assert Grounding([WEATHER], [{"role": "user", "content": "Is it raining in London?"}])(
+        CallEnd("get_weather", '{"city": "london"}'))
+    made_up = Scripted(['<tool_call>\n{"name": "get_weather", "arguments": {"city": "New York"}}\n</tool_call>'])
+    words = AutoCallStream(Scripted(["<tool_call>"]), set(), lambda: Scripted(["I am well, thank you."]),
+                           lambda: made_up, grounded=grounded)
+    assert "".join(words) == "I am well, thank you."
