@@ -139,9 +139,9 @@ def opens_another(pieces: Iterable[str]) -> bool:
     return False
 
 
-# The first token of an answer that must be text: no markup, JSON, code, quote or bracket, and no whitespace to
-# hide one behind.
-TEXT_FIRST = r"""root ::= [^<{\[(`"' \t\n] .*"""
+# The first token of an answer that must be text: a letter or a digit, in any script (never markup, JSON, code,
+# a quote, a bracket or a stray ">" left of a tag the model could not open).
+TEXT_FIRST = r"""root ::= [a-zA-Z0-9\u00C0-\uFFFF] .*"""
 MARKUP_FIRST = set("<{[(`\"'")
 # How an answer may open a call, whitespace aside: the Hermes tag, or the bare JSON object in any wrapping small
 # models put around it: a Markdown code block (Qwen2.5-Coder writes that when no system prompt tells it
