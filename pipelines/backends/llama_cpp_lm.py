@@ -39,6 +39,8 @@ from .transformers_lm import PromptTooLongError
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+# GGUF models joined from PyPI packages, by name (S2S_LM_MODEL=NAME): the default and a larger candidate.
+PACKAGED = (DEFAULT_MODEL, "qwen2.5-coder-1.5b-instruct-q4_k_m")
 
 # For GGUF files without a chat template (pretrained base models), by architecture.
 GEMMA_TEMPLATE = (
@@ -71,9 +73,12 @@ def default_model_path(cache_dir: str | None = None) -> str:
 
 
 def resolve_gguf(model_path: str | None, gguf_file: str | None = None, cache_dir: str | None = None) -> str:
-    """A GGUF file: the default, ``model_path`` itself, or ``gguf_file`` (or the only .gguf) in that folder."""
+    """A GGUF file: the default, a packaged model by name (``PACKAGED``), ``model_path`` itself, or ``gguf_file``
+    (or the only .gguf) in that folder."""
     if model_path is None:
         return default_model_path(cache_dir)
+    if model_path in PACKAGED:
+        return str(assembled(model_path, cache_dir) / f"{model_path}.gguf")
     path = Path(model_path).expanduser()
     if gguf_file:
         path = path / gguf_file
