@@ -202,7 +202,12 @@ class Grounding:
             return False
         worded = [words for value in _free_text(arguments, self._schemas.get(call.name, {}))
                   if (words := {w for w in _words(value) if not w.isdigit()})]
-        return not worded or any(words & self._said for words in worded)
+        return not worded or any(self._heard(word) for words in worded for word in words)
+
+    def _heard(self, word: str) -> bool:
+        """Said as it is, or as a form of it ("egg" for "eggs", "booking" for "book")."""
+        return word in self._said or len(word) >= 3 and any(
+            len(said) >= 3 and (said.startswith(word) or word.startswith(said)) for said in self._said)
 
 
 def _free_text(value: Any, schema: Any) -> Iterator[str]:

@@ -378,6 +378,9 @@ def test_a_chosen_call_must_be_made_of_what_was_said_or_the_answer_is_given_in_w
     assert grounded(CallEnd("book_table", '{"name": "Lee", "party_size": 2, "time": "19:00"}'))
     assert Grounding([WEATHER], [{"role": "user", "content": "Is it raining in London?"}])(
         CallEnd("get_weather", '{"city": "london"}'))
+    shopping = FunctionTool("add", "Add to the list.", {"type": "object", "properties": {"item": {"type": "string"}}})
+    assert Grounding([shopping], [{"role": "user", "content": "Put six eggs on the list."}])(
+        CallEnd("add", '{"item": "egg"}'))
     made_up = Scripted(['<tool_call>\n{"name": "get_weather", "arguments": {"city": "New York"}}\n</tool_call>'])
     words = AutoCallStream(Scripted(["<tool_call>"]), set(), lambda: Scripted(["I am well, thank you."]),
                            lambda: made_up, grounded=grounded)
