@@ -92,6 +92,8 @@ def resolve_gguf(model_path: str | None, gguf_file: str | None = None, cache_dir
     return str(path)
 
 
+ANSWER_FROM_RESULTS = {"role": "system", "content": "The results are above. Now answer the user in words, "
+                                                   "using them; do not call a function again."}
 MIN_CALL_TOKENS = 16  # calls in parallel: another is not begun with fewer tokens left than this
 
 
@@ -254,7 +256,10 @@ class LlamaCppLM:
         if tool_choice.mode == "none":
             return stream(first=TEXT_FIRST)
         answered = answered_calls(messages)
-        words = lambda: stream(first=TEXT_FIRST)  # noqa: E731
+        # An answer in words after results: told so at the end of its prompt (a small model reading a result
+        # back tends to call the function again, and, kept from that, to describe the call instead).
+        answer_ids = self.encode_chat([*messages, ANSWER_FROM_RESULTS], tools) if answered else prompt_ids
+        words = lambda: stream(answer_ids, first=TEXT_FIRST)  # noqa: E731
         grounded = Grounding(tools, messages)
         turn = current_turn(messages)
         if len(turn) == len(messages):
