@@ -92,8 +92,8 @@ def resolve_gguf(model_path: str | None, gguf_file: str | None = None, cache_dir
     return str(path)
 
 
-# Short on purpose: a longer note ("The results are above. Now answer ...") was said back to the user as the answer.
-ANSWER_FROM_RESULTS = {"role": "system", "content": "Say the answer to the user now."}
+ANSWER_FROM_RESULTS = {"role": "system", "content": "The results are above. Now answer the user in words, "
+                                                   "using them; do not call a function again."}
 MIN_CALL_TOKENS = 16  # calls in parallel: another is not begun with fewer tokens left than this
 
 
