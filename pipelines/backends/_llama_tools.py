@@ -128,15 +128,20 @@ class CallSequence:
             self._stream = following
 
 
-def opens_another(pieces: Iterable[str]) -> bool:
-    """Whether the model, after a finished call, opens another one (it may end, or write text, instead)."""
+def read_opening(pieces: Iterable[str]) -> tuple[str, bool]:
+    """Reads ``pieces`` until the answer's start shows a call or text: (what was read, whether it opens a call)."""
     head = ""
     for piece in pieces:
         head += piece
         opens, undecided = _opening("".join(head.split()))
         if opens or not undecided:
-            return opens
-    return False
+            return head, opens
+    return head, False
+
+
+def opens_another(pieces: Iterable[str]) -> bool:
+    """Whether the model, after a finished call, opens another one (it may end, or write text, instead)."""
+    return read_opening(pieces)[1]
 
 
 # The first token of an answer that must be text: a letter or a digit, in any script (never markup, JSON, code,
@@ -167,10 +172,6 @@ def _opening(compact: str) -> tuple[bool, bool]:
             return False, False
         rest = rest[len(wrapper):]
     return False, True
-
-
-def _opens_call(compact: str) -> bool:
-    return _opening(compact)[0]
 
 
 # Words too common to show where a value came from.
@@ -273,15 +274,10 @@ class AutoCallStream:
         return getattr(self._stream, name)
 
     def __iter__(self) -> Iterator[str]:
-        head = ""
         pieces = iter(self._stream)
-        for piece in pieces:
-            head += piece
-            opens, undecided = _opening("".join(head.split()))
-            if opens or not undecided:
-                break  # decided: a call, or text
+        head, opens = read_opening(pieces)
         compact = "".join(head.split())
-        if not _opens_call(compact) and compact[:1] not in MARKUP_FIRST and self._answer is None:
+        if not opens and compact[:1] not in MARKUP_FIRST and self._answer is None:
             if head:
                 yield head
             yield from pieces
@@ -289,7 +285,7 @@ class AutoCallStream:
         close = getattr(pieces, "close", None)
         if close is not None:
             close()  # its context goes back before the next generation takes one
-        if not _opens_call(compact):  # words, made from the answer's prompt; never markup (a result read back)
+        if not opens:  # words, made from the answer's prompt; never markup (a result read back)
             self._stream = (self._answer or self._retry)()
             yield from self._stream
             return

@@ -258,8 +258,11 @@ class LlamaCppLM:
         answered = answered_calls(messages)
         # An answer in words after results: told so at the end of its prompt (a small model reading a result
         # back tends to call the function again, and, kept from that, to describe the call instead).
-        answer_ids = self.encode_chat([*messages, ANSWER_FROM_RESULTS], tools) if answered else prompt_ids
-        words = lambda: stream(answer_ids, first=TEXT_FIRST)  # noqa: E731
+
+        def words() -> LlamaCppStream:
+            ids = self.encode_chat([*messages, ANSWER_FROM_RESULTS], tools) if answered else prompt_ids
+            return stream(ids, first=TEXT_FIRST)
+
         grounded = Grounding(tools, messages)
         turn = current_turn(messages)
         if len(turn) == len(messages):

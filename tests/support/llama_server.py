@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.support.server import free_port
+from tests.support.server import free_port, stop_process
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 START_TIMEOUT_S = 180.0
@@ -47,9 +47,4 @@ def llama_server(log_path: Path, chat_format: str = "chatml-function-calling") -
                     time.sleep(0.5)
             yield url
         finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+            stop_process(process)

@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from tests.support.server import stop_process
+
 WEATHER = {"Paris": "sunny, 21 degrees", "Oslo": "snowing, minus 3 degrees"}
 
 
@@ -91,12 +93,7 @@ def serve(timeout_s: float = 30) -> Iterator[str]:
             raise RuntimeError("the MCP test server did not start")
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc)
 
 
 if __name__ == "__main__":

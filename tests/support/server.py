@@ -22,6 +22,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(process: subprocess.Popen, grace_s: float = 10) -> None:
+    """Asks ``process`` to end (SIGTERM), and kills it if it has not within ``grace_s``."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
 class LiveServer:
     """Starts ``manage.py serve`` (or uvicorn, ``launcher="uvicorn"``) on 127.0.0.1 with its own SQLite file
     and environment."""
@@ -112,10 +122,5 @@ class LiveServer:
     def stop(self) -> None:
         if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        stop_process(self.process, grace_s=20)
         self.process = None
