@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup system-deps node-deps run test bench bench-quality clean
+.PHONY: setup system-deps node-deps run test lint bench bench-quality clean
 
 # llama.cpp (the default LM engine) compiles from source, into a wheel kept per version and flags
 # (scripts/llama_cpp.sh). Not -march=native: on a Xeon that lists AMX, that build's AMX code died with
@@ -68,6 +68,11 @@ node-deps: $(NODE_DEPS)
 
 test: setup system-deps node-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# ruff's checks and its formatter, as configured in pyproject.toml; CI runs this before the tests.
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 bench: setup
 	$(PY) bench/transport.py

@@ -42,7 +42,7 @@ from bench.tool_set import TOOL_REQUESTS, TOOLS  # noqa: E402
 
 
 class Adapter(ABC):
-    """One library behind a small interface: ``compile(schema)``, ``start(grammar)``, ``mask(logits)``, ``accept(id)``."""
+    """One library behind a small interface: ``compile(schema)``, ``start(grammar)``, ``mask(logits)``, ``accept(id)``."""  # noqa: E501
 
     name = ""
 
@@ -139,7 +139,8 @@ class OutlinesCore(Adapter):
         self.oc, self.torch = outlines_core, torch
         adapter = TransformerTokenizer(tokenizer)
         self.vocabulary = OutlinesCoreBackend.create_outlines_core_vocabulary(
-            adapter.get_vocab(), tokenizer.eos_token_id, tokenizer.eos_token, adapter.convert_token_to_string)
+            adapter.get_vocab(), tokenizer.eos_token_id, tokenizer.eos_token, adapter.convert_token_to_string
+        )
         self.bitmask = allocate_token_bitmask(vocab_size)
 
     def compile(self, schema):
@@ -192,7 +193,6 @@ class FormatEnforcer(Adapter):
         return TokenEnforcerTokenizerData(regular, decode, tokenizer.eos_token_id, False, vocab_size)
 
     def compile(self, schema):
-        from lmformatenforcer import JsonSchemaParser
 
         return schema
 
@@ -214,8 +214,12 @@ class FormatEnforcer(Adapter):
 
 
 ADAPTERS = {cls.name: cls for cls in (XGrammar, LLGuidance, OutlinesCore, FormatEnforcer)}
-MODULES = {"xgrammar": "xgrammar", "llguidance": "llguidance", "outlines-core": "outlines_core",
-           "lm-format-enforcer": "lmformatenforcer"}
+MODULES = {
+    "xgrammar": "xgrammar",
+    "llguidance": "llguidance",
+    "outlines-core": "outlines_core",
+    "lm-format-enforcer": "lmformatenforcer",
+}
 
 
 def available() -> list[str]:
@@ -225,8 +229,10 @@ def available() -> list[str]:
 
 
 def prompt_for(lm: Any, tool: dict[str, Any], request: str) -> list[int]:
-    system = (f"You fill in the arguments of the function {tool['name']}: {tool['description']} "
-              f"Its JSON schema: {json.dumps(tool['parameters'])}. Answer with the JSON arguments only.")
+    system = (
+        f"You fill in the arguments of the function {tool['name']}: {tool['description']} "
+        f"Its JSON schema: {json.dumps(tool['parameters'])}. Answer with the JSON arguments only."
+    )
     return lm.encode_chat([{"role": "system", "content": system}, {"role": "user", "content": request}])
 
 
@@ -298,12 +304,17 @@ def run_library(lm: Any, name: str, per_tool: int, max_tokens: int) -> dict[str,
             if problem:
                 failures.append(problem)
     return {
-        "library": name, "setup_s": setup_s, "compile_ms_median": 1000 * statistics.median(compile_s),
-        "compile_ms_max": 1000 * max(compile_s), "tokens": len(forward),
+        "library": name,
+        "setup_s": setup_s,
+        "compile_ms_median": 1000 * statistics.median(compile_s),
+        "compile_ms_max": 1000 * max(compile_s),
+        "tokens": len(forward),
         "forward_ms_median": 1000 * statistics.median(forward),
         "library_ms_median": 1000 * statistics.median(library),
         "library_ms_p90": 1000 * sorted(library)[int(0.9 * (len(library) - 1))],
-        "valid": len(outputs) - len(failures), "outputs": len(outputs), "samples": outputs,
+        "valid": len(outputs) - len(failures),
+        "outputs": len(outputs),
+        "samples": outputs,
     }
 
 
@@ -322,14 +333,20 @@ def main() -> None:
     lm = TransformersLM()
     names = args.libraries if args.libraries is not None else ["none", *available()]
     results = [run_library(lm, name, args.per_tool, args.max_tokens) for name in names]
-    print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
-          f"{torch.get_num_threads()}\n")
-    print("| library | setup s | compile ms (median / max) | forward ms/token | library ms/token (median / p90) | schema-valid |")
+    print(
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
+        f"{torch.get_num_threads()}\n"
+    )
+    print(
+        "| library | setup s | compile ms (median / max) | forward ms/token | library ms/token (median / p90) | schema-valid |"  # noqa: E501
+    )
     print("|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['library']} | {r['setup_s']:.2f} | {r['compile_ms_median']:.1f} / {r['compile_ms_max']:.1f} | "
-              f"{r['forward_ms_median']:.1f} | {r['library_ms_median']:.2f} / {r['library_ms_p90']:.2f} | "
-              f"{r['valid']}/{r['outputs']} |")
+        print(
+            f"| {r['library']} | {r['setup_s']:.2f} | {r['compile_ms_median']:.1f} / {r['compile_ms_max']:.1f} | "
+            f"{r['forward_ms_median']:.1f} | {r['library_ms_median']:.2f} / {r['library_ms_p90']:.2f} | "
+            f"{r['valid']}/{r['outputs']} |"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

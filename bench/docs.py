@@ -13,7 +13,7 @@ def write_section(text: str, begin: str, end: str, doc: Path = DOC) -> None:
     doc.parent.mkdir(parents=True, exist_ok=True)
     current = doc.read_text() if doc.exists() else "# Benchmarks\n"
     if begin in current and end in current:
-        current = current[: current.index(begin)] + text + current[current.index(end) + len(end):]
+        current = current[: current.index(begin)] + text + current[current.index(end) + len(end) :]
     else:
         current = current.rstrip("\n") + "\n\n" + text + "\n"
     doc.write_text(current)
@@ -24,6 +24,8 @@ def machine_load(load: float) -> str:
     shared the cores with the bench (whose own server and client keep about two busy)."""
     cores = os.cpu_count() or 1
     if load > cores:
-        return (f"**shared and busy**: other work ran on the same {cores} cores during the run (load average "
-                f"{load:.1f} at the end), so the spread is partly the machine's")
+        return (
+            f"**shared and busy**: other work ran on the same {cores} cores during the run (load average "
+            f"{load:.1f} at the end), so the spread is partly the machine's"
+        )
     return f"quiet: nothing else ran on the {cores} cores (load average {load:.1f} at the end)"

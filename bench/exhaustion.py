@@ -98,8 +98,12 @@ def items(server: live.LiveServer) -> dict[str, object]:
     process = psutil.Process(server.process.pid)
     rss, size = process.memory_info().rss, db_bytes(server)
     text = "a" * (5 * MiB)
-    frame = json.dumps({"type": "conversation.item.create", "item": {
-        "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}})
+    frame = json.dumps(
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+        }
+    )
     started = time.monotonic()
     with connect(server.ws, max_size=None, open_timeout=10) as ws:
         ws.recv(timeout=10)
@@ -114,9 +118,13 @@ def items(server: live.LiveServer) -> dict[str, object]:
                     break
         during = process.memory_info().rss
     time.sleep(2)
-    return {"answers": answers, "seconds": round(time.monotonic() - started, 1),
-            "rss_growth_mib": round((during - rss) / MiB), "rss_after_close_growth_mib":
-            round((process.memory_info().rss - rss) / MiB), "db_growth_mb": round((db_bytes(server) - size) / 1e6, 1)}
+    return {
+        "answers": answers,
+        "seconds": round(time.monotonic() - started, 1),
+        "rss_growth_mib": round((during - rss) / MiB),
+        "rss_after_close_growth_mib": round((process.memory_info().rss - rss) / MiB),
+        "db_growth_mb": round((db_bytes(server) - size) / 1e6, 1),
+    }
 
 
 def refusals(server: live.LiveServer) -> dict[str, object]:
@@ -132,8 +140,11 @@ def refusals(server: live.LiveServer) -> dict[str, object]:
     time.sleep(3)
     with sqlite3.connect(server.tmp_dir / "server.sqlite3") as db:
         rows = db.execute("SELECT count(*) FROM realtime_realtimesession").fetchone()[0]
-    return {"per_second": round(500 / took), "session_rows": rows,
-            "db_growth_kb": round((db_bytes(server) - size) / 1000)}
+    return {
+        "per_second": round(500 / took),
+        "session_rows": rows,
+        "db_growth_kb": round((db_bytes(server) - size) / 1000),
+    }
 
 
 def run(root: Path, env: dict[str, str], measure) -> dict[str, object]:

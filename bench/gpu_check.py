@@ -48,8 +48,12 @@ def timed_stream(lm, messages, tokens: int, cancel=None) -> dict:
         if first is None:
             first = time.perf_counter() - started
     total = time.perf_counter() - started
-    return {"first_token_s": round(first or 0.0, 4), "tokens": stream.output_tokens, "total_s": round(total, 3),
-            "tokens_per_s": round(stream.output_tokens / max(1e-9, total - (first or 0.0)), 1)}
+    return {
+        "first_token_s": round(first or 0.0, 4),
+        "tokens": stream.output_tokens,
+        "total_s": round(total, 3),
+        "tokens_per_s": round(stream.output_tokens / max(1e-9, total - (first or 0.0)), 1),
+    }
 
 
 def main() -> None:
@@ -72,7 +76,10 @@ def main() -> None:
     report["load_s"] = round(time.perf_counter() - started, 2)
     report["dtype"] = str(next(lm.model.parameters()).dtype)
     report["param_device"] = str(next(lm.model.parameters()).device)
-    messages = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is the capital of France?"}]
+    messages = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ]
     timed_stream(lm, messages, 8)  # first-call costs
     report["single"] = [timed_stream(lm, messages, 64) for _ in range(3)]
 
@@ -86,7 +93,9 @@ def main() -> None:
     report["cancel"] = {"pieces_after_cancel": pieces - 5, "output_tokens": stream.output_tokens}
 
     results: dict[int, dict] = {}
-    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, timed_stream(lm, messages, 64))) for i in range(2)]
+    threads = [
+        threading.Thread(target=lambda i=i: results.__setitem__(i, timed_stream(lm, messages, 64))) for i in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -104,8 +113,12 @@ def main() -> None:
 
     def stages(context):
         vad, stt, _, tts = loopback_engines(context)
-        return [VadStage(context, vad), SttStage(context, stt), LmStage(context, lm, max_new_tokens=24),
-                TtsStage(context, {"alloy": tts})]
+        return [
+            VadStage(context, vad),
+            SttStage(context, stt),
+            LmStage(context, lm, max_new_tokens=24),
+            TtsStage(context, {"alloy": tts}),
+        ]
 
     unit = PipelineUnit(0, stages)
     unit.start(timeout=60)

@@ -63,23 +63,38 @@ print(json.dumps(out))
 
 def run_build(path: str | None, args: argparse.Namespace) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(ROOT)) if p))
-    done = subprocess.run([sys.executable, "-c", PROBE, str(args.threads), str(args.prompt_tokens),
-                           str(args.new_tokens), str(args.reps)],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(args.threads), str(args.prompt_tokens), str(args.new_tokens), str(args.reps)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--wheel", action="append", default=[], metavar="NAME=WHEEL",
-                        help="another build of llama-cpp-python to compare (repeatable)")
+    parser.add_argument(
+        "--wheel",
+        action="append",
+        default=[],
+        metavar="NAME=WHEEL",
+        help="another build of llama-cpp-python to compare (repeatable)",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="processes per build, interleaved")
     parser.add_argument("--reps", type=int, default=3, help="prompt + decode runs per process")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--voice-turns", type=int, default=0,
-                        help="also this many spoken turns per build through the real pipeline (0: none)")
+    parser.add_argument(
+        "--voice-turns",
+        type=int,
+        default=0,
+        help="also this many spoken turns per build through the real pipeline (0: none)",
+    )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
 
@@ -105,40 +120,52 @@ def main() -> None:
                 for key in ("prompt_s", "decode_s"):
                     # the first rep of each process warms caches; keep the rest
                     runs[name][key].extend(out[key][1:] if len(out[key]) > 1 else out[key])
-                print(f"round {round_ + 1}: {name}: prompt {statistics.median(out['prompt_s']):.3f} s, "
-                      f"decode {statistics.median(out['decode_s']):.3f} s", flush=True)
+                print(
+                    f"round {round_ + 1}: {name}: prompt {statistics.median(out['prompt_s']):.3f} s, "
+                    f"decode {statistics.median(out['decode_s']):.3f} s",
+                    flush=True,
+                )
 
         voice: list[str] = []
         if args.voice_turns:
             configs = {name: {"PYTHONPATH": path} if path else {} for name, path in builds.items()}
             results, load_before, load_after = compare_configs(configs, args.voice_turns)
-            voice = ["", f"End of speech to first reply audio, real default pipeline, one server per build, "
-                     f"{args.voice_turns} turns each, interleaved (load average {load_before:.1f} before, "
-                     f"{load_after:.1f} after):", "", *compare_table(results)]
+            voice = [
+                "",
+                f"End of speech to first reply audio, real default pipeline, one server per build, "
+                f"{args.voice_turns} turns each, interleaved (load average {load_before:.1f} before, "
+                f"{load_after:.1f} after):",
+                "",
+                *compare_table(results),
+            ]
 
     rows = []
     for name, got in runs.items():
         prompt_tps = sorted(args.prompt_tokens / s for s in got["prompt_s"])
         decode_tps = sorted(args.new_tokens / s for s in got["decode_s"])
         vector = " ".join(f for f in features[name] if f.startswith(("AVX", "AMX")))
-        rows.append(f"| {name} | {vector} | {statistics.median(prompt_tps):.0f} "
-                    f"({prompt_tps[0]:.0f}-{prompt_tps[-1]:.0f}) | {statistics.median(decode_tps):.1f} "
-                    f"({decode_tps[0]:.1f}-{decode_tps[-1]:.1f}) |")
-    text = "\n".join([
-        BEGIN,
-        "## llama.cpp builds: which instructions (`bench/llama_build.py`)",
-        "",
-        f"Default GGUF (Qwen2.5-Coder-0.5B Q4_K_M), {args.threads} threads, a {args.prompt_tokens}-token prompt and "
-        f"{args.new_tokens} greedy tokens; {args.rounds} processes per build, interleaved, {args.reps} runs each "
-        f"(the first of each process left out). Tokens per second, median (min-max). Machine: {os.cpu_count()} "
-        f"cores; {machine_load(os.getloadavg()[0])}.",
-        "",
-        "| build | instructions | prompt tokens/s | decode tokens/s |",
-        "| --- | --- | --- | --- |",
-        *rows,
-        *voice,
-        END,
-    ])
+        rows.append(
+            f"| {name} | {vector} | {statistics.median(prompt_tps):.0f} "
+            f"({prompt_tps[0]:.0f}-{prompt_tps[-1]:.0f}) | {statistics.median(decode_tps):.1f} "
+            f"({decode_tps[0]:.1f}-{decode_tps[-1]:.1f}) |"
+        )
+    text = "\n".join(
+        [
+            BEGIN,
+            "## llama.cpp builds: which instructions (`bench/llama_build.py`)",
+            "",
+            f"Default GGUF (Qwen2.5-Coder-0.5B Q4_K_M), {args.threads} threads, a {args.prompt_tokens}-token prompt and "  # noqa: E501
+            f"{args.new_tokens} greedy tokens; {args.rounds} processes per build, interleaved, {args.reps} runs each "
+            f"(the first of each process left out). Tokens per second, median (min-max). Machine: {os.cpu_count()} "
+            f"cores; {machine_load(os.getloadavg()[0])}.",
+            "",
+            "| build | instructions | prompt tokens/s | decode tokens/s |",
+            "| --- | --- | --- | --- |",
+            *rows,
+            *voice,
+            END,
+        ]
+    )
     print(text)
     if not args.no_write:
         write_section(text, BEGIN, END)

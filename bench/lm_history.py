@@ -46,8 +46,14 @@ def build(model: object, items: int) -> tuple[LmStage, ResponseRequest]:
     stage = LmStage(context, model, max_history_tokens=10**9)  # type: ignore[arg-type]  (all kept: trimming does it)
     for index in range(items):
         role = "user" if index % 2 == 0 else "assistant"
-        list(stage.process(AddItem(generation=1, item=HistoryItem(f"item_{index}", role,
-                                                                  f"This is message number {index} of a long chat."))))
+        list(
+            stage.process(
+                AddItem(
+                    generation=1,
+                    item=HistoryItem(f"item_{index}", role, f"This is message number {index} of a long chat."),
+                )
+            )
+        )
     req = ResponseRequest.from_settings(SessionSettings(instructions="Answer briefly."), 1, output_modalities=("text",))
     return stage, req
 
@@ -67,8 +73,10 @@ def main() -> None:
         model = FakeLanguageModel()
     started = time.perf_counter()
     stage, req = build(model, args.items)
-    print(f"{args.items} items added (each counted once) in {time.perf_counter() - started:.2f} s; "
-          f"context {model.context_length} tokens")  # type: ignore[attr-defined]
+    print(
+        f"{args.items} items added (each counted once) in {time.perf_counter() - started:.2f} s; "
+        f"context {model.context_length} tokens"
+    )  # type: ignore[attr-defined]
     cancel = CancelFlag(stage.context, req.response_id, 1)
     times = []
     for _ in range(args.runs):
@@ -76,14 +84,19 @@ def main() -> None:
         prompt = stage._messages(req, cancel)
         times.append(time.perf_counter() - started)
     kept = len(prompt) - 1
-    print(f"after:  {kept} messages kept ({stage.model.count_tokens(prompt)} tokens of a budget of "
-          f"{model.context_length - stage._max_tokens(req)}), median {statistics.median(times) * 1000:.1f} ms "  # type: ignore[attr-defined]
-          f"(max {max(times) * 1000:.1f} ms) over {args.runs} prompts")
+    print(
+        f"after:  {kept} messages kept ({stage.model.count_tokens(prompt)} tokens of a budget of "
+        f"{model.context_length - stage._max_tokens(req)}), median {statistics.median(times) * 1000:.1f} ms "  # type: ignore[attr-defined]
+        f"(max {max(times) * 1000:.1f} ms) over {args.runs} prompts"
+    )
     started = time.perf_counter()
     kept, finished = quadratic_messages(stage, req, args.before_limit_s)
     took = time.perf_counter() - started
-    print(f"before: {kept} messages kept in {took:.1f} s" if finished
-          else f"before: stopped after {took:.1f} s, {kept} messages still over the context")
+    print(
+        f"before: {kept} messages kept in {took:.1f} s"
+        if finished
+        else f"before: stopped after {took:.1f} s, {kept} messages still over the context"
+    )
 
 
 if __name__ == "__main__":

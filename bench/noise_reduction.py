@@ -91,7 +91,7 @@ def noise(kind: str, length: int, rng: np.random.Generator, babble: list[np.ndar
 
 
 def mix(clean: np.ndarray, noisy: np.ndarray, snr_db: float) -> np.ndarray:
-    gain = np.sqrt(np.mean(clean ** 2) / (np.mean(noisy ** 2) * 10 ** (snr_db / 10)))
+    gain = np.sqrt(np.mean(clean**2) / (np.mean(noisy**2) * 10 ** (snr_db / 10)))
     out = clean + gain * noisy
     return (out / max(1.0, float(np.max(np.abs(out))) / 0.99)).astype(np.float32)
 
@@ -99,7 +99,7 @@ def mix(clean: np.ndarray, noisy: np.ndarray, snr_db: float) -> np.ndarray:
 def through_input_path(samples: np.ndarray, mode: str | None, model: DenoiserModel | None) -> np.ndarray:
     path = InputAudio(model)
     data = audio.encode(samples, audio.PCM)
-    parts = [path.process(data[at:at + CHUNK * 2], audio.PCM, mode) for at in range(0, len(data), CHUNK * 2)]
+    parts = [path.process(data[at : at + CHUNK * 2], audio.PCM, mode) for at in range(0, len(data), CHUNK * 2)]
     parts.append(path.flush())
     path.close()
     return np.concatenate(parts)
@@ -112,20 +112,22 @@ def chunk_costs_ms(mode: str | None, model: DenoiserModel | None, clip: np.ndarr
     times = []
     for at in range(0, len(data) - CHUNK * 2, CHUNK * 2):
         started = time.perf_counter()
-        path.process(data[at:at + CHUNK * 2], audio.PCM, mode)
+        path.process(data[at : at + CHUNK * 2], audio.PCM, mode)
         times.append(time.perf_counter() - started)
     path.close()
     return np.array(times[5:]) * 1e3
 
 
-def run(snrs: list[float], noises: list[str], denoisers: list[str], threads: int,
-        modes: tuple[str, ...] = MODES) -> dict:
+def run(
+    snrs: list[float], noises: list[str], denoisers: list[str], threads: int, modes: tuple[str, ...] = MODES
+) -> dict:
     rng = np.random.default_rng(7)
     voice = PiperEngine()
     models: dict[str, DenoiserModel] = {name: DENOISERS[name]() for name in denoisers}
     # The columns: off, then each denoiser in each mode.
     columns: list[tuple[str, DenoiserModel | None, str | None]] = [("off", None, None)] + [
-        (f"{name} {mode}", model, mode) for name, model in models.items() for mode in modes]
+        (f"{name} {mode}", model, mode) for name, model in models.items() for mode in modes
+    ]
     whisper = WhisperEngine(cpu_threads=threads)
     clean = [speech(voice, text) for text in SENTENCES]
     babble = [speech(voice, text) for text in BABBLE]
@@ -147,11 +149,11 @@ def run(snrs: list[float], noises: list[str], denoisers: list[str], threads: int
     # Turn detection: the share of Silero's 32 ms frames scored as speech (>= 0.5) in noise alone, at the
     # level of the 5 dB mixes (false alarms: each run of them can start a turn or cut into an answer).
     vad = SileroVadModel()
-    level = float(np.mean([np.mean(c ** 2) for c in clean])) / 10 ** 0.5
+    level = float(np.mean([np.mean(c**2) for c in clean])) / 10**0.5
     alarms = []
     for kind in noises:
         alone = noise(kind, RATE * 20, rng, babble)
-        alone = (alone * np.sqrt(level / np.mean(alone ** 2))).astype(np.float32)
+        alone = (alone * np.sqrt(level / np.mean(alone**2))).astype(np.float32)
         alarms.append((kind, [speech_share(vad, through_input_path(alone, mode, model)) for _, model, mode in columns]))
         print(alarms[-1], flush=True)
     long_clip = mix(np.concatenate(clean), noise("white", sum(len(c) for c in clean), rng, babble), 10)
@@ -161,7 +163,7 @@ def run(snrs: list[float], noises: list[str], denoisers: list[str], threads: int
 
 def speech_share(vad: SileroVadModel, samples: np.ndarray) -> float:
     state = vad.new_state()
-    frames = [samples[at:at + 512] for at in range(0, len(samples) - 512, 512)]
+    frames = [samples[at : at + 512] for at in range(0, len(samples) - 512, 512)]
     return sum(state.prob(frame) >= 0.5 for frame in frames) / len(frames)
 
 
@@ -223,8 +225,9 @@ def main() -> None:
     parser.add_argument("--denoiser", nargs="+", default=list(DENOISERS), choices=list(DENOISERS))
     parser.add_argument("--near-db", type=float, help="try another attenuation cap for near_field (dB; 0: none)")
     parser.add_argument("--far-db", type=float, help="try another attenuation cap for far_field (dB; 0: none)")
-    parser.add_argument("--caps", type=float, nargs="+",
-                        help="columns by attenuation cap (dB; 0: none) instead of by mode")
+    parser.add_argument(
+        "--caps", type=float, nargs="+", help="columns by attenuation cap (dB; 0: none) instead of by mode"
+    )
     parser.add_argument("--threads", type=int, default=1, help="Whisper's CPU threads")
     parser.add_argument("--write", action="store_true", help="put the table in docs/benchmarks.md")
     args = parser.parse_args()

@@ -38,7 +38,7 @@ from bench.docs import machine_load, write_section  # noqa: E402
 from bench.quality_questions import QUESTIONS  # noqa: E402
 from bench.voice_latency import compare_turns, pct  # noqa: E402
 from pipelines.config import DEFAULT_LM_BACKEND, DEFAULT_STT_MODEL  # noqa: E402
-from realtime.session import DEFAULT_INSTRUCTIONS  # noqa: E402
+from realtime.protocol.session import DEFAULT_INSTRUCTIONS  # noqa: E402
 from tests.support.server import LiveServer  # noqa: E402
 from tests.support.speech import edit_distance  # noqa: E402
 
@@ -93,20 +93,67 @@ def qwen15_gguf() -> str | None:
 
 def configs() -> list[Config]:
     """The candidates; the one that matches ``pipelines.config``'s defaults is marked in the report."""
-    return [
-        Config("tiny.en + SmolLM2-135M (transformers)", "tiny.en", "transformers", None,
-               "SmolLM2-135M-Instruct Q4_1, transformers"),
-        Config("tiny.en + SmolLM2-135M (llama.cpp)", "tiny.en", "llama_cpp", smollm_gguf(),
-               "SmolLM2-135M-Instruct Q4_1, llama.cpp", sampled=False, spoken=False),
-        Config("tiny.en + Qwen2.5-Coder-0.5B (llama.cpp)", "tiny.en", "llama_cpp", None,
-               "Qwen2.5-Coder-0.5B-Instruct Q4_K_M, llama.cpp"),
-        Config("base + Qwen2.5-Coder-0.5B (llama.cpp)", "base", "llama_cpp", None,
-               "Qwen2.5-Coder-0.5B-Instruct Q4_K_M, llama.cpp"),
-    ] + ([Config("base + Gemma 3 270M base (llama.cpp)", "base", "llama_cpp", gemma,
-                 "Gemma 3 270M (pretrained, not instruct) Q4_K_M, llama.cpp", sampled=False)]
-         if (gemma := gemma_gguf()) else []) + (
-        [Config("tiny.en + Qwen2.5-Coder-1.5B (llama.cpp)", "tiny.en", "llama_cpp", qwen15,
-                "Qwen2.5-Coder-1.5B-Instruct Q4_K_M, llama.cpp")] if (qwen15 := qwen15_gguf()) else [])
+    return (
+        [
+            Config(
+                "tiny.en + SmolLM2-135M (transformers)",
+                "tiny.en",
+                "transformers",
+                None,
+                "SmolLM2-135M-Instruct Q4_1, transformers",
+            ),
+            Config(
+                "tiny.en + SmolLM2-135M (llama.cpp)",
+                "tiny.en",
+                "llama_cpp",
+                smollm_gguf(),
+                "SmolLM2-135M-Instruct Q4_1, llama.cpp",
+                sampled=False,
+                spoken=False,
+            ),
+            Config(
+                "tiny.en + Qwen2.5-Coder-0.5B (llama.cpp)",
+                "tiny.en",
+                "llama_cpp",
+                None,
+                "Qwen2.5-Coder-0.5B-Instruct Q4_K_M, llama.cpp",
+            ),
+            Config(
+                "base + Qwen2.5-Coder-0.5B (llama.cpp)",
+                "base",
+                "llama_cpp",
+                None,
+                "Qwen2.5-Coder-0.5B-Instruct Q4_K_M, llama.cpp",
+            ),
+        ]
+        + (
+            [
+                Config(
+                    "base + Gemma 3 270M base (llama.cpp)",
+                    "base",
+                    "llama_cpp",
+                    gemma,
+                    "Gemma 3 270M (pretrained, not instruct) Q4_K_M, llama.cpp",
+                    sampled=False,
+                )
+            ]
+            if (gemma := gemma_gguf())
+            else []
+        )
+        + (
+            [
+                Config(
+                    "tiny.en + Qwen2.5-Coder-1.5B (llama.cpp)",
+                    "tiny.en",
+                    "llama_cpp",
+                    qwen15,
+                    "Qwen2.5-Coder-1.5B-Instruct Q4_K_M, llama.cpp",
+                )
+            ]
+            if (qwen15 := qwen15_gguf())
+            else []
+        )
+    )
 
 
 def is_default(config: Config) -> bool:
@@ -114,6 +161,7 @@ def is_default(config: Config) -> bool:
 
 
 # --- scoring -----------------------------------------------------------------
+
 
 def words(text: str) -> list[str]:
     from num2words import num2words
@@ -128,6 +176,7 @@ def right(answer: str, expected: tuple[str, ...]) -> bool:
 
 
 # --- speech ------------------------------------------------------------------
+
 
 @dataclass
 class Utterance:
@@ -154,7 +203,7 @@ def utterances() -> list[Utterance]:
         out.append(Utterance(question, samples, "clean"))
         if i % 3 == 0:
             noise = rng.standard_normal(samples.size).astype(np.float32)
-            noise *= np.sqrt(np.mean(samples ** 2) / 10 ** (10 / 10)) / max(1e-9, float(np.std(noise)))
+            noise *= np.sqrt(np.mean(samples**2) / 10 ** (10 / 10)) / max(1e-9, float(np.std(noise)))
             out.append(Utterance(question, samples + noise, "noisy"))
     return out
 
@@ -188,6 +237,7 @@ def run_stt(name: str, utts: list[Utterance]) -> SttResult:
 
 
 # --- language model ----------------------------------------------------------
+
 
 @dataclass
 class LmResult:
@@ -236,7 +286,7 @@ def run_lm(config: Config, transcripts: dict[str, str]) -> LmResult:
     started = time.perf_counter()
     lm = load_lm(config)
     result.load_s = time.perf_counter() - started
-    for label, temperature in (("greedy", 0.0), ("0.8", 0.8))[:2 if config.sampled else 1]:
+    for label, temperature in (("greedy", 0.0), ("0.8", 0.8))[: 2 if config.sampled else 1]:
         good = 0
         for question, expected in QUESTIONS:
             answer = ask(lm, question, temperature, result)
@@ -255,6 +305,7 @@ def run_lm(config: Config, transcripts: dict[str, str]) -> LmResult:
 
 # --- latency and memory of a real server ----------------------------------------
 
+
 def run_latency(chosen: list[Config], turns: int) -> dict[str, tuple[list[float], float]]:
     """One server per configuration; returns (end of speech -> first audio seconds, RSS MiB)."""
     servers: dict[str, LiveServer] = {}
@@ -262,8 +313,9 @@ def run_latency(chosen: list[Config], turns: int) -> dict[str, tuple[list[float]
     try:
         for config in chosen:
             work = Path(tempfile.mkdtemp(prefix="s2s-quality-"))
-            server = LiveServer(work, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1",
-                                           "S2S_LOG_LEVEL": "warning", **config.env()})
+            server = LiveServer(
+                work, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1", "S2S_LOG_LEVEL": "warning", **config.env()}
+            )
             try:
                 servers[config.name] = server.start(ready_timeout=900)
             except Exception as exc:
@@ -281,31 +333,52 @@ def run_latency(chosen: list[Config], turns: int) -> dict[str, tuple[list[float]
 
 # --- report ------------------------------------------------------------------
 
-def report(chosen: list[Config], stt: dict[str, SttResult], lms: dict[str, LmResult],
-           latency: dict[str, tuple[list[float], float]], n_utts: int, command: str, loads: tuple[float, float]) -> str:
-    lines = [BEGIN, "## Answer quality, transcription and speed of candidate models", "",
-             f"`{command}` on {dt.date.today().isoformat()}, {psutil.cpu_count()} CPUs, load average "
-             f"{loads[0]:.1f} before; {machine_load(loads[1])}. {len(QUESTIONS)} questions scored by "
-             f"keyword; instructions: the server's default. STT over {n_utts} utterances (Piper en_US-joe-medium at "
-             f"length scales {', '.join(map(str, RATES))}; every third question also with white noise at 10 dB "
-             "SNR).", "",
-             "| STT | WER clean | WER noisy | WER all | time per utterance p50 |", "|---|---:|---:|---:|---:|"]
+
+def report(
+    chosen: list[Config],
+    stt: dict[str, SttResult],
+    lms: dict[str, LmResult],
+    latency: dict[str, tuple[list[float], float]],
+    n_utts: int,
+    command: str,
+    loads: tuple[float, float],
+) -> str:
+    lines = [
+        BEGIN,
+        "## Answer quality, transcription and speed of candidate models",
+        "",
+        f"`{command}` on {dt.date.today().isoformat()}, {psutil.cpu_count()} CPUs, load average "
+        f"{loads[0]:.1f} before; {machine_load(loads[1])}. {len(QUESTIONS)} questions scored by "
+        f"keyword; instructions: the server's default. STT over {n_utts} utterances (Piper en_US-joe-medium at "
+        f"length scales {', '.join(map(str, RATES))}; every third question also with white noise at 10 dB "
+        "SNR).",
+        "",
+        "| STT | WER clean | WER noisy | WER all | time per utterance p50 |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for name, r in stt.items():
-        lines.append(f"| Whisper {name} | {r.wer['clean']:.1%} | {r.wer['noisy']:.1%} | {r.wer['all']:.1%} | "
-                     f"{pct(r.seconds, 50) * 1000:.0f} ms |")
-    lines += ["", "| configuration | LM | typed, greedy | typed, 0.8 | spoken, greedy | LM first token p50 | "
-              "tokens/s p50 | end of speech to first audio p50 / p90 | server RSS |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| Whisper {name} | {r.wer['clean']:.1%} | {r.wer['noisy']:.1%} | {r.wer['all']:.1%} | "
+            f"{pct(r.seconds, 50) * 1000:.0f} ms |"
+        )
+    lines += [
+        "",
+        "| configuration | LM | typed, greedy | typed, 0.8 | spoken, greedy | LM first token p50 | "
+        "tokens/s p50 | end of speech to first audio p50 / p90 | server RSS |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for c in chosen:
         lm = lms.get(c.name)
         v2v, rss = latency.get(c.name, ([], float("nan")))
         if lm is None:
             continue
         name = f"{c.name} (the defaults)" if is_default(c) else c.name
-        lines.append(f"| {name} | {c.lm_label} | {lm.typed['greedy']:.0%} | {_share(lm.typed.get('0.8'))} | "
-                     f"{_share(lm.spoken)} | {pct(lm.first_token_s, 50) * 1000:.0f} ms | "
-                     f"{pct(lm.tokens_per_s, 50):.0f} | "
-                     f"{pct(v2v, 50) * 1000:.0f} / {pct(v2v, 90) * 1000:.0f} ms (n={len(v2v)}) | {rss:.0f} MiB |")
+        lines.append(
+            f"| {name} | {c.lm_label} | {lm.typed['greedy']:.0%} | {_share(lm.typed.get('0.8'))} | "
+            f"{_share(lm.spoken)} | {pct(lm.first_token_s, 50) * 1000:.0f} ms | "
+            f"{pct(lm.tokens_per_s, 50):.0f} | "
+            f"{pct(v2v, 50) * 1000:.0f} / {pct(v2v, 90) * 1000:.0f} ms (n={len(v2v)}) | {rss:.0f} MiB |"
+        )
     lines += ["", "Some wrong greedy answers per configuration:", ""]
     for c in chosen:
         if c.name in lms:

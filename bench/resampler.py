@@ -42,7 +42,7 @@ def tone_rms(make: type, freq: float) -> float:
     t = np.arange(24000 * 2) / 24000
     tone = (0.5 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
     resampler = make(24000, 16000)
-    out = np.concatenate([resampler.process(tone[at:at + CHUNK]) for at in range(0, len(tone), CHUNK)])
+    out = np.concatenate([resampler.process(tone[at : at + CHUNK]) for at in range(0, len(tone), CHUNK)])
     return float(np.sqrt(np.mean(out[4000:] ** 2)))
 
 

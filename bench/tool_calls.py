@@ -67,8 +67,18 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.tool_scoring import call_markup, in_words, says_fact  # noqa: E402
-from bench.tool_set import (CHAT_REQUESTS, ERROR_REQUESTS, TOOL_REQUESTS, TOOLS, TWO_CALL_REQUESTS,  # noqa: E402
-                            Call, Request, ToolResult, arguments_match, tool_result)
+from bench.tool_set import (  # noqa: E402
+    CHAT_REQUESTS,
+    ERROR_REQUESTS,
+    TOOL_REQUESTS,
+    TOOLS,
+    TWO_CALL_REQUESTS,
+    Call,
+    Request,
+    ToolResult,
+    arguments_match,
+    tool_result,
+)
 from pipelines.config import DEFAULT_LM_BACKEND  # noqa: E402
 from tests.support.server import LiveServer  # noqa: E402
 from tests.support.speech import pcm16_chunks, silence, spoken  # noqa: E402
@@ -82,10 +92,16 @@ MAX_ROUNDS = 3  # results given per request: two calls and one spare
 PRIMER = [
     {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What's the weather in Vienna?"}]},
     {"type": "function_call", "call_id": "call_primer", "name": "get_weather", "arguments": '{"city": "Vienna"}'},
-    {"type": "function_call_output", "call_id": "call_primer",
-     "output": tool_result("get_weather", {"city": "Vienna"}).output},
-    {"type": "message", "role": "assistant",
-     "content": [{"type": "output_text", "text": "It is sunny in Vienna, twenty-one degrees."}]},
+    {
+        "type": "function_call_output",
+        "call_id": "call_primer",
+        "output": tool_result("get_weather", {"city": "Vienna"}).output,
+    },
+    {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "It is sunny in Vienna, twenty-one degrees."}],
+    },
 ]
 
 
@@ -148,8 +164,12 @@ class Client:
                 raise RuntimeError(f"error while waiting for {kind}: {event}")
 
     async def ask_typed(self, text: str) -> Response:
-        await self.send({"type": "conversation.item.create", "item": {
-            "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}})
+        await self.send(
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+            }
+        )
         return await self.respond()
 
     async def ask_spoken(self, chunks: list[str]) -> Response:
@@ -163,8 +183,12 @@ class Client:
 
     async def give_results(self, results: list[tuple[str, ToolResult]]) -> None:
         for call_id, result in results:
-            await self.send({"type": "conversation.item.create", "item": {
-                "type": "function_call_output", "call_id": call_id, "output": result.output}})
+            await self.send(
+                {
+                    "type": "conversation.item.create",
+                    "item": {"type": "function_call_output", "call_id": call_id, "output": result.output},
+                }
+            )
 
     async def respond(self, params: dict[str, Any] | None = None) -> Response:
         """``response.create`` and the events up to its ``response.done``, or to an ``error`` that refuses it;
@@ -220,22 +244,28 @@ def call_verdict(due: Call | None, call: dict[str, Any] | None) -> str:
     return "right" if arguments_match(due.expect, parsed(call["arguments"])) else "wrong arguments"
 
 
-async def one_request(client: Client, request: Request, audio: list[str] | None, followup: dict[str, Any] | None
-                      ) -> dict[str, Any]:
+async def one_request(
+    client: Client, request: Request, audio: list[str] | None, followup: dict[str, Any] | None
+) -> dict[str, Any]:
     """A request, then as a client does: each call's result and ``response.create``, until a text answer (or
     a call that no result asks for, or :data:`MAX_ROUNDS` results); the steps and their scores."""
     first = await (client.ask_spoken(audio) if audio else client.ask_typed(request.text))
     steps, results, due = [first], [], request.calls
-    row: dict[str, Any] = {"heard": client.heard if audio else request.text,
-                           "first": call_verdict(due[0] if due else None, first.calls[0] if first.calls else None),
-                           "second": None, "answers": []}
+    row: dict[str, Any] = {
+        "heard": client.heard if audio else request.text,
+        "first": call_verdict(due[0] if due else None, first.calls[0] if first.calls else None),
+        "second": None,
+        "answers": [],
+    }
     if request.then and len(first.calls) > 1:  # both calls at once
         row["second"] = call_verdict(request.then, first.calls[1])
     response = first
     while response.calls and len(results) < MAX_ROUNDS:
         wanted = response is first or (request.then is not None and len(results) == 1)
-        given = [(c["call_id"], tool_result(c["name"], parsed(c["arguments"]), None if results else request.error))
-                 for c in response.calls]
+        given = [
+            (c["call_id"], tool_result(c["name"], parsed(c["arguments"]), None if results else request.error))
+            for c in response.calls
+        ]
         await client.give_results(given)
         results += [r for _, r in given]
         if not wanted:
@@ -246,16 +276,27 @@ async def one_request(client: Client, request: Request, audio: list[str] | None,
             row["second"] = call_verdict(request.then, response.calls[0])
             continue
         text = response.final_text or response.text
-        row["answers"].append({"after_error": results[-1].error, "text": text, "markup": markup(asdict(response)),
-                               "followup_call": bool(response.calls),
-                               "in_words": not response.calls and in_words(text, results[-1], FUNCTION_NAMES),
-                               "answer_s": response.first_audio_s})
+        row["answers"].append(
+            {
+                "after_error": results[-1].error,
+                "text": text,
+                "markup": markup(asdict(response)),
+                "followup_call": bool(response.calls),
+                "in_words": not response.calls and in_words(text, results[-1], FUNCTION_NAMES),
+                "answer_s": response.first_audio_s,
+            }
+        )
     if request.then:
         row["second"] = row["second"] or "no call"
         final = row["answers"][-1] if row["answers"] else None
-        row["two_done"] = (row["first"] == "right" and row["second"] == "right" and final is not None
-                           and final["in_words"] and len(results) >= 2
-                           and all(any(says_fact(final["text"], f) for f in r.facts) for r in results[:2]))
+        row["two_done"] = (
+            row["first"] == "right"
+            and row["second"] == "right"
+            and final is not None
+            and final["in_words"]
+            and len(results) >= 2
+            and all(any(says_fact(final["text"], f) for f in r.facts) for r in results[:2])
+        )
     if request.error and results:
         row["error_told"] = bool(row["answers"]) and row["answers"][0]["in_words"]
     row["results"] = [asdict(r) for r in results]
@@ -273,16 +314,27 @@ def failed(request: Request, exc: BaseException) -> dict[str, Any]:
     """A request the server did not see through (no event for :data:`TIMEOUT_S`, an error, a closed socket):
     it counts as missed everywhere it would have counted."""
     logger.error("%r failed: %r", request.text, exc)
-    return {"heard": None, "first": "failed", "second": "failed" if request.then else None, "answers": [],
-            "results": [], "steps": [], "call_s": None, "stt_s": None, "failed": repr(exc),
-            **({"two_done": False} if request.then else {})}
+    return {
+        "heard": None,
+        "first": "failed",
+        "second": "failed" if request.then else None,
+        "answers": [],
+        "results": [],
+        "steps": [],
+        "call_s": None,
+        "stt_s": None,
+        "failed": repr(exc),
+        **({"two_done": False} if request.then else {}),
+    }
 
 
 def request_set(limit: int | None, counts: dict[str, int]) -> list[Request]:
     """The requests, the four kinds interleaved (so a later-turns session holds every kind)."""
     kinds = {"tool": TOOL_REQUESTS, "chat": CHAT_REQUESTS, "two calls": TWO_CALL_REQUESTS, "error": ERROR_REQUESTS}
-    chosen = [reqs[: min(counts.get(kind, len(reqs)), limit if limit is not None else len(reqs))]
-              for kind, reqs in kinds.items()]
+    chosen = [
+        reqs[: min(counts.get(kind, len(reqs)), limit if limit is not None else len(reqs))]
+        for kind, reqs in kinds.items()
+    ]
     out: list[Request] = []
     for index in range(max(map(len, chosen))):
         out += [reqs[index] for reqs in chosen if index < len(reqs)]
@@ -290,15 +342,25 @@ def request_set(limit: int | None, counts: dict[str, int]) -> list[Request]:
 
 
 def session_config(choice: str, temperature: float | None) -> dict[str, Any]:
-    session: dict[str, Any] = {"type": "realtime", "tools": TOOLS, "tool_choice": choice,
-                               "audio": {"input": {"turn_detection": None}}}
+    session: dict[str, Any] = {
+        "type": "realtime",
+        "tools": TOOLS,
+        "tool_choice": choice,
+        "audio": {"input": {"turn_detection": None}},
+    }
     if temperature is not None:
         session["temperature"] = temperature
     return session
 
 
-async def run_block(urls: dict[str, str], mode: str, sessions: str, requests: list[Request], args: argparse.Namespace,
-                    rows: list[dict[str, Any]]) -> None:
+async def run_block(
+    urls: dict[str, str],
+    mode: str,
+    sessions: str,
+    requests: list[Request],
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+) -> None:
     """Every request on every model (the models' order alternating per request), in one input mode and one
     session kind."""
     session = session_config(args.tool_choice, args.temperature)
@@ -313,8 +375,13 @@ async def run_block(urls: dict[str, str], mode: str, sessions: str, requests: li
                         await clients.pop(label).ws.close()
                     primer = sessions == "later" and args.primer
                     clients[label] = await Client.open(urls[label], session, primer)
-                row = {"model": label, "mode": mode, "sessions": sessions, "request": request.text,
-                       "kind": request.kind}
+                row = {
+                    "model": label,
+                    "mode": mode,
+                    "sessions": sessions,
+                    "request": request.text,
+                    "kind": request.kind,
+                }
                 try:
                     row |= await one_request(clients[label], request, audio, followup)
                 except (TimeoutError, RuntimeError, websockets.ConnectionClosed) as exc:
@@ -335,13 +402,19 @@ def spoken_chunks(text: str) -> list[str]:
 
 
 def log_row(row: dict[str, Any]) -> None:
-    said = " | ".join(f"{'CALL ' if a['followup_call'] else ''}{a['text'][:70]!r}{' MARKUP' if a['markup'] else ''}"
-                      for a in row["answers"])
+    said = " | ".join(
+        f"{'CALL ' if a['followup_call'] else ''}{a['text'][:70]!r}{' MARKUP' if a['markup'] else ''}"
+        for a in row["answers"]
+    )
     if row["steps"] and not row["steps"][0]["calls"]:
         said = repr(row["steps"][0]["final_text"][:70])
     calls = [c["name"] for s in row["steps"] for c in s["calls"]]
-    print(f"{row['model']:10} {row['mode']:6} {row['sessions']:5} {row['kind']:9} {row['first']:15} "
-          f"{row['request'][:50]!r} heard {row['heard']!r} calls {calls} -> {said}", file=sys.stderr, flush=True)
+    print(
+        f"{row['model']:10} {row['mode']:6} {row['sessions']:5} {row['kind']:9} {row['first']:15} "
+        f"{row['request'][:50]!r} heard {row['heard']!r} calls {calls} -> {said}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def write_json(path: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
@@ -370,16 +443,18 @@ def group_line(mine: list[dict[str, Any]]) -> str:
     two = [r for r in mine if r["kind"] == "two calls"]
     errors = [r for r in mine if "error_told" in r]
     first = mine[0]
-    return (f"| {first['model']} | {first['mode']} | {first['sessions']} | {pct(count['right'], len(need))} | "
-            f"{count['wrong function']} | {count['wrong arguments']} | {count['no call']} | "
-            f"{pct(sum(r['first'] == 'false call' for r in chat), len(chat))} | "
-            f"{pct(sum(a['in_words'] for a in answers), len(answers))} | "
-            f"{sum(bool(a['markup']) for a in every)}/{len(every)} | "
-            f"{sum(bool(markup(s)) for s in spoken)}/{len(spoken)} | {sum(a['followup_call'] for a in every)} | "
-            f"{pct(sum(r['two_done'] for r in two), len(two))} | "
-            f"{pct(sum(r['error_told'] for r in errors), len(errors))} | "
-            f"{p50_p90([r['call_s'] for r in mine])} | {p50_p90([a['answer_s'] for a in every])} | "
-            f"{p50_p90([r.get('stt_s') for r in mine])} |")
+    return (
+        f"| {first['model']} | {first['mode']} | {first['sessions']} | {pct(count['right'], len(need))} | "
+        f"{count['wrong function']} | {count['wrong arguments']} | {count['no call']} | "
+        f"{pct(sum(r['first'] == 'false call' for r in chat), len(chat))} | "
+        f"{pct(sum(a['in_words'] for a in answers), len(answers))} | "
+        f"{sum(bool(a['markup']) for a in every)}/{len(every)} | "
+        f"{sum(bool(markup(s)) for s in spoken)}/{len(spoken)} | {sum(a['followup_call'] for a in every)} | "
+        f"{pct(sum(r['two_done'] for r in two), len(two))} | "
+        f"{pct(sum(r['error_told'] for r in errors), len(errors))} | "
+        f"{p50_p90([r['call_s'] for r in mine])} | {p50_p90([a['answer_s'] for a in every])} | "
+        f"{p50_p90([r.get('stt_s') for r in mine])} |"
+    )
 
 
 def aims(mine: list[dict[str, Any]]) -> str:
@@ -387,40 +462,65 @@ def aims(mine: list[dict[str, Any]]) -> str:
     need = [r for r in mine if r["kind"] != "chat"]
     chat = [r for r in mine if r["kind"] == "chat"]
     answers = [a for r in mine for a in r["answers"] if not a["after_error"]]
-    every = [a for r in mine for a in r["answers"]]
     right = sum(r["first"] == "right" for r in need) / max(1, len(need))
     false = sum(r["first"] == "false call" for r in chat) / max(1, len(chat))
     words = sum(a["in_words"] for a in answers) / max(1, len(answers))
     marked = sum(bool(markup(s)) for r in mine for s in r["steps"] if not s["calls"])
-    missed = [text for text, ok in ((f"right first calls {100 * right:.0f} %", right >= 0.9),
-                                    (f"false calls {100 * false:.0f} %", false <= 0.05),
-                                    (f"answers in words {100 * words:.0f} %", words == 1.0 and bool(answers)),
-                                    (f"{marked} text responses with call markup", marked == 0)) if not ok]
+    missed = [
+        text
+        for text, ok in (
+            (f"right first calls {100 * right:.0f} %", right >= 0.9),
+            (f"false calls {100 * false:.0f} %", false <= 0.05),
+            (f"answers in words {100 * words:.0f} %", words == 1.0 and bool(answers)),
+            (f"{marked} text responses with call markup", marked == 0),
+        )
+        if not ok
+    ]
     first = mine[0]
     return f"{first['model']}, {first['mode']}, {first['sessions']}: " + (
-        "met" if not missed else "not met (" + ", ".join(missed) + ")")
+        "met" if not missed else "not met (" + ", ".join(missed) + ")"
+    )
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | input | sessions | right first calls | wrong function | wrong arguments | no call | "
-             "false calls | answers after a result in words | answers after a result with call markup | "
-             "text responses with call markup (all) | follow-up calls (misses) | "
-             "two calls completed | error results told | request to finished call p50 / p90 s | "
-             "result to answer audio p50 / p90 s | STT p50 / p90 s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | input | sessions | right first calls | wrong function | wrong arguments | no call | "
+        "false calls | answers after a result in words | answers after a result with call markup | "
+        "text responses with call markup (all) | follow-up calls (misses) | "
+        "two calls completed | error results told | request to finished call p50 / p90 s | "
+        "result to answer audio p50 / p90 s | STT p50 / p90 s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["model"], row["mode"], row["sessions"]), []).append(row)
     lines += [group_line(mine) for mine in groups.values()]
-    lines += ["", "Aims (at least 90 % right first calls, at most 5 % false calls, every answer after a result in "
-              "words, none with call markup):", ""] + [f"- {aims(mine)}" for mine in groups.values()]
-    examples = [(r["model"], r["mode"], r["sessions"], r["request"], "after a result" if n else "to the request",
-                 s["final_text"] or s["text"], markup(s))
-                for r in rows for n, s in enumerate(r["steps"]) if not s["calls"] and markup(s)]
+    lines += [
+        "",
+        "Aims (at least 90 % right first calls, at most 5 % false calls, every answer after a result in "
+        "words, none with call markup):",
+        "",
+    ] + [f"- {aims(mine)}" for mine in groups.values()]
+    examples = [
+        (
+            r["model"],
+            r["mode"],
+            r["sessions"],
+            r["request"],
+            "after a result" if n else "to the request",
+            s["final_text"] or s["text"],
+            markup(s),
+        )
+        for r in rows
+        for n, s in enumerate(r["steps"])
+        if not s["calls"] and markup(s)
+    ]
     if examples:
         lines += ["", f"Text responses with call markup ({len(examples)}), the first five:", ""]
-        lines += [f"- {model}, {mode}, {sessions}, {request!r}, {when}: {text[:160]!r} (markers: {' '.join(markup)})"
-                  for model, mode, sessions, request, when, text, markup in examples[:5]]
+        lines += [
+            f"- {model}, {mode}, {sessions}, {request!r}, {when}: {text[:160]!r} (markers: {' '.join(markup)})"
+            for model, mode, sessions, request, when, text, markup in examples[:5]
+        ]
     return "\n".join(lines)
 
 
@@ -428,9 +528,11 @@ def header(meta: dict[str, Any]) -> str:
     """The run's command, machine and settings, as the line above its table."""
     models = ", ".join(f"{label} ({path or 'the default'})" for label, path in meta["models"].items())
     temperature = meta["temperature"] if meta["temperature"] is not None else "greedy (the server's default)"
-    return (f"`{meta['command']}` on {meta['date']}, {meta['machine']}, load average {meta['load_before']:.1f} "
-            f"before / {meta.get('load_after', float('nan')):.1f} after, {meta.get('minutes', '?')} min; LM engine "
-            f"{meta['backend']}, models: {models}; tool_choice {meta['tool_choice']}, temperature {temperature}.")
+    return (
+        f"`{meta['command']}` on {meta['date']}, {meta['machine']}, load average {meta['load_before']:.1f} "
+        f"before / {meta.get('load_after', float('nan')):.1f} after, {meta.get('minutes', '?')} min; LM engine "
+        f"{meta['backend']}, models: {models}; tool_choice {meta['tool_choice']}, temperature {temperature}."
+    )
 
 
 def model_labels(paths: list[str]) -> dict[str, str | None]:
@@ -448,8 +550,9 @@ async def warm_up(urls: list[str], session: dict[str, Any]) -> None:
         try:
             first = await client.ask_typed(WARM_UP)
             if first.calls:
-                await client.give_results([(c["call_id"], tool_result(c["name"], parsed(c["arguments"])))
-                                           for c in first.calls])
+                await client.give_results(
+                    [(c["call_id"], tool_result(c["name"], parsed(c["arguments"]))) for c in first.calls]
+                )
                 await client.respond()
         finally:
             await client.ws.close()
@@ -459,8 +562,13 @@ def start_servers(models: dict[str, str | None], backend: str) -> dict[str, Live
     servers: dict[str, LiveServer] = {}
     try:
         for label, path in models.items():
-            env = {"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1", "S2S_LOG_LEVEL": "warning", "S2S_LM_BACKEND": backend,
-                   **({"S2S_LM_MODEL": path} if path else {})}
+            env = {
+                "S2S_PIPELINE": "real",
+                "S2S_POOL_SIZE": "1",
+                "S2S_LOG_LEVEL": "warning",
+                "S2S_LM_BACKEND": backend,
+                **({"S2S_LM_MODEL": path} if path else {}),
+            }
             work = Path(tempfile.mkdtemp(prefix="s2s-tool-calls-"))
             servers[label] = LiveServer(work, env=env).start(ready_timeout=900)
     except BaseException:
@@ -471,24 +579,40 @@ def start_servers(models: dict[str, str | None], backend: str) -> dict[str, Live
 
 
 def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    requests = request_set(args.limit, {"tool": args.tool_requests, "chat": args.chat_requests,
-                                        "two calls": args.two_call_requests, "error": args.error_requests})
+    requests = request_set(
+        args.limit,
+        {
+            "tool": args.tool_requests,
+            "chat": args.chat_requests,
+            "two calls": args.two_call_requests,
+            "error": args.error_requests,
+        },
+    )
     models = model_labels(args.lm_model)
-    meta = {"command": " ".join(shlex.quote(a) for a in ["python", "bench/tool_calls.py", *sys.argv[1:]]),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes"), "models": models,
-            "backend": args.lm_backend, "primer": args.primer, "tool_choice": args.tool_choice, "temperature": args.temperature,
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "load_before": os.getloadavg()[0]}
+    meta = {
+        "command": " ".join(shlex.quote(a) for a in ["python", "bench/tool_calls.py", *sys.argv[1:]]),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="minutes"),
+        "models": models,
+        "backend": args.lm_backend,
+        "primer": args.primer,
+        "tool_choice": args.tool_choice,
+        "temperature": args.temperature,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "load_before": os.getloadavg()[0],
+    }
     rows: list[dict[str, Any]] = []
     args.meta = meta
     servers = start_servers(models, args.lm_backend)
     started = time.monotonic()
     try:
-        asyncio.run(warm_up([server.ws for server in servers.values()], session_config(args.tool_choice,
-                                                                                        args.temperature)))
+        asyncio.run(
+            warm_up([server.ws for server in servers.values()], session_config(args.tool_choice, args.temperature))
+        )
         for sessions in args.sessions:
             for mode in args.modes:
-                asyncio.run(run_block({label: s.ws for label, s in servers.items()}, mode, sessions, requests, args,
-                                      rows))
+                asyncio.run(
+                    run_block({label: s.ws for label, s in servers.items()}, mode, sessions, requests, args, rows)
+                )
     finally:
         for server in servers.values():
             server.stop()
@@ -513,17 +637,33 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["typed", "spoken"], help="typed,spoken")
     parser.add_argument("--sessions", nargs="+", default=["fresh", "later"], help="fresh,later")
     parser.add_argument("--turns-per-session", type=int, default=8, help="requests per later-turns session")
-    parser.add_argument("--primer", action=argparse.BooleanOptionalAction, default=True,
-                        help="later-turns sessions start with an earlier call, its result and answer (--no-primer: "
-                             "the first request of each session is a fresh turn)")
-    parser.add_argument("--lm-model", nargs="*", default=[], metavar="PATH",
-                        help="the LM model (S2S_LM_MODEL, e.g. a .gguf); two or more are compared on the same "
-                             "requests, one server each, interleaved")
+    parser.add_argument(
+        "--primer",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="later-turns sessions start with an earlier call, its result and answer (--no-primer: "
+        "the first request of each session is a fresh turn)",
+    )
+    parser.add_argument(
+        "--lm-model",
+        nargs="*",
+        default=[],
+        metavar="PATH",
+        help="the LM model (S2S_LM_MODEL, e.g. a .gguf); two or more are compared on the same "
+        "requests, one server each, interleaved",
+    )
     parser.add_argument("--lm-backend", default=DEFAULT_LM_BACKEND, choices=["llama_cpp", "transformers"])
-    parser.add_argument("--tool-choice", default="auto", choices=["auto", "required"],
-                        help="'required' forces the first call (the answers after results are asked with 'auto')")
-    parser.add_argument("--temperature", type=float,
-                        help="session temperature (default: the server's, greedy); clients may ask for 0.6-1.2")
+    parser.add_argument(
+        "--tool-choice",
+        default="auto",
+        choices=["auto", "required"],
+        help="'required' forces the first call (the answers after results are asked with 'auto')",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        help="session temperature (default: the server's, greedy); clients may ask for 0.6-1.2",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--from-json", type=Path, help="print the tables of an earlier run's JSON")
     args = parser.parse_args()

@@ -17,11 +17,26 @@ from num2words import num2words
 
 from bench.tool_set import ToolResult
 
-MARKERS = ("{", "}", "[", "]", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
-           '"name"', '"arguments"', "`")
+MARKERS = (
+    "{",
+    "}",
+    "[",
+    "]",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    '"name"',
+    '"arguments"',
+    "`",
+)
 # Words that tell the user something did not work; "not" covers "not found", "n't" covers "couldn't", "wasn't".
-FAILURE = re.compile(r"\b(sorry|unfortunately|unable|cannot|not|no|error|down|fail(ed|s|ure)?|problem|issue|"
-                     r"unavailable|wrong)\b|n't\b|n’t\b", re.IGNORECASE)
+FAILURE = re.compile(
+    r"\b(sorry|unfortunately|unable|cannot|not|no|error|down|fail(ed|s|ure)?|problem|issue|"
+    r"unavailable|wrong)\b|n't\b|n’t\b",
+    re.IGNORECASE,
+)
+
 
 def says_fact(text: str, fact: int | str) -> bool:
     """Whether ``text`` says ``fact``: a number as digits (21, 21.0, 1,000) or words ("twenty-one", "twenty one"),
@@ -29,8 +44,13 @@ def says_fact(text: str, fact: int | str) -> bool:
     lowered = text.lower()
     if isinstance(fact, int):
         digits = r"(?<![\d.])" + re.escape(f"{fact:,}").replace(",", ",?") + r"(?!\d)"
-        words = (re.escape(num2words(fact)).replace(",", ",?").replace(r"\ and\ ", "[- ](and[- ])?")
-                 .replace(r"\ ", "[- ]").replace(r"\-", "[- ]"))  # "six hundred and fifteen", "six-hundred fifteen"
+        words = (
+            re.escape(num2words(fact))
+            .replace(",", ",?")
+            .replace(r"\ and\ ", "[- ](and[- ])?")
+            .replace(r"\ ", "[- ]")
+            .replace(r"\-", "[- ]")
+        )  # "six hundred and fifteen", "six-hundred fifteen"
         larger = r"(?<!hundred )(?<!thousand )(?<!hundred and )"  # "twenty-one" inside "two hundred twenty-one"
         return bool(re.search(digits, lowered) or re.search(rf"{larger}\b{words}\b", lowered))
     return any(re.search(rf"\b{re.escape(word.strip())}", lowered) for word in fact.split("|"))

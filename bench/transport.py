@@ -67,8 +67,14 @@ def session_url(server: LiveServer) -> str:
 
 
 async def connect(server: LiveServer) -> websockets.ClientConnection:
-    return await websockets.connect(session_url(server), subprotocols=["realtime"], compression=None, max_size=None,
-                                    open_timeout=10, close_timeout=2)
+    return await websockets.connect(
+        session_url(server),
+        subprotocols=["realtime"],
+        compression=None,
+        max_size=None,
+        open_timeout=10,
+        close_timeout=2,
+    )
 
 
 async def recv(ws: websockets.ClientConnection, timeout: float = 10.0) -> dict:
@@ -90,8 +96,18 @@ async def open_session(server: LiveServer) -> websockets.ClientConnection:
     first = await recv(ws)
     if first["type"] != "session.created":
         raise RuntimeError(f"not admitted: {first}")
-    await ws.send(json.dumps({"type": "session.update", "session": {
-        "type": "realtime", "output_modalities": ["audio"], "audio": {"input": {"turn_detection": None}}}}))
+    await ws.send(
+        json.dumps(
+            {
+                "type": "session.update",
+                "session": {
+                    "type": "realtime",
+                    "output_modalities": ["audio"],
+                    "audio": {"input": {"turn_detection": None}},
+                },
+            }
+        )
+    )
     await until(ws, "session.updated")
     return ws
 
@@ -101,7 +117,7 @@ def chunks(turn_chunks: int) -> list[str]:
     n = RATE * CHUNK_MS // 1000
     t = np.arange(n * turn_chunks) / RATE
     pcm = (0.3 * np.sin(2 * np.pi * 220 * t) * 32767).astype("<i2").tobytes()
-    return [base64.b64encode(pcm[i * n * 2:(i + 1) * n * 2]).decode() for i in range(turn_chunks)]
+    return [base64.b64encode(pcm[i * n * 2 : (i + 1) * n * 2]).decode() for i in range(turn_chunks)]
 
 
 async def stream(ws: websockets.ClientConnection, rounds: int, turn_chunks: int) -> tuple[list[float], list[float]]:
@@ -211,15 +227,19 @@ def pct(values: list[float], q: float) -> float:
 
 
 def table(results: list[Result], args: argparse.Namespace) -> str:
-    rows = ["| sessions | round trips | p50 ms | p90 ms | p99 ms | max ms | first hop p50 / p99 ms "
-            "| idle CPU (% of a core) | refusal p50 / max ms | unit claimable again p50 / max ms | machine load |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| sessions | round trips | p50 ms | p90 ms | p99 ms | max ms | first hop p50 / p99 ms "
+        "| idle CPU (% of a core) | refusal p50 / max ms | unit claimable again p50 / max ms | machine load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
         rt = r.round_trips_ms
-        rows.append(f"| {r.sessions} | {len(rt)} | {pct(rt, 50):.2f} | {pct(rt, 90):.2f} | {pct(rt, 99):.2f} "
-                    f"| {max(rt):.2f} | {pct(r.commit_ms, 50):.2f} / {pct(r.commit_ms, 99):.2f} "
-                    f"| {r.idle_cpu_percent:.2f} | {pct(r.refusal_ms, 50):.1f} / "
-                    f"{max(r.refusal_ms):.1f} | {pct(r.reclaim_ms, 50):.1f} / {max(r.reclaim_ms):.1f} | {r.load:.1f} |")
+        rows.append(
+            f"| {r.sessions} | {len(rt)} | {pct(rt, 50):.2f} | {pct(rt, 90):.2f} | {pct(rt, 99):.2f} "
+            f"| {max(rt):.2f} | {pct(r.commit_ms, 50):.2f} / {pct(r.commit_ms, 99):.2f} "
+            f"| {r.idle_cpu_percent:.2f} | {pct(r.refusal_ms, 50):.1f} / "
+            f"{max(r.refusal_ms):.1f} | {pct(r.reclaim_ms, 50):.1f} / {max(r.reclaim_ms):.1f} | {r.load:.1f} |"
+        )
     return "\n".join(rows)
 
 
@@ -228,9 +248,11 @@ def verdict(results: list[Result]) -> str:
     hop = [pct(r.commit_ms, 99) for r in results]
     idle = max(r.idle_cpu_percent for r in results)
     aim = "under" if max(p99) < 10 else "above"
-    return (f"p99 round trip {min(p99):.1f}-{max(p99):.1f} ms: {aim} the 10 ms aim end to end (the client, in Python on "
-            f"the same machine, and ten frames before the first delta included); first hop p99 "
-            f"{min(hop):.1f}-{max(hop):.1f} ms; idle CPU at most {idle:.2f} % of a core.")
+    return (
+        f"p99 round trip {min(p99):.1f}-{max(p99):.1f} ms: {aim} the 10 ms aim end to end (the client, in Python on "
+        f"the same machine, and ten frames before the first delta included); first hop p99 "
+        f"{min(hop):.1f}-{max(hop):.1f} ms; idle CPU at most {idle:.2f} % of a core."
+    )
 
 
 def section(results: list[Result], args: argparse.Namespace, command: str) -> str:
@@ -262,8 +284,8 @@ almost no work: the round trip below is transport + consumer + pool + stage thre
 
 {verdict(results)}
 
-The reference design on this kind of machine: idle CPU {REFERENCE['idle_cpu_2']} of a core with two units,
-refusals {REFERENCE['refusal']} after connecting, a unit unavailable for {REFERENCE['reclaim']} after its client
+The reference design on this kind of machine: idle CPU {REFERENCE["idle_cpu_2"]} of a core with two units,
+refusals {REFERENCE["refusal"]} after connecting, a unit unavailable for {REFERENCE["reclaim"]} after its client
 leaves. A queue polled every 10 ms would add up to 10 ms per hop; here nothing polls (stage threads block on
 their queues and wake the event loop with `call_soon_threadsafe`).
 {END}"""

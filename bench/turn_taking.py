@@ -45,7 +45,7 @@ from pipelines.backends.silero import SileroVadModel  # noqa: E402
 from pipelines.backends.smart_turn import SmartTurnModel  # noqa: E402
 from pipelines.backends.turn_text import EndOfTurnLM  # noqa: E402
 from pipelines.config import SessionSettings, TurnDetection  # noqa: E402
-from pipelines.messages import AudioIn, ResponseStarted, SpeechStarted, SpeechStopped, Utterance  # noqa: E402
+from pipelines.messages import AudioIn, ResponseStarted, SpeechStopped, Utterance  # noqa: E402
 from pipelines.stages.base import SessionContext  # noqa: E402
 from pipelines.stages.vad import VadStage  # noqa: E402
 from tests.support.server import LiveServer  # noqa: E402
@@ -54,36 +54,65 @@ from tests.support.speech import pcm16_chunks, silence, spoken, spoken_halves  #
 BEGIN, END = "<!-- turn_taking:begin -->", "<!-- turn_taking:end -->"
 RATE = 24000
 COMPLETE = [
-    "What is the capital of France?", "Tell me a joke.", "How are you today?", "What time does the store close?",
-    "Can you recommend a good book?", "How far away is the moon?", "What's the weather like tomorrow?",
-    "Who wrote Romeo and Juliet?", "How do I boil an egg?", "Why is the sky blue?",
-    "What should I cook for dinner tonight?", "Is it going to rain this weekend?",
+    "What is the capital of France?",
+    "Tell me a joke.",
+    "How are you today?",
+    "What time does the store close?",
+    "Can you recommend a good book?",
+    "How far away is the moon?",
+    "What's the weather like tomorrow?",
+    "Who wrote Romeo and Juliet?",
+    "How do I boil an egg?",
+    "Why is the sky blue?",
+    "What should I cook for dinner tonight?",
+    "Is it going to rain this weekend?",
 ]
 MID_SENTENCE = [
-    "I'd like to order a | large pizza with mushrooms.", "My phone number is five five five | two three four nine.",
-    "Can you tell me about | the history of Rome?", "The meeting is on | Tuesday at three.",
-    "What I really want to know is | how the engine works.", "Could you book a table for | four people at eight?",
-    "I think the answer is | probably forty two.", "Let me think, the best time would be | around noon.",
-    "So what I need from you is | a short summary of the news.", "I want to fly from London to | Paris next Friday.",
-    "Please remind me to call | my mother tomorrow morning.", "I need to buy eggs, milk, | bread and butter.",
+    "I'd like to order a | large pizza with mushrooms.",
+    "My phone number is five five five | two three four nine.",
+    "Can you tell me about | the history of Rome?",
+    "The meeting is on | Tuesday at three.",
+    "What I really want to know is | how the engine works.",
+    "Could you book a table for | four people at eight?",
+    "I think the answer is | probably forty two.",
+    "Let me think, the best time would be | around noon.",
+    "So what I need from you is | a short summary of the news.",
+    "I want to fly from London to | Paris next Friday.",
+    "Please remind me to call | my mother tomorrow morning.",
+    "I need to buy eggs, milk, | bread and butter.",
 ]
 # Sentences not used when the words' floor (vad.SEMANTIC_TEXT_FLOOR) was chosen: the VAD-stage part reports them apart.
 NEW_COMPLETE = [
-    "Can you set an alarm for seven?", "Where can I park my car?", "What's a good name for a cat?",
-    "How long should I boil pasta?", "Who painted the Mona Lisa?", "Could you turn the music down?",
-    "What is the tallest mountain in the world?", "Do you know any good songs?",
+    "Can you set an alarm for seven?",
+    "Where can I park my car?",
+    "What's a good name for a cat?",
+    "How long should I boil pasta?",
+    "Who painted the Mona Lisa?",
+    "Could you turn the music down?",
+    "What is the tallest mountain in the world?",
+    "Do you know any good songs?",
 ]
 NEW_MID_SENTENCE = [
-    "My email address is john | at example dot com.", "I'm looking for a restaurant that | serves vegan food.",
-    "The code for the door is four | seven one two.", "Could you send a message to | my brother Tom?",
-    "I'd like to cancel my | subscription please.", "We need to leave before | the traffic gets bad.",
-    "The train to Boston leaves at | half past six.", "What I'm trying to say is that | I need more time.",
+    "My email address is john | at example dot com.",
+    "I'm looking for a restaurant that | serves vegan food.",
+    "The code for the door is four | seven one two.",
+    "Could you send a message to | my brother Tom?",
+    "I'd like to cancel my | subscription please.",
+    "We need to leave before | the traffic gets bad.",
+    "The train to Boston leaves at | half past six.",
+    "What I'm trying to say is that | I need more time.",
 ]
 PAUSES_S = (0.8, 1.0, 1.2, 1.5)
 MODES = {"server_vad": {"type": "server_vad"}, "semantic_vad": {"type": "semantic_vad", "eagerness": "auto"}}
 BACKCHANNELS = ["Mm-hmm.", "Uh-huh.", "Mhm.", "Yeah.", "Okay.", "Right.", "Sure.", "Yes.", "I see."]
-INTERRUPTIONS = ["Stop, please.", "Wait, stop.", "Hold on, that is not what I asked.", "No, no, I meant the other one.",
-                 "Sorry, can I ask something else?", "Actually, never mind."]
+INTERRUPTIONS = [
+    "Stop, please.",
+    "Wait, stop.",
+    "Hold on, that is not what I asked.",
+    "No, no, I meant the other one.",
+    "Sorry, can I ask something else?",
+    "Actually, never mind.",
+]
 
 
 # --- 1. end to end ---------------------------------------------------------------------------
@@ -120,7 +149,7 @@ class Session:
             while time.monotonic() < deadline:
                 try:
                     event = json.loads(await asyncio.wait_for(self.ws.recv(), 1.0))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     if sender.done() and not _answer_pending(events):
                         break
                     continue
@@ -151,8 +180,14 @@ async def end_to_end(url: str, renderings: int) -> dict[str, dict[str, list]]:
     sessions = {}
     for name, detection in MODES.items():
         ws = await opened(url)
-        await ws.send(json.dumps({"type": "session.update", "session": {
-            "type": "realtime", "audio": {"input": {"turn_detection": detection}}}}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "session.update",
+                    "session": {"type": "realtime", "audio": {"input": {"turn_detection": detection}}},
+                }
+            )
+        )
         sessions[name] = Session(ws)
     results: dict[str, dict[str, list]] = {name: {"v2v": [], "stopped": [], "premature": []} for name in MODES}
     try:
@@ -179,9 +214,14 @@ async def end_to_end(url: str, renderings: int) -> dict[str, dict[str, list]]:
                 for name in _order(n):
                     session = sessions[name]
                     pause_from = session.position_ms(int(0.3 * RATE) + len(first_half))
-                    events, _ = await session.play([silence(0.3), first_half, silence(pause), second_half, silence(2.0)])
-                    cut = any(e["type"] == "input_audio_buffer.speech_stopped"
-                              and pause_from - 100 <= e["audio_end_ms"] < pause_from + pause * 1000 for e in events)
+                    events, _ = await session.play(
+                        [silence(0.3), first_half, silence(pause), second_half, silence(2.0)]
+                    )
+                    cut = any(
+                        e["type"] == "input_audio_buffer.speech_stopped"
+                        and pause_from - 100 <= e["audio_end_ms"] < pause_from + pause * 1000
+                        for e in events
+                    )
                     results[name]["premature"].append(cut)
                 n += 1
     finally:
@@ -197,9 +237,16 @@ def _order(n: int) -> list[str]:
 # --- 2. the VAD stage alone ---------------------------------------------------------------------
 
 
-def stage_decisions(vad: SileroVadModel, turn: SmartTurnModel, words: tuple[WhisperEngine, EndOfTurnLM],
-                    renderings: int, check_ms: list[int], complete: list[str], mid_sentence: list[str],
-                    costs: dict[str, list[float]]) -> dict[str, dict[str, list]]:
+def stage_decisions(
+    vad: SileroVadModel,
+    turn: SmartTurnModel,
+    words: tuple[WhisperEngine, EndOfTurnLM],
+    renderings: int,
+    check_ms: list[int],
+    complete: list[str],
+    mid_sentence: list[str],
+    costs: dict[str, list[float]],
+) -> dict[str, dict[str, list]]:
     """Per mode: premature cuts in mid-sentence pauses; for complete questions, the turn's end after the speech's.
 
     "+ words": the default pipeline, which sends the turn ahead at 96 ms of silence; its transcript (real
@@ -217,7 +264,9 @@ def stage_decisions(vad: SileroVadModel, turn: SmartTurnModel, words: tuple[Whis
             spoken.cache_clear()
             speech = trimmed(text)
             for name, (detection, ms, read) in modes.items():
-                ends = _stopped(vad, turn, words if read else None, detection, ms, [silence(0.3), speech, silence(9.0)], costs)
+                ends = _stopped(
+                    vad, turn, words if read else None, detection, ms, [silence(0.3), speech, silence(9.0)], costs
+                )
                 speech_end = 300 + len(speech) * 1000 // RATE
                 out[name]["end_after_ms"] += [ends[0][1] - speech_end] if ends else []
         for i, text in enumerate(mid_sentence):
@@ -226,24 +275,44 @@ def stage_decisions(vad: SileroVadModel, turn: SmartTurnModel, words: tuple[Whis
             pause = PAUSES_S[i % len(PAUSES_S)]
             pause_from = 300 + len(first) * 1000 // RATE
             for name, (detection, ms, read) in modes.items():
-                ends = _stopped(vad, turn, words if read else None, detection, ms,
-                                [silence(0.3), first, silence(pause), second, silence(1.0)], costs)
+                ends = _stopped(
+                    vad,
+                    turn,
+                    words if read else None,
+                    detection,
+                    ms,
+                    [silence(0.3), first, silence(pause), second, silence(1.0)],
+                    costs,
+                )
                 out[name]["premature"].append(any(pause_from - 100 <= at < pause_from + pause * 1000 for _, at in ends))
     return out
 
 
-def _stopped(vad, turn, words: tuple[WhisperEngine, EndOfTurnLM] | None, detection: TurnDetection, check_ms: int,
-             pieces: list[np.ndarray], costs: dict[str, list[float]]) -> list[tuple[int, int]]:
+def _stopped(
+    vad,
+    turn,
+    words: tuple[WhisperEngine, EndOfTurnLM] | None,
+    detection: TurnDetection,
+    check_ms: int,
+    pieces: list[np.ndarray],
+    costs: dict[str, list[float]],
+) -> list[tuple[int, int]]:
     """(audio_end_ms, audio position when the turn was cut) of every turn the stage ends."""
     context = SessionContext()
     context.settings = replace(SessionSettings(), turn_detection=detection)
-    stage = VadStage(context, vad, turn_model=turn, check_after_ms=check_ms, speculate_after_ms=96 if words else 0,
-                     text_model=_Timed(words[1], costs["words"]) if words else None)
+    stage = VadStage(
+        context,
+        vad,
+        turn_model=turn,
+        check_after_ms=check_ms,
+        speculate_after_ms=96 if words else 0,
+        text_model=_Timed(words[1], costs["words"]) if words else None,
+    )
     stage.setup()
     data = audio.encode(np.concatenate(pieces), audio.PCM)
     ends, step = [], 960  # 20 ms chunks
     for n, at in enumerate(range(0, len(data), step), start=1):
-        for msg in stage.process(AudioIn(generation=0, data=data[at:at + step], audio_format=audio.PCM)):
+        for msg in stage.process(AudioIn(generation=0, data=data[at : at + step], audio_format=audio.PCM)):
             if isinstance(msg, SpeechStopped):
                 ends.append((msg.audio_end_ms, n * 20))
             elif isinstance(msg, Utterance) and msg.turn and words:  # what the STT stage does with a turn sent ahead
@@ -290,8 +359,9 @@ def drift(turn: SmartTurnModel, renderings: int, silences_ms=(200, 400, 800, 120
             spoken_halves.cache_clear()
             first = audio.resample(spoken_halves(text)[0], RATE, audio.PIPELINE_RATE)
             for ms in silences_ms:
-                out[ms].append(turn.probability(np.concatenate([np.zeros(4800, np.float32), first,
-                                                                np.zeros(ms * 16, np.float32)])))
+                out[ms].append(
+                    turn.probability(np.concatenate([np.zeros(4800, np.float32), first, np.zeros(ms * 16, np.float32)]))
+                )
     return out
 
 
@@ -300,14 +370,23 @@ def heard_ms(vad: SileroVadModel, text: str) -> int:
 
     Reads the stage's own count as it goes, with a gate too high to open."""
     context = SessionContext()
-    context.admit(ResponseStarted(generation=0, response_id="r", item_id="i", output_modalities=("audio",),
-                                  output_format=audio.PCM, voice="alloy", out_of_band=False))
+    context.admit(
+        ResponseStarted(
+            generation=0,
+            response_id="r",
+            item_id="i",
+            output_modalities=("audio",),
+            output_format=audio.PCM,
+            voice="alloy",
+            out_of_band=False,
+        )
+    )
     stage = VadStage(context, vad, min_interrupt_ms=10_000)
     stage.setup()
     data = audio.encode(np.concatenate([silence(0.3), spoken(text, steady=False), silence(1.0)]), audio.PCM)
     best = 0
     for at in range(0, len(data), 960):
-        list(stage.process(AudioIn(generation=0, data=data[at:at + 960], audio_format=audio.PCM)))
+        list(stage.process(AudioIn(generation=0, data=data[at : at + 960], audio_format=audio.PCM)))
         best = max(best, stage._heard_ms if stage._gated else 0)
     return best
 
@@ -318,21 +397,31 @@ def heard_ms(vad: SileroVadModel, text: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--renderings", type=int, default=1, help="renderings of each utterance end to end")
-    parser.add_argument("--stage-renderings", type=int, default=3, help="renderings of each utterance for the VAD stage")
-    parser.add_argument("--check-ms", type=int, nargs="*", default=[], metavar="MS",
-                        help="also run the VAD stage with Smart Turn asked after these silences (eagerness auto)")
+    parser.add_argument(
+        "--stage-renderings", type=int, default=3, help="renderings of each utterance for the VAD stage"
+    )
+    parser.add_argument(
+        "--check-ms",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="MS",
+        help="also run the VAD stage with Smart Turn asked after these silences (eagerness auto)",
+    )
     parser.add_argument("--calls", type=int, default=200, help="model calls timed")
     parser.add_argument("--limit", type=int, default=0, help="only the first N utterances of each kind (a quick check)")
     parser.add_argument("--no-server", action="store_true", help="skip the end-to-end part")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     if args.limit:
-        del COMPLETE[args.limit:], MID_SENTENCE[args.limit:]
+        del COMPLETE[args.limit :], MID_SENTENCE[args.limit :]
     load_before = os.getloadavg()[0]
     e2e = {}
     if not args.no_server:
-        server = LiveServer(Path(tempfile.mkdtemp(prefix="s2s-turn-bench-")),
-                            env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "2", "S2S_LOG_LEVEL": "warning"})
+        server = LiveServer(
+            Path(tempfile.mkdtemp(prefix="s2s-turn-bench-")),
+            env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "2", "S2S_LOG_LEVEL": "warning"},
+        )
         server.start(ready_timeout=900)
         try:
             e2e = asyncio.run(end_to_end(server.ws, args.renderings))
@@ -355,48 +444,87 @@ def main() -> None:
 
 def report(args, e2e, stage, held_out, costs, word_costs, probs, gate, load_before, load_after) -> list[str]:
     command = " ".join(["python bench/turn_taking.py", *sys.argv[1:]])
-    lines = [BEGIN, "## Turn taking: semantic_vad (Smart Turn v3) and server_vad", "",
-             f"`{command}` on {dt.date.today().isoformat()}, {psutil.cpu_count()} CPUs "
-             f"({platform.processor() or platform.machine()}), shared with other work: load average {load_before:.1f} "
-             f"before / {load_after:.1f} after. Piper speaks the user (random variation on, a new rendering per pass); "
-             "a mid-sentence pause is one synthesis cut at a word boundary, with 0.8, 1.0, 1.2 or 1.5 s of silence.", ""]
+    lines = [
+        BEGIN,
+        "## Turn taking: semantic_vad (Smart Turn v3) and server_vad",
+        "",
+        f"`{command}` on {dt.date.today().isoformat()}, {psutil.cpu_count()} CPUs "
+        f"({platform.processor() or platform.machine()}), shared with other work: load average {load_before:.1f} "
+        f"before / {load_after:.1f} after. Piper speaks the user (random variation on, a new rendering per pass); "
+        "a mid-sentence pause is one synthesis cut at a word boundary, with 0.8, 1.0, 1.2 or 1.5 s of silence.",
+        "",
+    ]
     if e2e:
-        lines += ["End to end (real pipeline, one session per mode, each utterance to both in turn; `server_vad` at its "
-                  "defaults, 500 ms; `semantic_vad` eagerness auto). First audio and `speech_stopped` are timed by the "
-                  "client from the last speech chunk it sent (4.5 s of silence follow each question); a premature answer is a "
-                  "turn cut in the pause.", "",
-                  "| mode | questions answered | first audio p50 | first audio p90 | speech_stopped p50 | answered after 1.5 s | premature answers |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "End to end (real pipeline, one session per mode, each utterance to both in turn; `server_vad` at its "
+            "defaults, 500 ms; `semantic_vad` eagerness auto). First audio and `speech_stopped` are timed by the "
+            "client from the last speech chunk it sent (4.5 s of silence follow each question); a premature answer is a "  # noqa: E501
+            "turn cut in the pause.",
+            "",
+            "| mode | questions answered | first audio p50 | first audio p90 | speech_stopped p50 | answered after 1.5 s | premature answers |",  # noqa: E501
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for name, r in e2e.items():
-            lines.append(f"| {name} | {len(r['v2v'])} | {pct(r['v2v'], 50) * 1000:.0f} ms | {pct(r['v2v'], 90) * 1000:.0f} ms | "
-                         f"{pct(r['stopped'], 50) * 1000:.0f} ms | {sum(v > 1.5 for v in r['v2v'])} | "
-                         f"{sum(r['premature'])} of {len(r['premature'])} |")
-    for title, results in (("the sentences above", stage), ("8 complete and 8 paused sentences not used when the words' "
-                                                              "floor was chosen (`NEW_COMPLETE`, `NEW_MID_SENTENCE`)", held_out)):
-        lines += ["", f"The VAD stage alone, {title} (real Silero VAD and Smart Turn; \"+ words\": the turn sent ahead at "
-                  f"96 ms of silence is transcribed by Whisper and read by the text turn model; {args.stage_renderings} "
-                  "renderings of each utterance; positions in audio time, so the models' costs are not in them):", "",
-                  "| mode | complete questions: turn ended after the speech, p50 | p90 | waited over 1 s | premature cuts in mid-sentence pauses |",
-                  "|---|---:|---:|---:|---:|"]
+            lines.append(
+                f"| {name} | {len(r['v2v'])} | {pct(r['v2v'], 50) * 1000:.0f} ms | {pct(r['v2v'], 90) * 1000:.0f} ms | "
+                f"{pct(r['stopped'], 50) * 1000:.0f} ms | {sum(v > 1.5 for v in r['v2v'])} | "
+                f"{sum(r['premature'])} of {len(r['premature'])} |"
+            )
+    for title, results in (
+        ("the sentences above", stage),
+        (
+            "8 complete and 8 paused sentences not used when the words' "
+            "floor was chosen (`NEW_COMPLETE`, `NEW_MID_SENTENCE`)",
+            held_out,
+        ),
+    ):
+        lines += [
+            "",
+            f'The VAD stage alone, {title} (real Silero VAD and Smart Turn; "+ words": the turn sent ahead at '
+            f"96 ms of silence is transcribed by Whisper and read by the text turn model; {args.stage_renderings} "
+            "renderings of each utterance; positions in audio time, so the models' costs are not in them):",
+            "",
+            "| mode | complete questions: turn ended after the speech, p50 | p90 | waited over 1 s | premature cuts in mid-sentence pauses |",  # noqa: E501
+            "|---|---:|---:|---:|---:|",
+        ]
         for name, r in results.items():
             ends = r["end_after_ms"]
-            lines.append(f"| {name} | {pct(ends, 50):.0f} ms | {pct(ends, 90):.0f} ms | {sum(e > 1000 for e in ends)} of {len(ends)} | "
-                         f"{sum(r['premature'])} of {len(r['premature'])} |")
-    lines += ["", f"Reading the words, per pause: Whisper on the turn sent ahead p50 {pct(word_costs['stt'], 50):.0f} ms "
-              f"(p99 {pct(word_costs['stt'], 99):.0f} ms, {len(word_costs['stt'])} calls; the STT stage does this anyway "
-              f"for the turn sent ahead), the text turn model p50 {pct(word_costs['words'], 50):.0f} ms "
-              f"(p99 {pct(word_costs['words'], 99):.0f} ms, {len(word_costs['words'])} calls)."]
-    lines += ["", f"Smart Turn per call (Whisper features + ONNX inference on an 8 s window, one thread, {len(costs)} calls): "
-              f"p50 {pct(costs, 50):.0f} ms, p99 {pct(costs, 99):.0f} ms.", "",
-              "Its probability that a mid-sentence pause is the end of the turn, as more silence follows the first half "
-              "(why it is asked once per pause, at 200 ms, and never again as the silence grows):", "",
-              "| silence after the first half | median | judged finished (>= 0.5) |", "|---:|---:|---:|"]
+            lines.append(
+                f"| {name} | {pct(ends, 50):.0f} ms | {pct(ends, 90):.0f} ms | {sum(e > 1000 for e in ends)} of {len(ends)} | "  # noqa: E501
+                f"{sum(r['premature'])} of {len(r['premature'])} |"
+            )
+    lines += [
+        "",
+        f"Reading the words, per pause: Whisper on the turn sent ahead p50 {pct(word_costs['stt'], 50):.0f} ms "
+        f"(p99 {pct(word_costs['stt'], 99):.0f} ms, {len(word_costs['stt'])} calls; the STT stage does this anyway "
+        f"for the turn sent ahead), the text turn model p50 {pct(word_costs['words'], 50):.0f} ms "
+        f"(p99 {pct(word_costs['words'], 99):.0f} ms, {len(word_costs['words'])} calls).",
+    ]
+    lines += [
+        "",
+        f"Smart Turn per call (Whisper features + ONNX inference on an 8 s window, one thread, {len(costs)} calls): "
+        f"p50 {pct(costs, 50):.0f} ms, p99 {pct(costs, 99):.0f} ms.",
+        "",
+        "Its probability that a mid-sentence pause is the end of the turn, as more silence follows the first half "
+        "(why it is asked once per pause, at 200 ms, and never again as the silence grows):",
+        "",
+        "| silence after the first half | median | judged finished (>= 0.5) |",
+        "|---:|---:|---:|",
+    ]
     for ms, values in probs.items():
         lines.append(f"| {ms} ms | {pct(values, 50):.2f} | {sum(v >= 0.5 for v in values)} of {len(values)} |")
-    lines += ["", "Speech the barge-in gate hears while the assistant speaks (Silero frames of speech, pauses under "
-              "500 ms bridged); `S2S_MIN_INTERRUPT_MS` must lie above the backchannels and below the interruptions:", "",
-              "| said | kind | speech heard |", "|---|---|---:|"]
-    lines += [f"| {text} | {'backchannel' if text in BACKCHANNELS else 'interruption'} | {ms} ms |" for text, ms in gate.items()]
+    lines += [
+        "",
+        "Speech the barge-in gate hears while the assistant speaks (Silero frames of speech, pauses under "
+        "500 ms bridged); `S2S_MIN_INTERRUPT_MS` must lie above the backchannels and below the interruptions:",
+        "",
+        "| said | kind | speech heard |",
+        "|---|---|---:|",
+    ]
+    lines += [
+        f"| {text} | {'backchannel' if text in BACKCHANNELS else 'interruption'} | {ms} ms |"
+        for text, ms in gate.items()
+    ]
     return lines + [END]
 
 

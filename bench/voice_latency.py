@@ -66,7 +66,7 @@ def trimmed(text: str) -> np.ndarray:
     """Speech without leading or trailing silence, so 'end of speech' is the last chunk sent."""
     samples = spoken(text, steady=False)
     loud = np.flatnonzero(np.abs(samples) > 0.02)
-    return samples[loud[0]: loud[-1] + 1] if len(loud) else samples
+    return samples[loud[0] : loud[-1] + 1] if len(loud) else samples
 
 
 def settings_value(name: str) -> str:
@@ -114,8 +114,12 @@ async def one_turn(ws, text: str) -> dict | None:
     await asyncio.sleep(0.5)
     if "response.output_audio.delta" not in times:
         return None
-    return {"text": text, "status": status, "v2v_s": times["response.output_audio.delta"] - speech_end,
-            "stopped_s": times.get("input_audio_buffer.speech_stopped", float("nan")) - speech_end}
+    return {
+        "text": text,
+        "status": status,
+        "v2v_s": times["response.output_audio.delta"] - speech_end,
+        "stopped_s": times.get("input_audio_buffer.speech_stopped", float("nan")) - speech_end,
+    }
 
 
 async def opened(url: str):
@@ -131,7 +135,7 @@ async def one_session(url: str, turns: int, offset: int, results: list[dict]) ->
         for n in range(turns):
             try:
                 result = await one_turn(ws, QUESTIONS[(offset + n) % len(QUESTIONS)])
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 results.append({"timeout": True})  # 120 s without an event: the session is abandoned
                 break
             if result is not None:
@@ -172,22 +176,24 @@ def compare(variants: list[str], turns: int) -> None:
     """``--compare``: the defaults against each ENV=VALUE variant, one server (pool of 1) each, in one run."""
     configs = {"defaults": {}} | {text: dict(pair.split("=", 1) for pair in shlex.split(text)) for text in variants}
     results, load_before, load_after = compare_configs(configs, turns)
-    print(f"`python bench/voice_latency.py --compare ... --turns {turns}` on {dt.date.today().isoformat()}, "
-          f"{psutil.cpu_count()} CPUs, load average {load_before:.1f} before / {load_after:.1f} after; "
-          "1 session per configuration, turns interleaved.\n")
+    print(
+        f"`python bench/voice_latency.py --compare ... --turns {turns}` on {dt.date.today().isoformat()}, "
+        f"{psutil.cpu_count()} CPUs, load average {load_before:.1f} before / {load_after:.1f} after; "
+        "1 session per configuration, turns interleaved.\n"
+    )
     print("\n".join(compare_table(results)))
 
 
-def compare_configs(configs: dict[str, dict[str, str]], turns: int
-                    ) -> tuple[dict[str, list[dict]], float, float]:
+def compare_configs(configs: dict[str, dict[str, str]], turns: int) -> tuple[dict[str, list[dict]], float, float]:
     """Each configuration (a name and its environment) on its own server (pool of 1), their turns interleaved;
     the turns per configuration and the load average before and after."""
     servers = {}
     try:
         for name, env in configs.items():
             work = Path(tempfile.mkdtemp(prefix="s2s-voice-compare-"))
-            servers[name] = LiveServer(work, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1",
-                                                  "S2S_LOG_LEVEL": "warning", **env}).start(ready_timeout=900)
+            servers[name] = LiveServer(
+                work, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1", "S2S_LOG_LEVEL": "warning", **env}
+            ).start(ready_timeout=900)
         load_before = os.getloadavg()[0]
         results = asyncio.run(compare_turns({name: server.ws for name, server in servers.items()}, turns))
         load_after = os.getloadavg()[0]
@@ -199,32 +205,40 @@ def compare_configs(configs: dict[str, dict[str, str]], turns: int
 
 def compare_table(results: dict[str, list[dict]]) -> list[str]:
     """End of speech to first reply audio per configuration, as Markdown table lines."""
-    lines = ["| configuration | turns | v2v p50 | v2v p90 | v2v max | speech_stopped after end of speech p50 |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| configuration | turns | v2v p50 | v2v p90 | v2v max | speech_stopped after end of speech p50 |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for name, rows in results.items():
         v2v = [r["v2v_s"] * 1000 for r in rows]
         stopped = [r["stopped_s"] * 1000 for r in rows]
-        lines.append(f"| {name} | {len(rows)} | {pct(v2v, 50):.0f} ms | {pct(v2v, 90):.0f} ms | "
-                     f"{max(v2v, default=float('nan')):.0f} ms | {pct(stopped, 50):.0f} ms |")
+        lines.append(
+            f"| {name} | {len(rows)} | {pct(v2v, 50):.0f} ms | {pct(v2v, 90):.0f} ms | "
+            f"{max(v2v, default=float('nan')):.0f} ms | {pct(stopped, 50):.0f} ms |"
+        )
     return lines
 
 
 def recorded(db: Path, since: float) -> dict[str, list[float]]:
     """Per-stage latencies the server wrote for the responses finished after ``since`` (epoch)."""
-    stamp = dt.datetime.fromtimestamp(since, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    stamp = dt.datetime.fromtimestamp(since, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
     con = sqlite3.connect(db)
-    rows = con.execute("SELECT stt_s, lm_first_token_s, tts_first_audio_s, voice_to_voice_s FROM realtime_responserecord "
-                       "WHERE finished_at >= ? AND status != 'cancelled'", (stamp,)).fetchall()
+    rows = con.execute(
+        "SELECT stt_s, lm_first_token_s, tts_first_audio_s, voice_to_voice_s FROM realtime_responserecord "
+        "WHERE finished_at >= ? AND status != 'cancelled'",
+        (stamp,),
+    ).fetchall()
     con.close()
     names = ("stt", "lm_first_token", "tts_first_audio", "voice_to_voice")
     return {name: [r[i] for r in rows if r[i] is not None] for i, name in enumerate(names)}
 
 
 def output_tokens(db: Path, since: float) -> int:
-    stamp = dt.datetime.fromtimestamp(since, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    stamp = dt.datetime.fromtimestamp(since, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
     con = sqlite3.connect(db)
-    (total,) = con.execute("SELECT COALESCE(SUM(output_tokens), 0) FROM realtime_responserecord WHERE finished_at >= ?",
-                           (stamp,)).fetchone()
+    (total,) = con.execute(
+        "SELECT COALESCE(SUM(output_tokens), 0) FROM realtime_responserecord WHERE finished_at >= ?", (stamp,)
+    ).fetchone()
     con.close()
     return int(total)
 
@@ -232,8 +246,9 @@ def output_tokens(db: Path, since: float) -> int:
 def sweep(env: dict[str, str], sessions_list: list[int], pool: int, turns: int) -> list[dict]:
     """One server of ``pool`` units; each concurrency in turn: first-audio latencies, LM tokens/s, RSS."""
     work = Path(tempfile.mkdtemp(prefix="s2s-batching-bench-"))
-    server = LiveServer(work, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": str(pool), "S2S_LOG_LEVEL": "warning",
-                                   **env}).start(ready_timeout=900)
+    server = LiveServer(
+        work, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": str(pool), "S2S_LOG_LEVEL": "warning", **env}
+    ).start(ready_timeout=900)
     rows = []
     try:
         process = psutil.Process(server.process.pid)
@@ -242,10 +257,15 @@ def sweep(env: dict[str, str], sessions_list: list[int], pool: int, turns: int) 
             results = asyncio.run(all_sessions(server, sessions, turns))
             elapsed = time.monotonic() - started
             time.sleep(3)  # let the record writer catch up
-            rows.append({"sessions": sessions, "v2v": [r["v2v_s"] for r in results if not r.get("timeout")],
-                         "timeouts": sum(1 for r in results if r.get("timeout")),
-                         "tokens_per_s": output_tokens(work / "server.sqlite3", since) / elapsed,
-                         "rss_mib": process.memory_info().rss / 2**20})
+            rows.append(
+                {
+                    "sessions": sessions,
+                    "v2v": [r["v2v_s"] for r in results if not r.get("timeout")],
+                    "timeouts": sum(1 for r in results if r.get("timeout")),
+                    "tokens_per_s": output_tokens(work / "server.sqlite3", since) / elapsed,
+                    "rss_mib": process.memory_info().rss / 2**20,
+                }
+            )
             print(json.dumps({"env": env, **rows[-1]}), flush=True)  # partial results survive a later failure
     finally:
         server.stop()
@@ -256,37 +276,50 @@ def batching(sessions_list: list[int], pool: int, turns: int, write: bool, backe
     """Batched against unbatched on the LM engine ``backend``; each engine has its own section and plot."""
     load_before = os.getloadavg()[0]
     engine = {"S2S_LM_BACKEND": backend}
-    modes = {"batched": sweep({**BATCHED_ENV, **engine}, sessions_list, pool, turns),
-             "unbatched": sweep(engine, sessions_list, pool, turns)}
+    modes = {
+        "batched": sweep({**BATCHED_ENV, **engine}, sessions_list, pool, turns),
+        "unbatched": sweep(engine, sessions_list, pool, turns),
+    }
     begin, end, plot = batching_markers(backend)
-    lm_note = ("" if backend == "transformers" else
-               f" The LM engine here is {LM_ENGINE_NAMES[backend]}, which batches nothing (one generation per unit): "
-               "the batched mode batches STT and orders TTS only; `--lm-backend transformers` has the LM batched.")
+    lm_note = (
+        ""
+        if backend == "transformers"
+        else f" The LM engine here is {LM_ENGINE_NAMES[backend]}, which batches nothing (one generation per unit): "
+        "the batched mode batches STT and orders TTS only; `--lm-backend transformers` has the LM batched."
+    )
     load_after = os.getloadavg()[0]
     command = " ".join(shlex.quote(a) for a in ["python", "bench/voice_latency.py", *sys.argv[1:]])
-    lines = [begin, f"## Many talkers at once: batched vs unbatched ({LM_ENGINE_NAMES[backend]})", "",
-             f"`{command}` on {dt.date.today().isoformat()}, {psutil.cpu_count()} CPUs "
-             f"({platform.processor() or platform.machine()}), pool of {pool}, {turns} turns per session, "
-             f"load average {load_before:.1f} before / {load_after:.1f} after (the bench's own server counts in "
-             f"the second); {OTHER_WORK if load_before > (os.cpu_count() or 1) / 2 else NO_OTHER_WORK}; both "
-             "modes ran in the same run, one after the other. Batched: "
-             f"`{' '.join(f'{k}={v}' for k, v in BATCHED_ENV.items())}`. No CUDA GPU was available in this session: "
-             f"the GPU measurement (sessions per GPU under 1 s first-audio p90) was not possible.{lm_note}", "",
-             "First audio = end of the user's speech to the first `response.output_audio.delta`, measured by the "
-             "client. LM tokens/s = output tokens of all responses finished in the phase / the phase's wall time. "
-             "RSS of the server process after the phase. A session that waits 120 s for an event is abandoned "
-             "and its turn counted as timed out.", "",
-             "| mode | sessions | turns | timed out | first audio p50 | first audio p90 | p50 / 1-session p50 "
-             "| LM tokens/s | RSS |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        begin,
+        f"## Many talkers at once: batched vs unbatched ({LM_ENGINE_NAMES[backend]})",
+        "",
+        f"`{command}` on {dt.date.today().isoformat()}, {psutil.cpu_count()} CPUs "
+        f"({platform.processor() or platform.machine()}), pool of {pool}, {turns} turns per session, "
+        f"load average {load_before:.1f} before / {load_after:.1f} after (the bench's own server counts in "
+        f"the second); {OTHER_WORK if load_before > (os.cpu_count() or 1) / 2 else NO_OTHER_WORK}; both "
+        "modes ran in the same run, one after the other. Batched: "
+        f"`{' '.join(f'{k}={v}' for k, v in BATCHED_ENV.items())}`. No CUDA GPU was available in this session: "
+        f"the GPU measurement (sessions per GPU under 1 s first-audio p90) was not possible.{lm_note}",
+        "",
+        "First audio = end of the user's speech to the first `response.output_audio.delta`, measured by the "
+        "client. LM tokens/s = output tokens of all responses finished in the phase / the phase's wall time. "
+        "RSS of the server process after the phase. A session that waits 120 s for an event is abandoned "
+        "and its turn counted as timed out.",
+        "",
+        "| mode | sessions | turns | timed out | first audio p50 | first audio p90 | p50 / 1-session p50 "
+        "| LM tokens/s | RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for mode, rows in modes.items():
         single = pct(rows[0]["v2v"], 50)
         for row in rows:
             p50 = pct(row["v2v"], 50)
-            lines.append(f"| {mode} | {row['sessions']} | {len(row['v2v'])} | {row['timeouts']} | "
-                         f"{p50 * 1000:.0f} ms | "
-                         f"{pct(row['v2v'], 90) * 1000:.0f} ms | {p50 / single:.2f} | {row['tokens_per_s']:.1f} | "
-                         f"{row['rss_mib']:.0f} MiB |")
+            lines.append(
+                f"| {mode} | {row['sessions']} | {len(row['v2v'])} | {row['timeouts']} | "
+                f"{p50 * 1000:.0f} ms | "
+                f"{pct(row['v2v'], 90) * 1000:.0f} ms | {p50 / single:.2f} | {row['tokens_per_s']:.1f} | "
+                f"{row['rss_mib']:.0f} MiB |"
+            )
     lines += ["", f"![first audio by concurrency, batched and unbatched]({plot})", end]
     text = "\n".join(lines)
     print(text)
@@ -311,9 +344,15 @@ def plot_batching(modes: dict[str, list[dict]], name: str) -> None:
     fig, (ax, tokens) = plt.subplots(1, 2, figsize=(10, 4))
     for mode, rows in modes.items():
         xs = [r["sessions"] for r in rows]
-        line, = ax.plot(xs, [pct(r["v2v"], 50) * 1000 for r in rows], marker="o", label=f"{mode} p50")
-        ax.plot(xs, [pct(r["v2v"], 90) * 1000 for r in rows], marker="x", linestyle="--", color=line.get_color(),
-                label=f"{mode} p90")
+        (line,) = ax.plot(xs, [pct(r["v2v"], 50) * 1000 for r in rows], marker="o", label=f"{mode} p50")
+        ax.plot(
+            xs,
+            [pct(r["v2v"], 90) * 1000 for r in rows],
+            marker="x",
+            linestyle="--",
+            color=line.get_color(),
+            label=f"{mode} p90",
+        )
         tokens.plot(xs, [r["tokens_per_s"] for r in rows], marker="o", label=mode)
     ax.set_xlabel("concurrent sessions")
     ax.set_ylabel("end of speech -> first audio (ms)")
@@ -372,14 +411,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=20, help="turns per session")
     parser.add_argument("--sessions", nargs="+", default=["1", "2"], help="e.g. 1,2,4,8")
-    parser.add_argument("--batching", action="store_true",
-                        help="the sweep without and with the shared schedulers, on a pool of the largest count")
+    parser.add_argument(
+        "--batching",
+        action="store_true",
+        help="the sweep without and with the shared schedulers, on a pool of the largest count",
+    )
     parser.add_argument("--rss-sizes", type=int, nargs="*", default=[1, 2, 4])
     parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--lm-backend", default=DEFAULT_LM_BACKEND, choices=["llama_cpp", "transformers"],
-                        help="with --batching: the LM engine both modes run (LM batching needs transformers)")
-    parser.add_argument("--compare", nargs="+", metavar="'ENV=VALUE ...'",
-                        help="compare the defaults with these settings, turn by turn in one run (prints only)")
+    parser.add_argument(
+        "--lm-backend",
+        default=DEFAULT_LM_BACKEND,
+        choices=["llama_cpp", "transformers"],
+        help="with --batching: the LM engine both modes run (LM batching needs transformers)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="'ENV=VALUE ...'",
+        help="compare the defaults with these settings, turn by turn in one run (prints only)",
+    )
     args = parser.parse_args()
     args.sessions = session_counts(args.sessions)
     if args.batching:
@@ -391,8 +441,9 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="s2s-voice-bench-"))
     load_before = os.getloadavg()[0]
-    server = LiveServer(work, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": str(max(args.sessions)),
-                                   "S2S_LOG_LEVEL": "warning"})
+    server = LiveServer(
+        work, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": str(max(args.sessions)), "S2S_LOG_LEVEL": "warning"}
+    )
     server.start(ready_timeout=900)
     by_sessions: dict[int, list[dict]] = {}
     stages: dict[int, dict[str, list[float]]] = {}
@@ -407,17 +458,23 @@ def main() -> None:
     rss = measure_rss(work, args.rss_sizes) if args.rss_sizes else []
     load_after = os.getloadavg()[0]
 
-    lines = [BEGIN, "## Voice to voice (real default models)", "",
-             f"`{' '.join(shlex.quote(a) for a in ['python', 'bench/voice_latency.py', *sys.argv[1:]])}` on "
-             f"{dt.date.today().isoformat()}, {psutil.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
-             f"load average {load_before:.1f} before / {load_after:.1f} after. Models: Silero VAD, faster-whisper tiny.en "
-             "(int8), SmolLM2-135M-Instruct (float32), Piper en_US-joe-medium. Silence window 500 ms; speculation after "
-             f"{settings_value('S2S_SPECULATE_AFTER_MS')} ms of silence.", "",
-             "Voice-to-voice is measured by the client: from the last speech chunk sent (speech trimmed of silence, "
-             "streamed at real-time pace in 20 ms chunks) to the first `response.output_audio.delta` received. The "
-             "stage figures are what the server recorded per response (ResponseRecord).", "",
-             "| sessions | turns | v2v p50 | v2v p90 | v2v max | speech_stopped after end of speech p50 | STT p50 | LM first token p50 | TTS first audio p50 | server-side v2v p50 |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        BEGIN,
+        "## Voice to voice (real default models)",
+        "",
+        f"`{' '.join(shlex.quote(a) for a in ['python', 'bench/voice_latency.py', *sys.argv[1:]])}` on "
+        f"{dt.date.today().isoformat()}, {psutil.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
+        f"load average {load_before:.1f} before / {load_after:.1f} after. Models: Silero VAD, faster-whisper tiny.en "
+        "(int8), SmolLM2-135M-Instruct (float32), Piper en_US-joe-medium. Silence window 500 ms; speculation after "
+        f"{settings_value('S2S_SPECULATE_AFTER_MS')} ms of silence.",
+        "",
+        "Voice-to-voice is measured by the client: from the last speech chunk sent (speech trimmed of silence, "
+        "streamed at real-time pace in 20 ms chunks) to the first `response.output_audio.delta` received. The "
+        "stage figures are what the server recorded per response (ResponseRecord).",
+        "",
+        "| sessions | turns | v2v p50 | v2v p90 | v2v max | speech_stopped after end of speech p50 | STT p50 | LM first token p50 | TTS first audio p50 | server-side v2v p50 |",  # noqa: E501
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for sessions, results in by_sessions.items():
         v2v = [r["v2v_s"] for r in results]
         st = stages[sessions]
@@ -425,10 +482,16 @@ def main() -> None:
             f"| {sessions} | {len(results)} | {pct(v2v, 50) * 1000:.0f} ms | {pct(v2v, 90) * 1000:.0f} ms | "
             f"{max(v2v) * 1000:.0f} ms | {pct([r['stopped_s'] for r in results], 50) * 1000:.0f} ms | "
             f"{pct(st['stt'], 50) * 1000:.0f} ms | {pct(st['lm_first_token'], 50) * 1000:.0f} ms | "
-            f"{pct(st['tts_first_audio'], 50) * 1000:.0f} ms | {pct(st['voice_to_voice'], 50) * 1000:.0f} ms |")
+            f"{pct(st['tts_first_audio'], 50) * 1000:.0f} ms | {pct(st['voice_to_voice'], 50) * 1000:.0f} ms |"
+        )
     if rss:
-        lines += ["", "Memory of the server process once the pool is warm (one copy of each model, shared by the units):", "",
-                  "| pool size | RSS | USS | RSS per extra unit |", "|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "Memory of the server process once the pool is warm (one copy of each model, shared by the units):",
+            "",
+            "| pool size | RSS | USS | RSS per extra unit |",
+            "|---:|---:|---:|---:|",
+        ]
         base = rss[0]
         for size, r, u in rss:
             extra = (r - base[1]) / (size - base[0]) if size != base[0] else float("nan")

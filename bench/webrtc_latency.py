@@ -44,16 +44,20 @@ from tests.support.server import LiveServer  # noqa: E402
 from tests.support.speech import pcm16_chunks, silence, spoken, tone  # noqa: E402
 from tests.support.webrtc_client import WebRTCClient  # noqa: E402
 
-MARKERS = {pipeline: (f"<!-- webrtc-{pipeline}:begin -->", f"<!-- webrtc-{pipeline}:end -->")
-           for pipeline in ("loopback", "real")}
+MARKERS = {
+    pipeline: (f"<!-- webrtc-{pipeline}:begin -->", f"<!-- webrtc-{pipeline}:end -->")
+    for pipeline in ("loopback", "real")
+}
 RATE = 24000
 CHUNK_MS = 20
 QUESTION = "What is the capital of France?"
 LOUD_RMS = 0.02
 # No prefix padding: the FAKE echo then starts with the question itself, not 300 ms of the silence before it,
 # so "first reply audio" is the first audible sample on both transports.
-SESSION = {"type": "realtime", "audio": {"input": {"turn_detection": {
-    "type": "server_vad", "prefix_padding_ms": 0, "silence_duration_ms": 500}}}}
+SESSION = {
+    "type": "realtime",
+    "audio": {"input": {"turn_detection": {"type": "server_vad", "prefix_padding_ms": 0, "silence_duration_ms": 500}}},
+}
 
 
 WHY_LOOPBACK = """The likely bulk of it (not measured apart):
@@ -127,8 +131,9 @@ async def measure(server: LiveServer, args: argparse.Namespace) -> dict[str, lis
     speech = question(args.pipeline)
     audio.resample(speech, RATE, 48000)  # imports scipy now, not in the middle of the first turn
     call = WebRTCClient(server.http)
-    ws = await websockets.connect(f"{server.ws}?model=gpt-realtime", subprotocols=["realtime"], open_timeout=30,
-                                  max_size=None)
+    ws = await websockets.connect(
+        f"{server.ws}?model=gpt-realtime", subprotocols=["realtime"], open_timeout=30, max_size=None
+    )
     results: dict[str, list[float]] = {"webrtc": [], "websocket": []}
     try:
         answer = await call.connect(session=SESSION)
@@ -162,13 +167,18 @@ def section(results: dict[str, list[float]], args: argparse.Namespace, command: 
     rows = ["| transport | turns | p50 ms | p90 ms | min ms | max ms |", "|---|---:|---:|---:|---:|---:|"]
     for kind, label in (("webrtc", "WebRTC (Opus track, aiortc client)"), ("websocket", "WebSocket (PCM16 deltas)")):
         values = results[kind]
-        rows.append(f"| {label} | {len(values)} | {pct(values, 50):.0f} | {pct(values, 90):.0f} | {min(values):.0f} "
-                    f"| {max(values):.0f} |")
+        rows.append(
+            f"| {label} | {len(values)} | {pct(values, 50):.0f} | {pct(values, 90):.0f} | {min(values):.0f} "
+            f"| {max(values):.0f} |"
+        )
     difference = pct(results["webrtc"], 50) - pct(results["websocket"], 50)
     why = WHY_LOOPBACK if args.pipeline == "loopback" else WHY_REAL
-    what = ("FAKE stages (`S2S_PIPELINE=loopback`): the figure is the server VAD's 500 ms silence window and what "
-            "each transport adds" if args.pipeline == "loopback" else
-            f"the default models (`S2S_PIPELINE=real`), the question \"{QUESTION}\" spoken by Piper")
+    what = (
+        "FAKE stages (`S2S_PIPELINE=loopback`): the figure is the server VAD's 500 ms silence window and what "
+        "each transport adds"
+        if args.pipeline == "loopback"
+        else f'the default models (`S2S_PIPELINE=real`), the question "{QUESTION}" spoken by Piper'
+    )
     begin, end = MARKERS[args.pipeline]
     return f"""{begin}
 ## WebRTC against WebSocket: end of speech to first reply audio ({args.pipeline} pipeline)

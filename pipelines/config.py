@@ -90,7 +90,7 @@ class SessionSettings:
     instructions: str = ""
     output_modalities: tuple[str, ...] = ("audio",)
     max_output_tokens: int | None = None
-    temperature: float = 0.0  # greedy; see realtime.session.DEFAULT_TEMPERATURE
+    temperature: float = 0.0  # greedy; see realtime.protocol.session.DEFAULT_TEMPERATURE
     turn_detection: TurnDetection = field(default_factory=TurnDetection)
     transcription: bool = True
     transcription_language: str | None = None
@@ -193,16 +193,20 @@ class EngineConfig:
         lines = [f"voice {voice} plays for {', '.join(names)}" for voice, names in played.items()]
         shared = [n for n in self.voices if self.voice_table()[n] == self.tts_name]
         if len(shared) > 1:
-            lines.append(f"{len(shared)} OpenAI voice names play the same voice; session.updated echoes the name "
-                         "asked for (the API's field); S2S_TTS_VOICES=name=/path/voice.onnx gives a name its own")
+            lines.append(
+                f"{len(shared)} OpenAI voice names play the same voice; session.updated echoes the name "
+                "asked for (the API's field); S2S_TTS_VOICES=name=/path/voice.onnx gives a name its own"
+            )
         return lines
 
     def ignored(self) -> list[str]:
         """Settings this configuration asks for that its engines cannot act on, in words (logged at load)."""
         if self.lm_batching and self.lm_backend != "transformers":
             engine = LM_ENGINE_NAMES.get(self.lm_backend, self.lm_backend)
-            return [f"S2S_LM_BATCHING batches generations on the transformers engine only; {engine} runs one "
-                    "generation at a time per unit (S2S_LM_BACKEND=transformers to batch)"]
+            return [
+                f"S2S_LM_BATCHING batches generations on the transformers engine only; {engine} runs one "
+                "generation at a time per unit (S2S_LM_BACKEND=transformers to batch)"
+            ]
         return []
 
     @property

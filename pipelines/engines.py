@@ -72,18 +72,32 @@ class Engines:
     def build_stages(self, context: SessionContext) -> list[Stage]:
         """One unit's stages: per-session state only; the models are shared."""
         return [
-            VadStage(context, self.vad, partial_every_ms=self.partial_every_ms, speculate_after_ms=self.speculate_after_ms,
-                     turn_model=self.turn, check_after_ms=self.smart_turn_silence_ms,
-                     min_interrupt_ms=self.min_interrupt_ms, text_model=self.turn_text, denoiser=self.denoiser),
+            VadStage(
+                context,
+                self.vad,
+                partial_every_ms=self.partial_every_ms,
+                speculate_after_ms=self.speculate_after_ms,
+                turn_model=self.turn,
+                check_after_ms=self.smart_turn_silence_ms,
+                min_interrupt_ms=self.min_interrupt_ms,
+                text_model=self.turn_text,
+                denoiser=self.denoiser,
+            ),
             SttStage(context, self.stt),
-            LmStage(context, self.lm, max_new_tokens=self.max_new_tokens, first_piece_words=self.first_piece_words,
-                    max_history_tokens=self.history_tokens),
+            LmStage(
+                context,
+                self.lm,
+                max_new_tokens=self.max_new_tokens,
+                first_piece_words=self.first_piece_words,
+                max_history_tokens=self.history_tokens,
+            ),
             TtsStage(context, self.voices, self.speech_order),
         ]
 
 
-def _timed(name: str, load: Callable[[], object], timings: dict[str, float],
-            progress: Callable[[str], None] | None) -> object:
+def _timed(
+    name: str, load: Callable[[], object], timings: dict[str, float], progress: Callable[[str], None] | None
+) -> object:
     if progress:
         progress(f"loading {name}")
     started = time.perf_counter()
@@ -104,9 +118,14 @@ def _tts(config: EngineConfig, device: str) -> Synthesizer:
 
         if not (config.tts_model or config.tts_model_name):
             raise ModelLoadError("S2S_TTS_BACKEND=coqui needs S2S_TTS_MODEL (+ S2S_TTS_CONFIG) or S2S_TTS_MODEL_NAME")
-        return CoquiEngine(model_path=config.tts_model, config_path=config.tts_config,
-                           model_name=config.tts_model_name, device=device,
-                           speaker=config.tts_speaker, language=config.tts_language)
+        return CoquiEngine(
+            model_path=config.tts_model,
+            config_path=config.tts_config,
+            model_name=config.tts_model_name,
+            device=device,
+            speaker=config.tts_speaker,
+            language=config.tts_language,
+        )
     from pipelines.backends.piper_tts import PiperEngine
 
     return PiperEngine(voice_path=config.tts_model, use_cuda=device == "cuda" and config.tts_piper_cuda)
@@ -122,8 +141,9 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
     import torch
 
     torch.set_num_threads(lm_threads)
-    logger.info("engines on %s with %s compute thread(s) per call (LM %s, STT %s)",
-                device, threads, lm_threads, stt_threads)
+    logger.info(
+        "engines on %s with %s compute thread(s) per call (LM %s, STT %s)", device, threads, lm_threads, stt_threads
+    )
     logger.info("models: %s", config.describe())
     for setting in config.ignored():
         logger.warning("%s", setting)
@@ -139,29 +159,49 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
 
     vad = _timed("vad (silero)", lambda: SileroVadModel(config.vad_model), timings, progress)
     denoiser = _timed(f"noise reduction ({config.denoiser})", lambda: _denoiser(config), timings, progress)
-    turn = _timed("turn (smart turn v3)", lambda: SmartTurnModel(config.smart_turn_model, threads=threads), timings, progress)
-    whisper = _timed("stt (faster-whisper)",
-                     lambda: WhisperEngine(config.stt_model, device=device, cpu_threads=stt_threads,
-                                           num_workers=max(1, pool_size)), timings, progress)
+    turn = _timed(
+        "turn (smart turn v3)", lambda: SmartTurnModel(config.smart_turn_model, threads=threads), timings, progress
+    )
+    whisper = _timed(
+        "stt (faster-whisper)",
+        lambda: WhisperEngine(config.stt_model, device=device, cpu_threads=stt_threads, num_workers=max(1, pool_size)),
+        timings,
+        progress,
+    )
     lm = _timed(f"lm ({config.lm_backend})", lambda: _lm(config, device, threads, pool_size), timings, progress)
     turn_text = _timed("turn words (chat LM)", lambda: _turn_text(config, threads), timings, progress)
     voices = _voices(config, device, timings, progress)
     schedulers: list[object] = []
     stt: object = whisper
     if config.stt_batch_window_ms:
-        stt = BatchedTranscriber(whisper, window_ms=config.stt_batch_window_ms,  # type: ignore[arg-type]
-                                 max_batch=pool_size)
+        stt = BatchedTranscriber(
+            whisper,
+            window_ms=config.stt_batch_window_ms,  # type: ignore[arg-type]
+            max_batch=pool_size,
+        )
         schedulers.append(stt)
     if config.lm_batching and config.lm_backend == "transformers":
         lm = BatchedLM(lm, max_batch=config.lm_max_batch or pool_size)  # type: ignore[arg-type]
         schedulers.append(lm)
     order = SpeechOrder(config.tts_slots) if config.tts_slots else None
-    return Engines(vad=vad, turn=turn, stt=stt, lm=lm, voices=voices, max_new_tokens=config.lm_max_new_tokens,  # type: ignore[arg-type]
-                   partial_every_ms=config.partial_every_ms, speculate_after_ms=config.speculate_after_ms,
-                   first_piece_words=config.first_piece_words, smart_turn_silence_ms=config.smart_turn_silence_ms,
-                   min_interrupt_ms=config.min_interrupt_ms, history_tokens=config.lm_history_tokens,
-                   turn_text=turn_text, denoiser=denoiser,  # type: ignore[arg-type]
-                   speech_order=order, schedulers=schedulers)
+    return Engines(
+        vad=vad,
+        turn=turn,
+        stt=stt,
+        lm=lm,
+        voices=voices,
+        max_new_tokens=config.lm_max_new_tokens,  # type: ignore[arg-type]
+        partial_every_ms=config.partial_every_ms,
+        speculate_after_ms=config.speculate_after_ms,
+        first_piece_words=config.first_piece_words,
+        smart_turn_silence_ms=config.smart_turn_silence_ms,
+        min_interrupt_ms=config.min_interrupt_ms,
+        history_tokens=config.lm_history_tokens,
+        turn_text=turn_text,
+        denoiser=denoiser,  # type: ignore[arg-type]
+        speech_order=order,
+        schedulers=schedulers,
+    )
 
 
 def _denoiser(config: EngineConfig) -> DenoiserModel:
@@ -189,25 +229,39 @@ def _lm(config: EngineConfig, device: str, threads: int, pool_size: int) -> Lang
     if config.lm_backend == "openai":
         from pipelines.backends.openai_lm import OpenAIChatLM
 
-        return OpenAIChatLM(config.lm_base_url, model=config.lm_model or "default", api_key=config.lm_api_key,
-                            context_length=config.lm_context_length, timeout_s=config.lm_timeout_s)
+        return OpenAIChatLM(
+            config.lm_base_url,
+            model=config.lm_model or "default",
+            api_key=config.lm_api_key,
+            context_length=config.lm_context_length,
+            timeout_s=config.lm_timeout_s,
+        )
     if config.lm_backend == "llama_cpp":
         from pipelines.backends.llama_cpp_lm import LlamaCppLM
 
         # One generation slot per unit: the units answer at once, each with its share of the cores. A unit whose
         # session offers tools keeps a second context, made on first use, to decide on calls from the current turn.
-        return LlamaCppLM(config.lm_model, gguf_file=config.lm_gguf_file, device=device, n_ctx=config.lm_context,
-                          threads=threads, max_contexts=2 * max(1, pool_size), cache_dir=config.lm_cache_dir)
+        return LlamaCppLM(
+            config.lm_model,
+            gguf_file=config.lm_gguf_file,
+            device=device,
+            n_ctx=config.lm_context,
+            threads=threads,
+            max_contexts=2 * max(1, pool_size),
+            cache_dir=config.lm_cache_dir,
+        )
     if config.lm_backend == "transformers":
         from pipelines.backends.transformers_lm import TransformersLM
 
-        return TransformersLM(config.lm_model, gguf_file=config.lm_gguf_file, device=device,
-                              cache_dir=config.lm_cache_dir)
+        return TransformersLM(
+            config.lm_model, gguf_file=config.lm_gguf_file, device=device, cache_dir=config.lm_cache_dir
+        )
     raise ModelLoadError(f"unknown LM backend {config.lm_backend!r} (llama_cpp | transformers | openai)")
 
 
-def _voices(config: EngineConfig, device: str, timings: dict[str, float],
-            progress: Callable[[str], None] | None = None) -> dict[str, Synthesizer]:
+def _voices(
+    config: EngineConfig, device: str, timings: dict[str, float], progress: Callable[[str], None] | None = None
+) -> dict[str, Synthesizer]:
     """Every voice name -> its engine: the configured voice for the OpenAI names, an extra voice
     (``S2S_TTS_VOICES``) for its name, which may be an OpenAI one. Each model file loads once,
     whatever the number of names that play it."""

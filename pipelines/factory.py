@@ -45,7 +45,9 @@ def loopback_stages(context: SessionContext, voices: Sequence[str]) -> list[Stag
     ]
 
 
-def stage_factory(config: PoolConfig, progress: Callable[[str], None] | None = None) -> Callable[[SessionContext], list[Stage]]:
+def stage_factory(
+    config: PoolConfig, progress: Callable[[str], None] | None = None
+) -> Callable[[SessionContext], list[Stage]]:
     """Loads the shared engines once and returns a function that builds one unit's stages."""
     voices = config.engines.voices
     if config.profile == "loopback":
@@ -80,8 +82,14 @@ def synthetic_turn(unit: PipelineUnit, timeout: float = 120.0) -> dict[str, floa
     generation = unit.begin(collector.add, new_id("warmup"))
     try:
         voice = next(iter(unit_voices(unit)), "alloy")
-        answer = {"instructions": "Answer in one short sentence.", "output_modalities": ("audio",),
-                  "max_output_tokens": 24, "voice": voice, "output_format": audio.PCM, "temperature": 0.0}
+        answer = {
+            "instructions": "Answer in one short sentence.",
+            "output_modalities": ("audio",),
+            "max_output_tokens": 24,
+            "voice": voice,
+            "output_format": audio.PCM,
+            "temperature": 0.0,
+        }
         unit.submit(AddItem(generation=generation, item=HistoryItem(new_id("item"), "user", "Hello, who are you?")))
         unit.submit(ResponseRequest.from_settings(unit.context.settings, generation, **answer))
         first = collector.wait_finished(timeout, unit.index)
@@ -94,7 +102,7 @@ def synthetic_turn(unit: PipelineUnit, timeout: float = 120.0) -> dict[str, floa
         chunk = audio.RATES[audio.PCM] * 2 // 50  # 20 ms
         stream = silence + spoken + silence
         for at in range(0, len(stream), chunk):
-            unit.submit(AudioIn(generation=generation, data=stream[at:at + chunk], audio_format=audio.PCM))
+            unit.submit(AudioIn(generation=generation, data=stream[at : at + chunk], audio_format=audio.PCM))
         again = ResponseRequest.from_settings(unit.context.settings, generation, **answer)
         unit.submit(CommitAudio(generation=generation, item_id=new_id("item"), response=again))
         transcript = collector.wait_transcript(timeout, unit.index)
@@ -127,7 +135,9 @@ class _Collector:
 
     def _wait(self, kind: type, timeout: float, index: int) -> Outbound:
         with self._changed:
-            found = self._changed.wait_for(lambda: any(isinstance(o, (kind, PipelineError)) for o in self.outputs), timeout)
+            found = self._changed.wait_for(
+                lambda: any(isinstance(o, (kind, PipelineError)) for o in self.outputs), timeout
+            )
             if not found:
                 raise TimeoutError(f"unit {index}: warm-up got no {kind.__name__} within {timeout:.0f}s")
             out = next(o for o in self.outputs if isinstance(o, (kind, PipelineError)))

@@ -75,6 +75,8 @@ class InputAudio:
         self.close()
         if mode is None or self.model is None:
             return [audio.StreamResampler(rate, audio.PIPELINE_RATE)]
-        return [audio.StreamResampler(rate, self.model.rate),
-                self.model.new_state(ATTENUATION_LIMIT_DB[mode]),
-                audio.StreamResampler(self.model.rate, audio.PIPELINE_RATE)]
+        return [
+            audio.StreamResampler(rate, self.model.rate),
+            self.model.new_state(ATTENUATION_LIMIT_DB[mode]),
+            audio.StreamResampler(self.model.rate, audio.PIPELINE_RATE),
+        ]

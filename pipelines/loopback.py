@@ -71,8 +71,9 @@ class FakeTranscriber:
         self.memory.remember(audio_16k)
         return f"audio of {len(audio_16k) / audio.PIPELINE_RATE:.2f} seconds"
 
-    def transcribe_words(self, audio_16k: np.ndarray, language: str | None = None,
-                         prompt: str | None = None) -> tuple[tuple[str, float], ...]:
+    def transcribe_words(
+        self, audio_16k: np.ndarray, language: str | None = None, prompt: str | None = None
+    ) -> tuple[tuple[str, float], ...]:
         """The fake transcript, every word certain (log probability 0)."""
         return tuple((" " + word, 0.0) for word in self.transcribe(audio_16k, language, prompt).split())
 
@@ -107,18 +108,28 @@ class FakeLanguageModel:
     def count_tokens(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> int:
         return sum(len(str(m.get("content", "")).split()) + 4 for m in messages) + 20 * len(tools)
 
-    def generate_stream(self, messages: list[dict[str, Any]], max_new_tokens: int, temperature: float,
-                        cancel: object | None = None, tools: Sequence[FunctionTool] = (),
-                        tool_choice: ToolChoice = ToolChoice(), parallel_tool_calls: bool = True,
-                        **_options: Any) -> FakeStream:
+    def generate_stream(
+        self,
+        messages: list[dict[str, Any]],
+        max_new_tokens: int,
+        temperature: float,
+        cancel: object | None = None,
+        tools: Sequence[FunctionTool] = (),
+        tool_choice: ToolChoice = ToolChoice(),
+        parallel_tool_calls: bool = True,
+        **_options: Any,
+    ) -> FakeStream:
         last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         if last_user.startswith("fail"):
             raise RuntimeError("the fake language model was asked to fail")
         words = f"You said: {last_user}.".split()
         answered = bool(messages) and messages[-1]["role"] == "tool"  # a result to read, not a call to repeat
         requests = last_user.split("; ") if parallel_tool_calls else last_user.split("; ")[:1]
-        calls = [] if answered and tool_choice.mode == "auto" else [
-            call for text in requests if (call := self._call(text, tools, tool_choice)) is not None]
+        calls = (
+            []
+            if answered and tool_choice.mode == "auto"
+            else [call for text in requests if (call := self._call(text, tools, tool_choice)) is not None]
+        )
         call = "\n".join(calls) or None
         if call is not None:
             words = call.split(" ")

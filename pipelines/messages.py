@@ -117,11 +117,18 @@ class ResponseRequest(Downstream):
     def from_settings(cls, settings: SessionSettings, generation: int, **overrides: Any) -> ResponseRequest:
         """The one way to make a request: the session's settings, with the response's own overrides."""
         fields: dict[str, Any] = {
-            "response_id": new_id("resp"), "instructions": settings.instructions,
-            "output_modalities": settings.output_modalities, "max_output_tokens": settings.max_output_tokens,
-            "voice": settings.voice, "output_format": settings.output_format, "temperature": settings.temperature,
-            "speed": settings.speed, "tools": settings.tools, "tool_choice": settings.tool_choice,
-            "hosted": settings.hosted, "parallel_tool_calls": settings.parallel_tool_calls,
+            "response_id": new_id("resp"),
+            "instructions": settings.instructions,
+            "output_modalities": settings.output_modalities,
+            "max_output_tokens": settings.max_output_tokens,
+            "voice": settings.voice,
+            "output_format": settings.output_format,
+            "temperature": settings.temperature,
+            "speed": settings.speed,
+            "tools": settings.tools,
+            "tool_choice": settings.tool_choice,
+            "hosted": settings.hosted,
+            "parallel_tool_calls": settings.parallel_tool_calls,
             "truncation": settings.truncation,
         }
         return cls(generation=generation, **{**fields, **overrides})

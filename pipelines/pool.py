@@ -41,8 +41,11 @@ class PipelinePool:
 
     # --- start and stop ---------------------------------------------------
 
-    def start(self, warm_turn: Callable[[PipelineUnit], dict[str, float]] | None = None,
-              progress: Callable[[str], None] | None = None) -> dict[int, dict[str, float]]:
+    def start(
+        self,
+        warm_turn: Callable[[PipelineUnit], dict[str, float]] | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> dict[int, dict[str, float]]:
         """Starts every unit's threads, runs ``warm_turn`` on each, then admits sessions."""
         timings: dict[int, dict[str, float]] = {}
         for unit in self.units:

@@ -40,7 +40,8 @@ When the user asks for something a function does, answer with only the call:
 <tool_call>
 {{"name": "<function name>", "arguments": <arguments as a JSON object>}}
 </tool_call>
-Otherwise answer the user directly. A function's result comes back inside <tool_response></tool_response>; then tell the user the result in a short spoken sentence."""
+Otherwise answer the user directly. A function's result comes back inside <tool_response></tool_response>; \
+then tell the user the result in a short spoken sentence."""
 
 
 def call_head(name: str) -> str:
@@ -68,8 +69,10 @@ def call_key(name: str, arguments: Any) -> str:
 
 def tool_schema(tool: FunctionTool) -> dict[str, Any]:
     """The tool in the shape chat templates take (``tools=`` of ``apply_chat_template``)."""
-    return {"type": "function",
-            "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters}}
+    return {
+        "type": "function",
+        "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
+    }
 
 
 def _arguments_value(arguments: str) -> Any:
@@ -89,19 +92,29 @@ def chat_messages(entries: Iterable[HistoryEntry]) -> list[dict[str, Any]]:
                 messages.append({"role": entry.role, "content": entry.text})
         elif isinstance(entry, FunctionCallItem):
             names[entry.call_id] = entry.name
-            call = {"id": entry.call_id, "type": "function",
-                    "function": {"name": entry.name, "arguments": _arguments_value(entry.arguments)}}
+            call = {
+                "id": entry.call_id,
+                "type": "function",
+                "function": {"name": entry.name, "arguments": _arguments_value(entry.arguments)},
+            }
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and last.get("tool_calls") and not last["content"]:
                 last["tool_calls"].append(call)
             else:
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
             if entry.output is not None:  # a call the server ran: its result follows it
-                messages.append({"role": "tool", "tool_call_id": entry.call_id, "name": entry.name,
-                                 "content": entry.output})
+                messages.append(
+                    {"role": "tool", "tool_call_id": entry.call_id, "name": entry.name, "content": entry.output}
+                )
         elif isinstance(entry, FunctionCallOutputItem):
-            messages.append({"role": "tool", "tool_call_id": entry.call_id, "name": names.get(entry.call_id, ""),
-                             "content": entry.output})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": entry.call_id,
+                    "name": names.get(entry.call_id, ""),
+                    "content": entry.output,
+                }
+            )
     return messages
 
 
@@ -110,8 +123,14 @@ def plain_messages(messages: Sequence[dict[str, Any]], tools: Sequence[FunctionT
     out: list[dict[str, str]] = []
     for message in messages:
         if message.get("tool_calls"):
-            calls = [CALL_OPEN + "\n" + json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]})
-                     + "\n" + CALL_CLOSE for c in message["tool_calls"]]
+            calls = [
+                CALL_OPEN
+                + "\n"
+                + json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]})
+                + "\n"
+                + CALL_CLOSE
+                for c in message["tool_calls"]
+            ]
             text = "\n".join(([message["content"]] if message.get("content") else []) + calls)
             out.append({"role": "assistant", "content": text})
         elif message["role"] == "tool":
@@ -200,14 +219,14 @@ class CallParser:
         if at >= 0:
             if at:
                 yield Text(self._buffer[:at])
-            self._buffer = self._buffer[at + len(CALL_OPEN):]
+            self._buffer = self._buffer[at + len(CALL_OPEN) :]
             self._state = "head"
             return
         keep = _partial_suffix(self._buffer, CALL_OPEN)
-        ready = self._buffer[:len(self._buffer) - keep]
+        ready = self._buffer[: len(self._buffer) - keep]
         if ready:
             yield Text(ready)
-            self._buffer = self._buffer[len(ready):]
+            self._buffer = self._buffer[len(ready) :]
 
     def _head(self) -> Iterator[ParsedPiece]:
         match = HEAD.match(self._buffer)
@@ -217,7 +236,7 @@ class CallParser:
             yield from ()
             return
         self._name = match.group(1)
-        self._buffer = self._buffer[match.end():]
+        self._buffer = self._buffer[match.end() :]
         self._arguments, self._depth, self._in_string, self._escape = [], 0, False, False
         self._state = "args"
         yield CallStart(self._name)
@@ -262,9 +281,9 @@ class CallParser:
         at = self._buffer.find(CALL_CLOSE)
         if at < 0:
             keep = _partial_suffix(self._buffer, CALL_CLOSE)
-            self._buffer = self._buffer[len(self._buffer) - keep:] if keep else ""
+            self._buffer = self._buffer[len(self._buffer) - keep :] if keep else ""
             return
-        self._buffer = self._buffer[at + len(CALL_CLOSE):].lstrip("\n")
+        self._buffer = self._buffer[at + len(CALL_CLOSE) :].lstrip("\n")
         self._state = "text"
         yield from ()
 
@@ -324,8 +343,11 @@ class MarkupFilter:
             self._tag += char
             if char == ">":
                 self._tag = ""  # a tag: dropped
-            elif (len(self._tag) == 2 and not (char.isalpha() or char in "/_|")) or char == "\n" \
-                    or len(self._tag) > MAX_TAG_CHARS:
+            elif (
+                (len(self._tag) == 2 and not (char.isalpha() or char in "/_|"))
+                or char == "\n"
+                or len(self._tag) > MAX_TAG_CHARS
+            ):
                 tag, self._tag = self._tag, ""
                 self._emit(tag, out)  # not a tag after all: "a < b"
             return

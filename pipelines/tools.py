@@ -44,12 +44,14 @@ def parse_tool(entry: Any, param: str) -> FunctionTool:
         raise ToolDefinitionError(f"'{param}' must be an object.", param)
     kind = entry.get("type", "function")
     if kind != "function":
-        raise ToolDefinitionError(f"Unsupported tool type {kind!r}: only 'function' and 'mcp' tools are supported.",
-                                  f"{param}.type")
+        raise ToolDefinitionError(
+            f"Unsupported tool type {kind!r}: only 'function' and 'mcp' tools are supported.", f"{param}.type"
+        )
     name = entry.get("name")
     if not isinstance(name, str) or not NAME.match(name):
         raise ToolDefinitionError(
-            f"'{param}.name' must be 1 to 64 letters, digits, underscores or dashes.", f"{param}.name")
+            f"'{param}.name' must be 1 to 64 letters, digits, underscores or dashes.", f"{param}.name"
+        )
     description = entry.get("description")
     if description is None:
         description = ""
@@ -70,8 +72,9 @@ def check_parameters_schema(schema: Any, param: str) -> None:
         validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
     except jsonschema.SchemaError as exc:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path)
-        raise ToolDefinitionError(f"'{param}' is not a valid JSON Schema: {exc.message} (at {param}{where}).",
-                                  param) from None
+        raise ToolDefinitionError(
+            f"'{param}' is not a valid JSON Schema: {exc.message} (at {param}{where}).", param
+        ) from None
     kind = schema.get("type", "object")
     if kind != "object":
         raise ToolDefinitionError(f"'{param}' must describe an object (type 'object'), not {kind!r}.", param)
@@ -87,13 +90,16 @@ def parse_tool_choice(value: Any, tools: Sequence[FunctionTool], param: str = "t
         if value not in MODES:
             raise ToolDefinitionError(
                 f"Invalid value for '{param}': {value!r}. Supported: 'auto', 'none', 'required' "
-                "or {'type': 'function', 'name': ...}.", param)
+                "or {'type': 'function', 'name': ...}.",
+                param,
+            )
         choice = ToolChoice(mode=value)
     elif isinstance(value, dict):
         kind = value.get("type")
         if kind != "function":
-            raise ToolDefinitionError(f"Invalid value for '{param}.type': {kind!r}. Supported: 'function'.",
-                                      f"{param}.type")
+            raise ToolDefinitionError(
+                f"Invalid value for '{param}.type': {kind!r}. Supported: 'function'.", f"{param}.type"
+            )
         name = value.get("name")
         if name is None and isinstance(value.get("function"), dict):  # the Chat Completions shape
             name = value["function"].get("name")

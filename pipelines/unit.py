@@ -18,7 +18,7 @@ Sink = Callable[[Outbound], None]
 StageFactory = Callable[[SessionContext], Sequence[Stage]]
 
 
-class UnitState(str, enum.Enum):
+class UnitState(str, enum.Enum):  # noqa: UP042  (str() of a member is its name, as logged)
     WARMING = "warming"
     IDLE = "idle"
     BUSY = "busy"
@@ -38,9 +38,7 @@ class _Wiring:
         self.retired = False
         self.dead: list[str] = []
         self.threads = [
-            threading.Thread(
-                target=self._run, args=(i,), name=f"unit{unit.index}-{stage.name}", daemon=True
-            )
+            threading.Thread(target=self._run, args=(i,), name=f"unit{unit.index}-{stage.name}", daemon=True)
             for i, stage in enumerate(self.stages)
         ]
 
@@ -242,7 +240,9 @@ class PipelineUnit:
         clean = wiring.alive() and all(ack.wait(max(0.0, deadline - time.monotonic())) for ack in wiring.acks)
         clean = clean and wiring.alive()
         if not clean:
-            logger.error("unit %s did not drain within %.1fs: quarantined and rebuilt", self.index, self._release_timeout_s)
+            logger.error(
+                "unit %s did not drain within %.1fs: quarantined and rebuilt", self.index, self._release_timeout_s
+            )
             self.set_state(UnitState.QUARANTINED)
             self.rebuild()
         self.context.reset(self.context.generation + 1)

@@ -14,8 +14,9 @@ def create_auditors_group(sender: AppConfig, using: str = "default", **kwargs: A
     from django.contrib.auth.models import Group, Permission
 
     group, _ = Group.objects.using(using).get_or_create(name=AUDITORS_GROUP)
-    group.permissions.add(*Permission.objects.using(using).filter(content_type__app_label="realtime",
-                                                                  codename__in=AUDITOR_PERMISSIONS))
+    group.permissions.add(
+        *Permission.objects.using(using).filter(content_type__app_label="realtime", codename__in=AUDITOR_PERMISSIONS)
+    )
 
 
 class RealtimeConfig(AppConfig):
@@ -24,6 +25,6 @@ class RealtimeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from realtime import checks, revocation  # noqa: F401  (registers the system checks and the receivers)
+        from realtime.access import checks, revocation  # noqa: F401  (registers the system checks and the receivers)
 
         post_migrate.connect(create_auditors_group, sender=self)

@@ -21,7 +21,9 @@ class ApiKey(models.Model):
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True, help_text="Set to revoke the key; it stops working at once.")
+    revoked_at = models.DateTimeField(
+        null=True, blank=True, help_text="Set to revoke the key; it stops working at once."
+    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -17,9 +17,21 @@ from realtime.auth_models import ApiKey, ClientSecret
 from realtime.prompt_models import Prompt, PromptVersion
 from realtime.recording_models import Recording
 
-__all__ = ["ApiKey", "ClientSecret", "ConversationItem", "EndReason", "Node", "Prompt", "PromptVersion",
-           "RealtimeSession", "Recording",
-           "RefusalCount", "ResponseRecord", "Transport", "upsert"]
+__all__ = [
+    "ApiKey",
+    "ClientSecret",
+    "ConversationItem",
+    "EndReason",
+    "Node",
+    "Prompt",
+    "PromptVersion",
+    "RealtimeSession",
+    "Recording",
+    "RefusalCount",
+    "ResponseRecord",
+    "Transport",
+    "upsert",
+]
 
 
 def upsert(model: type[models.Model], keys: dict[str, object], fields: dict[str, object]) -> None:
@@ -32,8 +44,9 @@ def upsert(model: type[models.Model], keys: dict[str, object], fields: dict[str,
     """
     names = {field.attname: field.name for field in model._meta.concrete_fields}  # "session_id" -> "session"
     unique = [names[key] for key in keys]
-    model._default_manager.bulk_create([model(**keys, **fields)], update_conflicts=True,
-                                       unique_fields=unique, update_fields=list(fields))
+    model._default_manager.bulk_create(
+        [model(**keys, **fields)], update_conflicts=True, unique_fields=unique, update_fields=list(fields)
+    )
 
 
 class EndReason(models.TextChoices):
@@ -57,8 +70,11 @@ class SessionQuerySet(models.QuerySet):
 
     def interrupt(self, node: str, before: datetime, at: datetime | None = None) -> int:
         """Marks the node's sessions still open (and started before ``before``) as interrupted by a crash."""
-        return self.open_on(node).filter(started_at__lt=before).update(
-            end_reason=EndReason.INTERRUPTED, ended_at=at or timezone.now())
+        return (
+            self.open_on(node)
+            .filter(started_at__lt=before)
+            .update(end_reason=EndReason.INTERRUPTED, ended_at=at or timezone.now())
+        )
 
     def interrupt_left_open(self, node: str, before: datetime) -> int:
         """At start: closes the sessions an earlier, crashed run of this node left open.
@@ -89,8 +105,9 @@ class RealtimeSession(models.Model):
     node = models.CharField(max_length=200, db_index=True)
     unit_index = models.IntegerField(null=True, blank=True)
     model = models.CharField(max_length=200, blank=True)
-    principal = models.CharField("who", max_length=200, blank=True, db_index=True,
-                                 help_text="The API key or user that opened the session.")
+    principal = models.CharField(
+        "who", max_length=200, blank=True, db_index=True, help_text="The API key or user that opened the session."
+    )
     client_addr = models.CharField(max_length=100, blank=True)
     transport = models.CharField(max_length=16, choices=Transport.choices, default=Transport.WEBSOCKET, db_index=True)
     user_agent = models.CharField(max_length=500, blank=True)
@@ -153,8 +170,9 @@ class ResponseRecord(models.Model):
     stt_s = models.FloatField(null=True, blank=True)
     lm_first_token_s = models.FloatField(null=True, blank=True)
     tts_first_audio_s = models.FloatField(null=True, blank=True)
-    voice_to_voice_s = models.FloatField(null=True, blank=True,
-                                         help_text="From the end of the user's speech to the first audio sent back.")
+    voice_to_voice_s = models.FloatField(
+        null=True, blank=True, help_text="From the end of the user's speech to the first audio sent back."
+    )
     finished_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -207,8 +225,12 @@ class NodeQuerySet(models.QuerySet):
         reaped = []
         for node in self.filter(gone=False, heartbeat_at__lt=cutoff):
             slots = [{**slot, "state": "gone"} for slot in node.slots]
-            if self.filter(name=node.name, gone=False, heartbeat_at=node.heartbeat_at).update(
-                    gone=True, slots=slots, free_units=0, admitting=False) != 1:
+            if (
+                self.filter(name=node.name, gone=False, heartbeat_at=node.heartbeat_at).update(
+                    gone=True, slots=slots, free_units=0, admitting=False
+                )
+                != 1
+            ):
                 continue
             RealtimeSession.objects.interrupt(node.name, before=now, at=node.heartbeat_at)
             reaped.append(node.name)
@@ -271,10 +293,24 @@ class Node(models.Model):
         for slot in self.slots:
             state = slot["state"] if alive else "gone"
             since = slot.get("since")
-            slots.append({**slot, "state": state,
-                          "for_s": round(max(0.0, now - float(since)), 1) if since and state == "busy" else None})
-        return {"name": self.name, "host": self.host, "pid": self.pid, "profile": self.profile, "alive": alive,
-                "status": self.status, "heartbeat_at": self.heartbeat_at.isoformat(),
-                "heartbeat_age_s": round((timezone.now() - self.heartbeat_at).total_seconds(), 1),
-                "started_at": self.started_at.isoformat(), "free_units": self.free_units if alive else 0,
-                "rejections": self.rejections, "slots": slots}
+            slots.append(
+                {
+                    **slot,
+                    "state": state,
+                    "for_s": round(max(0.0, now - float(since)), 1) if since and state == "busy" else None,
+                }
+            )
+        return {
+            "name": self.name,
+            "host": self.host,
+            "pid": self.pid,
+            "profile": self.profile,
+            "alive": alive,
+            "status": self.status,
+            "heartbeat_at": self.heartbeat_at.isoformat(),
+            "heartbeat_age_s": round((timezone.now() - self.heartbeat_at).total_seconds(), 1),
+            "started_at": self.started_at.isoformat(),
+            "free_units": self.free_units if alive else 0,
+            "rejections": self.rejections,
+            "slots": slots,
+        }

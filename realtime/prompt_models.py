@@ -12,7 +12,7 @@ from django.db import models
 from django.utils import timezone
 
 from pipelines.ids import new_id
-from realtime.prompts import StoredPrompt, pick
+from realtime.protocol.prompts import StoredPrompt, pick
 
 
 def new_prompt_id() -> str:
@@ -28,8 +28,10 @@ class PromptManager(models.Manager["Prompt"]):
     def versions_of(self, prompt_id: str) -> dict[str, StoredPrompt]:
         """Every version of prompt ``prompt_id``, by version number as the API names it ("1", "2"...)."""
         rows = PromptVersion.objects.filter(prompt_id=prompt_id).values_list("version", "instructions", "variables")
-        return {str(version): StoredPrompt(prompt_id, str(version), text, dict(defaults or {}))
-                for version, text, defaults in rows}
+        return {
+            str(version): StoredPrompt(prompt_id, str(version), text, dict(defaults or {}))
+            for version, text, defaults in rows
+        }
 
     def lookup(self, prompt_id: str, version: str | None) -> StoredPrompt:
         """The version asked for (None: the newest); raises ``PromptError`` (a ``PromptLookup``)."""
@@ -54,8 +56,12 @@ class PromptVersion(models.Model):
     prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="versions")
     version = models.PositiveIntegerField()
     instructions = models.TextField(help_text="The instructions a session or response gets; {{name}} is a variable.")
-    variables = models.JSONField(default=dict, blank=True, validators=[check_defaults],
-                                 help_text='Defaults of the variables, e.g. {"city": "Paris"}.')
+    variables = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[check_defaults],
+        help_text='Defaults of the variables, e.g. {"city": "Paris"}.',
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

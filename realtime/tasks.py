@@ -40,24 +40,37 @@ def summarize(session_id: str) -> dict[str, Any] | None:
     for field in LATENCY_FIELDS:
         values = [getattr(r, field) for r in responses if getattr(r, field) is not None]
         latency[field.removesuffix("_s")] = {
-            "count": len(values), "p50": _round(percentile(values, 50)), "p90": _round(percentile(values, 90)),
-            "p99": _round(percentile(values, 99)), "max": _round(max(values) if values else None)}
+            "count": len(values),
+            "p50": _round(percentile(values, 50)),
+            "p90": _round(percentile(values, 90)),
+            "p99": _round(percentile(values, 99)),
+            "max": _round(max(values) if values else None),
+        }
     words: dict[str, int] = {}
     for role, text in session.items.values_list("role", "text"):
         words[role] = words.get(role, 0) + len(text.split())
     statuses: dict[str, int] = {}
     for response in responses:
         statuses[response.status] = statuses.get(response.status, 0) + 1
-    return {"latency_s": latency, "words": words, "responses": statuses,
-            "output_tokens": sum(r.output_tokens for r in responses), "input_tokens": sum(r.input_tokens for r in responses)}
+    return {
+        "latency_s": latency,
+        "words": words,
+        "responses": statuses,
+        "output_tokens": sum(r.output_tokens for r in responses),
+        "input_tokens": sum(r.input_tokens for r in responses),
+    }
 
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-@shared_task(name="realtime.tasks.summarize_session", autoretry_for=(OperationalError, InterfaceError),
-             max_retries=5, retry_backoff=True)
+@shared_task(
+    name="realtime.tasks.summarize_session",
+    autoretry_for=(OperationalError, InterfaceError),
+    max_retries=5,
+    retry_backoff=True,
+)
 def summarize_session(session_id: str) -> dict[str, Any] | None:
     """After a session ends: computes its summary onto the record."""
     summary = summarize(session_id)

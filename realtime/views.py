@@ -12,8 +12,10 @@ from django.shortcuts import render
 from django.urls import Resolver404, resolve, reverse
 
 from pipelines.config import EngineConfig
-from realtime import auth, channel_layer, runtime
-from realtime import metrics as metrics_exposition
+from realtime.access import auth
+from realtime.node import channel_layer
+from realtime.node import runtime
+from realtime.audit import metrics as metrics_exposition
 from realtime.models import ResponseRecord
 
 REALTIME_PATH = "/v1/realtime"
@@ -26,7 +28,7 @@ def index(request: HttpRequest) -> HttpResponse:
 
     With authentication off, or no client-secrets endpoint, the page connects without a
     secret (it also copes with a 404). With it on, only a signed-in staff user may mint
-    secrets (``realtime.auth_views``); anyone else is shown where to sign in.
+    secrets (``realtime.access.views``); anyone else is shown where to sign in.
     """
     secrets_url = sign_in_url = ""
     if settings.S2S_AUTH_REQUIRED and _routed(CLIENT_SECRETS_PATH):
@@ -42,7 +44,8 @@ def index(request: HttpRequest) -> HttpResponse:
         "timings_url": TIMINGS_PATH,
         "calls_url": CALLS_PATH if _routed(CALLS_PATH) else "",
         "ice_servers": json.dumps(list(settings.S2S_ICE_SERVERS)),
-        "models": settings.S2S_POOL.engines.describe() if settings.S2S_POOL.profile == "real"
+        "models": settings.S2S_POOL.engines.describe()
+        if settings.S2S_POOL.profile == "real"
         else "FAKE loopback stages (S2S_PIPELINE=loopback)",
     }
     return render(request, "realtime/index.html", context)
@@ -57,14 +60,21 @@ def installed_voices(engines: EngineConfig) -> list[tuple[str, str]]:
     model = engines.tts_model_name or (Path(engines.tts_model).stem if engines.tts_model else "")
     default = f"Default voice ({engines.tts_backend.capitalize()}{', ' + model if model else ''})"
     voices = [(engines.voices[0], default)] if engines.voices else []
-    voices += [(name, name.replace("_", " ").replace("-", " ")) for name, _ in engines.extra_voices
-               if name not in engines.voices]
+    voices += [
+        (name, name.replace("_", " ").replace("-", " "))
+        for name, _ in engines.extra_voices
+        if name not in engines.voices
+    ]
     return voices
 
 
 TIMINGS_PATH = "/v1/realtime/sessions/SESSION_ID/timings"
-TIMING_FIELDS = {"stt_ms": "stt_s", "lm_first_token_ms": "lm_first_token_s",
-                 "tts_first_audio_ms": "tts_first_audio_s", "voice_to_voice_ms": "voice_to_voice_s"}
+TIMING_FIELDS = {
+    "stt_ms": "stt_s",
+    "lm_first_token_ms": "lm_first_token_s",
+    "tts_first_audio_ms": "tts_first_audio_s",
+    "voice_to_voice_ms": "voice_to_voice_s",
+}
 
 
 def session_timings(request: HttpRequest, session_id: str) -> JsonResponse:
@@ -76,14 +86,39 @@ def session_timings(request: HttpRequest, session_id: str) -> JsonResponse:
     With authentication on, the caller needs an API key or a staff sign-in, as for a secret.
     """
     if request.method != "GET":
-        return JsonResponse({"error": {"type": "invalid_request_error", "code": "method_not_allowed",
-                                       "message": "Use GET.", "param": None}}, status=405)
+        return JsonResponse(
+            {
+                "error": {
+                    "type": "invalid_request_error",
+                    "code": "method_not_allowed",
+                    "message": "Use GET.",
+                    "param": None,
+                }
+            },
+            status=405,
+        )
     if settings.S2S_AUTH_REQUIRED and not _may_read_timings(request):
-        return JsonResponse({"error": {"type": "invalid_request_error", "code": "invalid_api_key",
-                                       "message": "Missing credentials.", "param": None}}, status=401)
+        return JsonResponse(
+            {
+                "error": {
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                    "message": "Missing credentials.",
+                    "param": None,
+                }
+            },
+            status=401,
+        )
     rows = ResponseRecord.objects.filter(session_id=session_id).order_by("finished_at")
-    responses = [{"response_id": row.response_id, "item_id": row.item_id, "status": row.status,
-                  **{key: _ms(getattr(row, field)) for key, field in TIMING_FIELDS.items()}} for row in rows]
+    responses = [
+        {
+            "response_id": row.response_id,
+            "item_id": row.item_id,
+            "status": row.status,
+            **{key: _ms(getattr(row, field)) for key, field in TIMING_FIELDS.items()},
+        }
+        for row in rows
+    ]
     return JsonResponse({"session_id": session_id, "responses": responses})
 
 
@@ -137,8 +172,13 @@ def _readiness() -> tuple[dict[str, object], int]:
         state = "failed" if rt.start_error else "starting"
         return {"status": state, "error": rt.start_error}, 503
     free = pool.free_units()
-    body: dict[str, object] = {"status": "ready", "warm": pool.warm, "admitting": pool.admitting,
-                               "units": len(pool.units), "free_units": free}
+    body: dict[str, object] = {
+        "status": "ready",
+        "warm": pool.warm,
+        "admitting": pool.admitting,
+        "units": len(pool.units),
+        "free_units": free,
+    }
     if settings.REDIS_URL:  # degraded Redis: sessions go on, so this alone does not make the node unready
         body["channel_layer"] = channel_layer.status()
     if not pool.admitting or free == 0:

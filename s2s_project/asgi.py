@@ -2,7 +2,7 @@
 
 Under uvicorn (which speaks ASGI lifespan) the process's parts start and stop
 with the lifespan events; daphne has no lifespan, so ``manage.py serve`` does the
-same through the same :class:`realtime.runtime.Runtime`. uvicorn closes live
+same through the same :class:`realtime.node.runtime.Runtime`. uvicorn closes live
 WebSockets itself (1012) before the lifespan's shutdown, so there the drain finds
 them ended already and only flushes the records.
 """
@@ -21,8 +21,8 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from django.conf import settings  # noqa: E402
 
-from realtime import runtime  # noqa: E402
-from realtime.routing import websocket_urlpatterns  # noqa: E402
+from realtime.node import runtime  # noqa: E402
+from realtime.transports.routing import websocket_urlpatterns  # noqa: E402
 
 
 async def lifespan(scope, receive, send) -> None:

@@ -101,8 +101,9 @@ def envicelist(name: str) -> tuple[dict[str, object], ...]:
     for server in servers:
         urls = server.get("urls") if isinstance(server, dict) else None
         urls = [urls] if isinstance(urls, str) else urls
-        if not urls or not all(isinstance(u, str) and u.split(":", 1)[0] in ("stun", "stuns", "turn", "turns")
-                               for u in urls):
+        if not urls or not all(
+            isinstance(u, str) and u.split(":", 1)[0] in ("stun", "stuns", "turn", "turns") for u in urls
+        ):
             raise ImproperlyConfigured(f"{name}: {server!r} needs 'urls' of stun:, stuns:, turn: or turns: URLs")
         if any(u.startswith("turn") for u in urls) and not (server.get("username") and server.get("credential")):
             raise ImproperlyConfigured(f"{name}: the TURN server {urls[0]} needs a 'username' and a 'credential'")

@@ -80,8 +80,11 @@ class DeadlineHTTPChannel(http.HTTPChannel):
     def _await_request(self) -> None:
         """Starts the wait for the next request: counted for its address, and with a deadline."""
         if not pending.enter(self._address, settings.S2S_MAX_PENDING_PER_ADDRESS):
-            logger.warning("%s has %s connections without a whole request (S2S_MAX_PENDING_PER_ADDRESS): closing "
-                           "one more", self._address, pending.count(self._address))
+            logger.warning(
+                "%s has %s connections without a whole request (S2S_MAX_PENDING_PER_ADDRESS): closing one more",
+                self._address,
+                pending.count(self._address),
+            )
             self.transport.abortConnection()
             return
         self._counted = True
@@ -97,8 +100,9 @@ class DeadlineHTTPChannel(http.HTTPChannel):
 
     def _request_too_slow(self) -> None:
         self._deadline = None
-        logger.info("%s sent no whole request in %ss: closing with 408", self._address,
-                    settings.S2S_WS_HANDSHAKE_TIMEOUT_S)
+        logger.info(
+            "%s sent no whole request in %ss: closing with 408", self._address, settings.S2S_WS_HANDSHAKE_TIMEOUT_S
+        )
         self._request_arrived()
         self.transport.write(REQUEST_TIMEOUT)
         self.transport.loseConnection()

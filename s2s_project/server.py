@@ -28,9 +28,9 @@ from daphne.server import Server
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from realtime import runtime
-from realtime.checks import uses_development_key
-from realtime.limits import max_frame_bytes
+from realtime.node import runtime
+from realtime.access.checks import uses_development_key
+from realtime.protocol.limits import max_frame_bytes
 from s2s_project import http_phase
 from s2s_project.asgi import application
 
@@ -83,8 +83,12 @@ class CloseCodeWebSocketProtocol(ws_protocol.WebSocketProtocol):
         pending = pending_bytes(self.transport)
         if pending is None or pending <= settings.S2S_MAX_SEND_BUFFER_BYTES:
             return False
-        logger.warning("%s: %s bytes wait for a client that does not read (limit %s): dropping the connection",
-                       self.client_addr, pending, settings.S2S_MAX_SEND_BUFFER_BYTES)
+        logger.warning(
+            "%s: %s bytes wait for a client that does not read (limit %s): dropping the connection",
+            self.client_addr,
+            pending,
+            settings.S2S_MAX_SEND_BUFFER_BYTES,
+        )
         self.send_overflow = True
         self.dropConnection(abort=True)
         return True
@@ -116,8 +120,10 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
         application=application,
         # Twisted listens with a backlog of 50: a burst of connections (clients coming back after a restart)
         # overflows it. 2048 is uvicorn's and gunicorn's default (the kernel caps it at net.core.somaxconn).
-        endpoints=[f"{endpoint}:backlog={LISTEN_BACKLOG}"
-                   for endpoint in build_endpoint_description_strings(host=host, port=port)],
+        endpoints=[
+            f"{endpoint}:backlog={LISTEN_BACKLOG}"
+            for endpoint in build_endpoint_description_strings(host=host, port=port)
+        ],
         websocket_timeout=-1,
         websocket_handshake_timeout=settings.S2S_WS_HANDSHAKE_TIMEOUT_S,
         websocket_connect_timeout=settings.S2S_WS_HANDSHAKE_TIMEOUT_S,
@@ -130,8 +136,9 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
     install_shutdown_handlers(rt)
     route_twisted_log()
     if not settings.S2S_AUTH_REQUIRED:
-        logger.warning("authentication is OFF (S2S_AUTH_REQUIRED=0): anyone who can reach %s:%s may open sessions",
-                       host, port)
+        logger.warning(
+            "authentication is OFF (S2S_AUTH_REQUIRED=0): anyone who can reach %s:%s may open sessions", host, port
+        )
     logger.info("serving on http://%s:%s (WebSocket at /v1/realtime)", host, port)
     try:
         server.run()
@@ -156,8 +163,11 @@ def route_twisted_log() -> None:
     def observe(event: dict) -> None:
         text = formatEvent(event)
         if text.startswith("EMFILE recovery: Closed socket"):
-            logger.warning("out of file descriptors (open-files limit %s): a new connection was closed "
-                           "unanswered (%s)", resource.getrlimit(resource.RLIMIT_NOFILE)[0], text)
+            logger.warning(
+                "out of file descriptors (open-files limit %s): a new connection was closed unanswered (%s)",
+                resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                text,
+            )
         elif event.get("log_level") in shown and not text.startswith(ROUTINE_DROP):
             forward(event)
 
@@ -179,7 +189,8 @@ def refuse_public_development_key(host: str) -> None:
         raise ImproperlyConfigured(
             f"Refusing to serve on {host}: DJANGO_SECRET_KEY is not set, and the development key is public "
             "(anyone could forge this server's signed cookies). Set DJANGO_SECRET_KEY to 50 or more random "
-            "characters, or bind to 127.0.0.1.")
+            "characters, or bind to 127.0.0.1."
+        )
 
 
 # --- graceful shutdown -----------------------------------------------------------
@@ -203,6 +214,7 @@ def install_shutdown_handlers(rt: runtime.Runtime) -> None:
 def _begin_shutdown(rt: runtime.Runtime) -> None:
     global _shutdown
     from twisted.internet import reactor
+
     if _shutdown is not None:
         logger.warning("second signal: stopping now")
         reactor.stop()

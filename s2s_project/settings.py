@@ -22,13 +22,14 @@ from pipelines.config import (
     EngineConfig,
     PoolConfig,
 )
-from realtime.mcp_config import McpPolicy
+from realtime.protocol.mcp.config import McpPolicy
 from s2s_project.env import envbool, envchoice, envfloat, envicelist, envint, envlist, envpairs, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = envbool("DJANGO_DEBUG", False)
-# Public (it is in this file): ``manage.py serve`` refuses it on any address but loopback, ``check --deploy`` reports it.
+# Public (it is in this file): ``manage.py serve`` refuses it on any address but loopback, ``check --deploy``
+# reports it.
 DEVELOPMENT_SECRET_KEY = "insecure-local-development-key-change-me-in-production"
 SECRET_KEY = envstr("DJANGO_SECRET_KEY", DEVELOPMENT_SECRET_KEY)
 ALLOWED_HOSTS = list(envlist("DJANGO_ALLOWED_HOSTS", ("127.0.0.1", "localhost", "[::1]")))
@@ -55,14 +56,15 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "realtime.middleware.ContentSecurityPolicyMiddleware",
+    "realtime.access.middleware.ContentSecurityPolicyMiddleware",
 ]
 # Only the server's own scripts run (no inline script, no eval); styles may be inline (the admin's are).
 S2S_CONTENT_SECURITY_POLICY = envstr(
     "S2S_CONTENT_SECURITY_POLICY",
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
     "connect-src 'self'; media-src 'self' blob:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
-    "form-action 'self'")
+    "form-action 'self'",
+)
 
 ROOT_URLCONF = "s2s_project.urls"
 ASGI_APPLICATION = "s2s_project.asgi.application"
@@ -83,9 +85,7 @@ TEMPLATES = [
 ]
 
 DATABASES = {
-    "default": dj_database_url.parse(
-        envstr("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"), conn_max_age=60
-    )
+    "default": dj_database_url.parse(envstr("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"), conn_max_age=60)
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several threads write (records, heartbeat, admin): WAL lets readers go on while one of them writes,
@@ -122,6 +122,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 WHITENOISE_USE_FINDERS = True
 # --- end browser client static files ---
 
+
 def _not_a_readiness_answer(record: object) -> bool:
     """/readyz answers 503 whenever the pool is full: that is its job, not an error to log."""
     request = getattr(record, "request", None)
@@ -134,7 +135,10 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "filters": {"not_readiness": {"()": "django.utils.log.CallbackFilter", "callback": _not_a_readiness_answer}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["not_readiness"]}},
-    "root": {"handlers": ["console"], "level": envchoice("S2S_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()},
+    "root": {
+        "handlers": ["console"],
+        "level": envchoice("S2S_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper(),
+    },
     # faster-whisper logs every transcription at INFO: too chatty for partial transcripts; aioice every ICE check.
     "loggers": {"faster_whisper": {"level": "WARNING"}, "aioice": {"level": "WARNING"}},
 }
@@ -253,8 +257,9 @@ S2S_MAX_CONVERSATION_BYTES = envint("S2S_MAX_CONVERSATION_BYTES", 8 * 1024 * 102
 S2S_MAX_CONVERSATION_AUDIO_BYTES = envint("S2S_MAX_CONVERSATION_AUDIO_BYTES", 8 * 1024 * 1024, minimum=0)
 S2S_MAX_INSTRUCTIONS_BYTES = envint("S2S_MAX_INSTRUCTIONS_BYTES", 128 * 1024, minimum=1024)
 # The session settings a client secret may carry (JSON bytes): room for the longest instructions.
-S2S_MAX_CLIENT_SECRET_CONFIG_BYTES = envint("S2S_MAX_CLIENT_SECRET_CONFIG_BYTES", S2S_MAX_INSTRUCTIONS_BYTES + 64 * 1024,
-                                            minimum=1024)
+S2S_MAX_CLIENT_SECRET_CONFIG_BYTES = envint(
+    "S2S_MAX_CLIENT_SECRET_CONFIG_BYTES", S2S_MAX_INSTRUCTIONS_BYTES + 64 * 1024, minimum=1024
+)
 
 # WebRTC calls (POST /v1/realtime/calls). STUN/TURN servers for the server's side of ICE: none is needed on
 # loopback or a LAN; on real networks a STUN server, and for clients behind symmetric NAT a TURN server.
@@ -281,4 +286,4 @@ if S2S_PRODUCTION:
     if envbool("S2S_BEHIND_TLS_PROXY", False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 if REDIS_URL:  # a Redis outage degrades cross-process features instead of killing live sessions
-    CHANNEL_LAYERS["default"]["BACKEND"] = "realtime.channel_layer.ResilientRedisChannelLayer"
+    CHANNEL_LAYERS["default"]["BACKEND"] = "realtime.node.channel_layer.ResilientRedisChannelLayer"

@@ -3,7 +3,11 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import path
 
-from realtime import auth_views, call_views, views
+from realtime import views
+
+from realtime.access import views as auth_views
+
+from realtime.transports import calls as call_views
 
 urlpatterns = [
     path("", views.index, name="index"),

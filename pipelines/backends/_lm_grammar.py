@@ -54,9 +54,12 @@ def structural_tag(tools: Sequence[FunctionTool], choice: ToolChoice, parallel: 
 
 
 def _tag(tool: FunctionTool) -> dict[str, Any]:
-    return {"type": "tag", "begin": call_head(tool.name), "end": CALL_TAIL,
-            "content": {"type": "json_schema", "json_schema": tool.parameters,
-                        "max_whitespace_cnt": MAX_JSON_WHITESPACE}}
+    return {
+        "type": "tag",
+        "begin": call_head(tool.name),
+        "end": CALL_TAIL,
+        "content": {"type": "json_schema", "json_schema": tool.parameters, "max_whitespace_cnt": MAX_JSON_WHITESPACE},
+    }
 
 
 def check_enforceable(schema: dict[str, Any]) -> str:
@@ -95,8 +98,9 @@ class ToolGrammars:
 class ToolConstraint:
     """The grammar's state during one generation: masks logits, follows the sampled tokens."""
 
-    def __init__(self, xgr: Any, compiled: Any, vocab_size: int, calls_only: bool, decides: bool,
-                 tokenizer: Any) -> None:
+    def __init__(
+        self, xgr: Any, compiled: Any, vocab_size: int, calls_only: bool, decides: bool, tokenizer: Any
+    ) -> None:
         self._xgr = xgr
         self._matcher = xgr.GrammarMatcher(compiled)
         self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)

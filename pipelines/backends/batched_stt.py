@@ -26,11 +26,13 @@ RESULT_TIMEOUT_S = 120.0
 class BatchTranscriber(Protocol):
     def transcribe(self, audio: np.ndarray, language: str | None = None, prompt: str | None = None) -> str: ...
 
-    def transcribe_batch(self, audios: list[np.ndarray], language: str | None = None,
-                         prompt: str | None = None) -> list[str]: ...
+    def transcribe_batch(
+        self, audios: list[np.ndarray], language: str | None = None, prompt: str | None = None
+    ) -> list[str]: ...
 
-    def transcribe_words(self, audio: np.ndarray, language: str | None = None,
-                         prompt: str | None = None) -> tuple[tuple[str, float], ...]: ...
+    def transcribe_words(
+        self, audio: np.ndarray, language: str | None = None, prompt: str | None = None
+    ) -> tuple[tuple[str, float], ...]: ...
 
 
 @dataclass
@@ -67,8 +69,9 @@ class BatchedTranscriber:
             raise request.error
         return request.text
 
-    def transcribe_words(self, audio: np.ndarray, language: str | None = None,
-                         prompt: str | None = None) -> tuple[tuple[str, float], ...]:
+    def transcribe_words(
+        self, audio: np.ndarray, language: str | None = None, prompt: str | None = None
+    ) -> tuple[tuple[str, float], ...]:
         """Words with log probabilities (asked for by clients that want logprobs): one call, unbatched."""
         return self.engine.transcribe_words(audio, language, prompt)
 

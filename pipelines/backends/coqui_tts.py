@@ -103,9 +103,7 @@ class CoquiEngine:
             return "length_scale"  # VITS: phoneme durations scale with it
         return "time_stretch"
 
-    def synthesize(
-        self, text: str, cancel: threading.Event | None = None, speed: float = 1.0
-    ) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, cancel: threading.Event | None = None, speed: float = 1.0) -> Iterator[np.ndarray]:
         """Yield float32 mono audio at ``sample_rate``, per sentence (per chunk for XTTS).
 
         ``speed`` scales the speaking rate: XTTS's own ``speed``, VITS's length scale
@@ -173,13 +171,9 @@ class CoquiEngine:
         finally:
             self._model.length_scale = base
 
-    def _xtts_stream(
-        self, sentence: str, cancel: threading.Event | None, speed: float = 1.0
-    ) -> Iterator[np.ndarray]:
+    def _xtts_stream(self, sentence: str, cancel: threading.Event | None, speed: float = 1.0) -> Iterator[np.ndarray]:
         latent, embedding = self._xtts_latents  # type: ignore[misc]
-        chunks = self._model.inference_stream(
-            sentence, self.language or "en", latent, embedding, speed=speed
-        )
+        chunks = self._model.inference_stream(sentence, self.language or "en", latent, embedding, speed=speed)
         while cancel is None or not cancel.is_set():
             with self._lock:  # never held across a yield
                 chunk = next(chunks, None)

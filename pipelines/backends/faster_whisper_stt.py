@@ -64,9 +64,7 @@ class WhisperEngine:
             cpu_threads=cpu_threads,
             num_workers=num_workers,
         )
-        logger.info(
-            "Loaded Whisper from %s on %s (%s)", self.model_path, device, self.compute_type
-        )
+        logger.info("Loaded Whisper from %s on %s (%s)", self.model_path, device, self.compute_type)
 
     @property
     def is_multilingual(self) -> bool:
@@ -78,9 +76,7 @@ class WhisperEngine:
             return language
         return None
 
-    def transcribe(
-        self, audio: np.ndarray, language: str | None = None, prompt: str | None = None
-    ) -> str:
+    def transcribe(self, audio: np.ndarray, language: str | None = None, prompt: str | None = None) -> str:
         """Text of float32 16 kHz mono ``audio``; ``language=None`` detects it (multilingual models)."""
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if audio.size == 0:
@@ -92,8 +88,14 @@ class WhisperEngine:
     def _segments(self, audio: np.ndarray, language: str | None, prompt: str | None, **options: bool) -> Any:
         """faster-whisper's lazy segments, decoded greedily as every caller here wants them."""
         segments, _info = self._model.transcribe(
-            audio, language=self._language(language), initial_prompt=prompt or None, beam_size=1, vad_filter=False,
-            condition_on_previous_text=False, **options)
+            audio,
+            language=self._language(language),
+            initial_prompt=prompt or None,
+            beam_size=1,
+            vad_filter=False,
+            condition_on_previous_text=False,
+            **options,
+        )
         return segments
 
     def transcribe_batch(
@@ -114,19 +116,30 @@ class WhisperEngine:
         short = [i for i, a in enumerate(audios) if 0 < a.size < SAMPLE_RATE * 30]
         texts = ["" for _ in audios]
         model = self._model
-        tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe",
-                              language=language or ("en" if model.model.is_multilingual else None))
+        tokenizer = Tokenizer(
+            model.hf_tokenizer,
+            model.model.is_multilingual,
+            task="transcribe",
+            language=language or ("en" if model.model.is_multilingual else None),
+        )
         if short and self.is_multilingual and language is None:
             short = []  # language detection per utterance: left to transcribe()
         if short:
             features = np.stack([pad_or_trim(model.feature_extractor(audios[i])[..., :-1]) for i in short])
-            prompt_ids = model.get_prompt(tokenizer, tokenizer.encode(" " + prompt.strip()) if prompt else [],
-                                          without_timestamps=True)
+            prompt_ids = model.get_prompt(
+                tokenizer, tokenizer.encode(" " + prompt.strip()) if prompt else [], without_timestamps=True
+            )
             encoded = model.encode(features)
             results = model.model.generate(
-                encoded, [list(prompt_ids) for _ in short], beam_size=1, max_length=model.max_length,
-                return_scores=True, return_no_speech_prob=True, suppress_blank=True,
-                suppress_tokens=get_suppressed_tokens(tokenizer, [-1]))
+                encoded,
+                [list(prompt_ids) for _ in short],
+                beam_size=1,
+                max_length=model.max_length,
+                return_scores=True,
+                return_no_speech_prob=True,
+                suppress_blank=True,
+                suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
+            )
             for i, result in zip(short, results):
                 tokens = result.sequences_ids[0]
                 avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
@@ -156,7 +169,5 @@ class WhisperEngine:
             return ()
         segments = self._segments(audio, language, prompt, word_timestamps=True)
         return tuple(
-            (word.word, math.log(max(word.probability, 1e-12)))
-            for segment in segments
-            for word in segment.words or ()
+            (word.word, math.log(max(word.probability, 1e-12))) for segment in segments for word in segment.words or ()
         )

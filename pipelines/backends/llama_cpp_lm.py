@@ -92,8 +92,10 @@ def resolve_gguf(model_path: str | None, gguf_file: str | None = None, cache_dir
     return str(path)
 
 
-ANSWER_FROM_RESULTS = {"role": "system", "content": "The results are above. Now answer the user in words, "
-                                                   "using them; do not call a function again."}
+ANSWER_FROM_RESULTS = {
+    "role": "system",
+    "content": "The results are above. Now answer the user in words, using them; do not call a function again.",
+}
 MIN_CALL_TOKENS = 16  # calls in parallel: another is not begun with fewer tokens left than this
 
 
@@ -113,16 +115,28 @@ class LlamaPrefix:
 class LlamaCppLM:
     """One GGUF model on llama.cpp, shared by many units; up to ``max_contexts`` generations at once."""
 
-    def __init__(self, model_path: str | None = None, gguf_file: str | None = None, device: str = "cpu",
-                 n_ctx: int = 4096, threads: int = 0, max_contexts: int = 1, cache_dir: str | None = None,
-                 chat_template: str | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str | None = None,
+        gguf_file: str | None = None,
+        device: str = "cpu",
+        n_ctx: int = 4096,
+        threads: int = 0,
+        max_contexts: int = 1,
+        cache_dir: str | None = None,
+        chat_template: str | None = None,
+    ) -> None:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         self.model_path = resolve_gguf(model_path, gguf_file, cache_dir)
         self.device = device
         self._options: dict[str, Any] = {
-            "n_ctx": n_ctx, "n_batch": 256, "n_threads": threads or None, "n_threads_batch": threads or None,
-            "n_gpu_layers": -1 if device.startswith("cuda") else 0, "verbose": False,
+            "n_ctx": n_ctx,
+            "n_batch": 256,
+            "n_threads": threads or None,
+            "n_threads_batch": threads or None,
+            "n_gpu_layers": -1 if device.startswith("cuda") else 0,
+            "verbose": False,
         }
         self._lock = threading.Condition()
         self._free: list[Any] = []
@@ -140,8 +154,9 @@ class LlamaCppLM:
         self._bos_text = vocab.token_get_text(bos) if bos >= 0 else ""
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "false") == "true"
         self.template_has_tools = "tools" in template
-        self._format = Jinja2ChatFormatter(template, eos_token=vocab.token_get_text(eos) if eos >= 0 else "",
-                                           bos_token=self._bos_text)
+        self._format = Jinja2ChatFormatter(
+            template, eos_token=vocab.token_get_text(eos) if eos >= 0 else "", bos_token=self._bos_text
+        )
         logger.info("Loaded LM %s on llama.cpp (%s, context %d)", self.model_path, device, self.context_length)
 
     @staticmethod
@@ -199,11 +214,18 @@ class LlamaCppLM:
     def count_tokens(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> int:
         return len(self.encode_chat(messages, tools))
 
-    def generate_stream(self, messages: list[dict[str, Any]], max_new_tokens: int, temperature: float = 0.8,
-                        cancel: threading.Event | None = None, seed: int | None = None,
-                        prefix: LlamaPrefix | None = None, tools: Sequence[FunctionTool] = (),
-                        tool_choice: ToolChoice = ToolChoice(), parallel_tool_calls: bool = True,
-                        ) -> LlamaCppStream | ForcedCallStream | AutoCallStream | CallSequence:
+    def generate_stream(
+        self,
+        messages: list[dict[str, Any]],
+        max_new_tokens: int,
+        temperature: float = 0.8,
+        cancel: threading.Event | None = None,
+        seed: int | None = None,
+        prefix: LlamaPrefix | None = None,
+        tools: Sequence[FunctionTool] = (),
+        tool_choice: ToolChoice = ToolChoice(),
+        parallel_tool_calls: bool = True,
+    ) -> LlamaCppStream | ForcedCallStream | AutoCallStream | CallSequence:
         """Tool calls are written in the Hermes format of ``pipelines.tool_calls``; how each ``tool_choice``
         is held on this engine: ``pipelines.backends._llama_tools``. With ``parallel_tool_calls`` a response
         that calls a tool (``auto`` or ``required``) may call several, one after the other.
@@ -217,22 +239,28 @@ class LlamaCppLM:
         if len(prompt_ids) >= self.context_length:
             raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens, context is {self.context_length}")
 
-        def stream(ids: list[int] = prompt_ids, max_tokens: int = max_new_tokens, on: LlamaPrefix | None = prefix,
-                   **grammars: str | None) -> LlamaCppStream:
+        def stream(
+            ids: list[int] = prompt_ids,
+            max_tokens: int = max_new_tokens,
+            on: LlamaPrefix | None = prefix,
+            **grammars: str | None,
+        ) -> LlamaCppStream:
             left = self.context_length - len(ids)
             if left <= 0:
                 raise PromptTooLongError(f"prompt has {len(ids)} tokens, context is {self.context_length}")
             return LlamaCppStream(self, ids, min(max_tokens, left), temperature, cancel, seed, on, **grammars)
 
-        def calls(choice: ToolChoice, base: list[int] = prompt_ids, on: LlamaPrefix | None = prefix
-                  ) -> ForcedCallStream | CallSequence:
+        def calls(
+            choice: ToolChoice, base: list[int] = prompt_ids, on: LlamaPrefix | None = prefix
+        ) -> ForcedCallStream | CallSequence:
             def call(written: str = "") -> ForcedCallStream:
                 forced = forced_call(tools, choice)
                 if written:  # the next of calls in parallel
                     forced = ForcedCall("\n" + forced.head, forced.grammar, forced.tail)
                 ids = base + self._tokens(written + forced.head)
-                return ForcedCallStream(stream(ids, max_new_tokens - self._tokens_in(written), on,
-                                               grammar=forced.grammar), forced)
+                return ForcedCallStream(
+                    stream(ids, max_new_tokens - self._tokens_in(written), on, grammar=forced.grammar), forced
+                )
 
             def next_call(written: str) -> ForcedCallStream | None:
                 if max_new_tokens - self._tokens_in(written) < MIN_CALL_TOKENS:
@@ -269,8 +297,14 @@ class LlamaCppLM:
             return AutoCallStream(stream(), answered, words, lambda: calls(ToolChoice("required")), grounded=grounded)
         turn_ids = self.encode_chat(turn, tools)
         on = None if prefix is None else prefix.for_turn()
-        return AutoCallStream(stream(turn_ids, on=on), answered, words,
-                              lambda: calls(ToolChoice("required"), turn_ids, on), answer=words, grounded=grounded)
+        return AutoCallStream(
+            stream(turn_ids, on=on),
+            answered,
+            words,
+            lambda: calls(ToolChoice("required"), turn_ids, on),
+            answer=words,
+            grounded=grounded,
+        )
 
     def _tokens(self, text: str) -> list[int]:
         return self._tokenizer.tokenize(text.encode(), add_bos=False, special=True) if text else []
@@ -286,9 +320,18 @@ class LlamaCppStream:
     """Iterate once for text pieces; then ``input_tokens``, ``cached_tokens``, ``output_tokens``,
     ``finish_reason`` ("stop", "length" or "cancelled"). ``cancel.set()`` stops it before the next token."""
 
-    def __init__(self, lm: LlamaCppLM, prompt_ids: list[int], max_new_tokens: int, temperature: float,
-                 cancel: threading.Event | None, seed: int | None, prefix: LlamaPrefix | None,
-                 grammar: str | None = None, first: str | None = None) -> None:
+    def __init__(
+        self,
+        lm: LlamaCppLM,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        temperature: float,
+        cancel: threading.Event | None,
+        seed: int | None,
+        prefix: LlamaPrefix | None,
+        grammar: str | None = None,
+        first: str | None = None,
+    ) -> None:
         """``grammar`` (GBNF) holds every token, greedily; ``first`` only the first one."""
         self._lm = lm
         self._grammar = grammar
@@ -335,7 +378,7 @@ class LlamaCppStream:
         import llama_cpp
 
         self.cached_tokens = self._reuse(context)
-        feed = self._prompt_ids[self.cached_tokens:]
+        feed = self._prompt_ids[self.cached_tokens :]
         if self._seed is not None:
             context.set_seed(self._seed)
         else:
@@ -356,10 +399,11 @@ class LlamaCppStream:
                 self.output_tokens += 1
                 generated.append(token)
                 # special=True keeps markup tokens such as <tool_call>; end-of-turn tokens never get here.
-                text = context.detokenize(generated, prev_tokens=self._prompt_ids,
-                                          special=True).decode("utf-8", errors="replace")
+                text = context.detokenize(generated, prev_tokens=self._prompt_ids, special=True).decode(
+                    "utf-8", errors="replace"
+                )
                 if not text.endswith("\ufffd") and len(text) > len(decoded):
-                    yield text[len(decoded):]
+                    yield text[len(decoded) :]
                     decoded = text
                 if self.output_tokens >= self._max_new_tokens:
                     return

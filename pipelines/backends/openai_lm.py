@@ -55,7 +55,8 @@ def wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if message.get("tool_calls"):
             message["tool_calls"] = [
                 {**call, "function": {**call["function"], "arguments": _json_text(call["function"]["arguments"])}}
-                for call in message["tool_calls"]]
+                for call in message["tool_calls"]
+            ]
             message["content"] = message.get("content") or None
         if message.get("role") == "tool":
             message.pop("name", None)
@@ -70,8 +71,15 @@ def _json_text(arguments: Any) -> str:
 class OpenAIChatLM:
     """A ``LanguageModel`` served elsewhere. Thread-safe: units share one client and one breaker."""
 
-    def __init__(self, base_url: str, model: str, api_key: str = "", context_length: int = 8192,
-                 timeout_s: float = 30.0, breaker: CircuitBreaker | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str = "",
+        context_length: int = 8192,
+        timeout_s: float = 30.0,
+        breaker: CircuitBreaker | None = None,
+    ) -> None:
         from openai import OpenAI
 
         if not base_url:
@@ -89,12 +97,25 @@ class OpenAIChatLM:
         chars = len(json.dumps(messages)) + (len(json.dumps([tool_param(t) for t in tools])) if tools else 0)
         return math.ceil(chars / CHARS_PER_TOKEN)
 
-    def generate_stream(self, messages: list[dict[str, Any]], max_new_tokens: int, temperature: float = 0.8,
-                        cancel: Any = None, seed: int | None = None, tools: Sequence[Any] = (),
-                        tool_choice: Any = None, parallel_tool_calls: bool = True, **_options: Any) -> OpenAIStream:
+    def generate_stream(
+        self,
+        messages: list[dict[str, Any]],
+        max_new_tokens: int,
+        temperature: float = 0.8,
+        cancel: Any = None,
+        seed: int | None = None,
+        tools: Sequence[Any] = (),
+        tool_choice: Any = None,
+        parallel_tool_calls: bool = True,
+        **_options: Any,
+    ) -> OpenAIStream:
         request: dict[str, Any] = {
-            "model": self.model, "messages": wire_messages(messages), "max_tokens": max_new_tokens,
-            "temperature": temperature, "stream": True, "stream_options": {"include_usage": True},
+            "model": self.model,
+            "messages": wire_messages(messages),
+            "max_tokens": max_new_tokens,
+            "temperature": temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
         }
         if seed is not None:
             request["seed"] = seed

@@ -84,10 +84,11 @@ class RnnoiseState:
         out = np.empty(whole, dtype=np.float32)
         for at in range(0, whole, FRAME):
             # RNNoise works on samples in the int16 range.
-            np.multiply(frames[at:at + FRAME], 32768.0, out=self._frame)
-            self._lib.rnnoise_process_frame(self._state, self._out.ctypes.data_as(_FLOAT_P),
-                                            self._frame.ctypes.data_as(_FLOAT_P))
-            out[at:at + FRAME] = self._out / 32768.0
+            np.multiply(frames[at : at + FRAME], 32768.0, out=self._frame)
+            self._lib.rnnoise_process_frame(
+                self._state, self._out.ctypes.data_as(_FLOAT_P), self._frame.ctypes.data_as(_FLOAT_P)
+            )
+            out[at : at + FRAME] = self._out / 32768.0
         if self._dry_gain:
             dry = np.concatenate([self._dry, frames])
             self._dry = dry[whole:]

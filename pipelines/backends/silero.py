@@ -39,9 +39,7 @@ class SileroVadModel:
         """A fresh per-session state bound to this model."""
         return SileroVadState(self)
 
-    def _run(
-        self, x: np.ndarray, state: np.ndarray
-    ) -> tuple[float, np.ndarray]:
+    def _run(self, x: np.ndarray, state: np.ndarray) -> tuple[float, np.ndarray]:
         out, new_state = self._session.run(
             None,
             {"input": x, "state": state, "sr": np.array(SAMPLE_RATE, dtype=np.int64)},
@@ -65,9 +63,7 @@ class SileroVadState:
         """Speech probability of one 512-sample float32 frame of 16 kHz mono audio."""
         frame = np.asarray(frame, dtype=np.float32).reshape(-1)
         if frame.shape[0] != FRAME_SAMPLES:
-            raise ValueError(
-                f"Silero VAD needs {FRAME_SAMPLES} samples per frame, got {frame.shape[0]}"
-            )
+            raise ValueError(f"Silero VAD needs {FRAME_SAMPLES} samples per frame, got {frame.shape[0]}")
         x = np.concatenate([self._context, frame[np.newaxis, :]], axis=1)
         p, self._state = self._model._run(x, self._state)
         self._context = x[:, -CONTEXT_SAMPLES:]

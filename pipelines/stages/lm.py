@@ -57,8 +57,14 @@ class LanguageModel(Protocol):
 
     def count_tokens(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> int: ...
 
-    def generate_stream(self, messages: list[dict[str, Any]], max_new_tokens: int, temperature: float,
-                        cancel: object | None = None, **options: Any) -> LMStream: ...
+    def generate_stream(
+        self,
+        messages: list[dict[str, Any]],
+        max_new_tokens: int,
+        temperature: float,
+        cancel: object | None = None,
+        **options: Any,
+    ) -> LMStream: ...
 
 
 class SessionGone(Exception):
@@ -94,8 +100,14 @@ class LmStage(Stage):
 
     name = "lm"
 
-    def __init__(self, context: SessionContext, model: LanguageModel, max_new_tokens: int = 128,
-                 first_piece_words: int = 4, max_history_tokens: int = 0) -> None:
+    def __init__(
+        self,
+        context: SessionContext,
+        model: LanguageModel,
+        max_new_tokens: int = 128,
+        first_piece_words: int = 4,
+        max_history_tokens: int = 0,
+    ) -> None:
         super().__init__(context)
         self.model = model
         self.max_new_tokens = max_new_tokens
@@ -248,24 +260,33 @@ class LmStage(Stage):
         tokens = None if own else self._tokens.get(item.item_id)
         return self._message_tokens(item) if tokens is None else tokens
 
-    def _whole(self, req: ResponseRequest, system: list[dict[str, Any]], entries: Sequence[HistoryEntry],
-               own: bool, budget: int) -> list[dict[str, Any]]:
+    def _whole(
+        self,
+        req: ResponseRequest,
+        system: list[dict[str, Any]],
+        entries: Sequence[HistoryEntry],
+        own: bool,
+        budget: int,
+    ) -> list[dict[str, Any]]:
         """Truncation ``disabled``: the whole conversation, or :class:`ContextExceeded`."""
         if not own and self._lost:
             raise ContextExceeded(
                 f"The conversation is longer than this server keeps for the model ({self.max_history_tokens} tokens) "
-                "and truncation is disabled: delete the oldest items or enable truncation.")
+                "and truncation is disabled: delete the oldest items or enable truncation."
+            )
         messages = system + chat_messages(entries)
         used = self._prompt_tokens(messages, req.tools)
         if used > budget:
             raise ContextExceeded(
                 f"The conversation ({used} tokens with the instructions and tools) does not fit the model's context "
                 f"of {self.model.context_length} tokens with room for {self._max_tokens(req)} output tokens, and "
-                "truncation is disabled: delete items or enable truncation.")
+                "truncation is disabled: delete items or enable truncation."
+            )
         return messages
 
-    def _retained(self, entries: Sequence[HistoryEntry], req: ResponseRequest, room: int,
-                  cancel: CancelFlag) -> list[HistoryEntry]:
+    def _retained(
+        self, entries: Sequence[HistoryEntry], req: ResponseRequest, room: int, cancel: CancelFlag
+    ) -> list[HistoryEntry]:
         """Truncation ``retention_ratio``: the conversation after its cut, moving the cut on an overflow.
 
         The limit is ``post_instructions`` (never more than ``room``, what the context leaves after the
@@ -302,9 +323,16 @@ class LmStage(Stage):
 
     def _respond(self, req: ResponseRequest, turn: str = "") -> Iterator[Message]:
         run = _Run(req, turn, req.item_id or new_id("item"))
-        yield ResponseStarted(generation=req.generation, response_id=req.response_id, item_id=run.item_id,
-                              output_modalities=req.output_modalities, output_format=req.output_format,
-                              voice=req.voice, out_of_band=req.out_of_band, turn=turn)
+        yield ResponseStarted(
+            generation=req.generation,
+            response_id=req.response_id,
+            item_id=run.item_id,
+            output_modalities=req.output_modalities,
+            output_format=req.output_format,
+            voice=req.voice,
+            out_of_band=req.out_of_band,
+            turn=turn,
+        )
         if req.awaiting:  # calls approved earlier run first: the session resumes it with their results
             self._paused[req.response_id] = run
             yield ToolsPending(generation=req.generation, response_id=req.response_id, turn=turn)
@@ -354,9 +382,12 @@ class LmStage(Stage):
             own_prompt = req.out_of_band or req.extra_input is not None
             options: dict[str, Any] = {"prefix": self._prefix} if self._prefix is not None and not own_prompt else {}
             if req.tools:
-                options.update(tools=req.tools, tool_choice=req.tool_choice, parallel_tool_calls=req.parallel_tool_calls)
-            stream = self.model.generate_stream(self._messages(req, cancel), self._max_tokens(req), req.temperature,
-                                                cancel, **options)
+                options.update(
+                    tools=req.tools, tool_choice=req.tool_choice, parallel_tool_calls=req.parallel_tool_calls
+                )
+            stream = self.model.generate_stream(
+                self._messages(req, cancel), self._max_tokens(req), req.temperature, cancel, **options
+            )
             for piece in self._pieces(stream, cancel):
                 if run.first_token_s is None:
                     run.first_token_s = time.perf_counter() - run.started
@@ -390,10 +421,18 @@ class LmStage(Stage):
 
     def _end(self, run: _Run, status: str, reason: str | None, error_code: str | None = None) -> ResponseEnd:
         input_tokens, output_tokens, cached_tokens = run.tokens
-        return ResponseEnd(generation=run.req.generation, response_id=run.req.response_id, status=status, reason=reason,
-                           input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens,
-                           lm_first_token_s=run.first_token_s, turn=run.turn,
-                           error_code=error_code)
+        return ResponseEnd(
+            generation=run.req.generation,
+            response_id=run.req.response_id,
+            status=status,
+            reason=reason,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_tokens=cached_tokens,
+            lm_first_token_s=run.first_token_s,
+            turn=run.turn,
+            error_code=error_code,
+        )
 
     def _remember(self, req: ResponseRequest, turn: str, item_id: str, output: ResponseOutput) -> None:
         """Adds the response's text and finished calls to the conversation (not for out-of-band ones)."""

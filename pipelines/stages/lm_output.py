@@ -38,7 +38,7 @@ class ResponseOutput:
         self._open: tuple[str, str, str] | None = None
         self._held: list[Message] | None = None  # a later call's messages, until it proves not to be a repeat
         self._made: set[str] = set()
-        self.repeated = False  # the model wrote a call it had made already in this response: time to stop  # item_id, call_id, name of the call being written
+        self.repeated = False  # the model wrote a call it had made already in this response: time to stop
         self.text_parts: list[str] = []
         self.calls: list[FunctionCallItem] = []
 
@@ -75,16 +75,23 @@ class ResponseOutput:
                 return
             self._open = (new_id("item"), new_id("call"), event.name)
             item_id, call_id, name = self._open
-            started = FunctionCallStarted(generation=gen, response_id=req.response_id, item_id=item_id,
-                                          call_id=call_id, name=name, turn=turn)
+            started = FunctionCallStarted(
+                generation=gen, response_id=req.response_id, item_id=item_id, call_id=call_id, name=name, turn=turn
+            )
             self._held = [started] if self.calls else None  # a later call may repeat one: held to its end
             if self._held is None:
                 yield started
         elif self._open is not None:
             item_id, call_id, name = self._open
             if isinstance(event, ArgumentsPiece):
-                delta = FunctionCallArgumentsDelta(generation=gen, response_id=req.response_id, item_id=item_id,
-                                                   call_id=call_id, delta=event.text, turn=turn)
+                delta = FunctionCallArgumentsDelta(
+                    generation=gen,
+                    response_id=req.response_id,
+                    item_id=item_id,
+                    call_id=call_id,
+                    delta=event.text,
+                    turn=turn,
+                )
                 if self._held is None:
                     yield delta
                 else:
@@ -99,8 +106,15 @@ class ResponseOutput:
             self._made.add(key)
             self.calls.append(FunctionCallItem(item_id, call_id, name, event.arguments))
             yield from held
-            yield FunctionCallDone(generation=gen, response_id=req.response_id, item_id=item_id,
-                                   call_id=call_id, name=name, arguments=event.arguments, turn=turn)
+            yield FunctionCallDone(
+                generation=gen,
+                response_id=req.response_id,
+                item_id=item_id,
+                call_id=call_id,
+                name=name,
+                arguments=event.arguments,
+                turn=turn,
+            )
 
     def _user_text(self, text: str) -> Iterator[Message]:
         if not text:
@@ -114,5 +128,12 @@ class ResponseOutput:
 
     def _speech(self, text: str) -> TextForSpeech:
         req = self._req
-        return TextForSpeech(generation=req.generation, response_id=req.response_id, text=text, voice=req.voice,
-                             output_format=req.output_format, speed=req.speed, turn=self._turn)
+        return TextForSpeech(
+            generation=req.generation,
+            response_id=req.response_id,
+            text=text,
+            voice=req.voice,
+            output_format=req.output_format,
+            speed=req.speed,
+            turn=self._turn,
+        )

@@ -28,8 +28,9 @@ logger = logging.getLogger(__name__)
 class Transcriber(Protocol):
     def transcribe(self, audio: np.ndarray, language: str | None = None, prompt: str | None = None) -> str: ...
 
-    def transcribe_words(self, audio: np.ndarray, language: str | None = None,
-                         prompt: str | None = None) -> WordLogprobs:
+    def transcribe_words(
+        self, audio: np.ndarray, language: str | None = None, prompt: str | None = None
+    ) -> WordLogprobs:
         """The transcript's words (each with its leading space) and their natural-log probabilities."""
 
 
@@ -58,7 +59,9 @@ class SttStage(Stage):
     def _transcribe(self, samples: bytes) -> str:
         audio = np.frombuffer(samples, dtype=np.float32)
         settings = self.context.settings
-        return self.transcriber.transcribe(audio, settings.transcription_language, settings.transcription_prompt).strip()
+        return self.transcriber.transcribe(
+            audio, settings.transcription_language, settings.transcription_prompt
+        ).strip()
 
     def _transcribe_final(self, samples: bytes) -> tuple[str, WordLogprobs | None]:
         """The final transcript, with its words' log probabilities when the session asked for them."""
@@ -66,8 +69,9 @@ class SttStage(Stage):
         if not settings.transcription_logprobs:
             return self._transcribe(samples), None
         audio = np.frombuffer(samples, dtype=np.float32)
-        words = tuple(self.transcriber.transcribe_words(audio, settings.transcription_language,
-                                                        settings.transcription_prompt))
+        words = tuple(
+            self.transcriber.transcribe_words(audio, settings.transcription_language, settings.transcription_prompt)
+        )
         return "".join(word for word, _ in words).strip(), words
 
     def _partial(self, msg: PartialUtterance) -> Iterator[Message]:
@@ -82,9 +86,10 @@ class SttStage(Stage):
         self._last = words
         stable = min(stable, len(words) - 1)
         if stable > len(self._said) and _common_prefix(self._said, words) == len(self._said):
-            new = words[len(self._said):stable]
-            yield TranscriptDelta(generation=msg.generation, item_id=msg.item_id,
-                                  delta=(" " if self._said else "") + " ".join(new))
+            new = words[len(self._said) : stable]
+            yield TranscriptDelta(
+                generation=msg.generation, item_id=msg.item_id, delta=(" " if self._said else "") + " ".join(new)
+            )
             self._said = words[:stable]
 
     def _final(self, msg: Utterance) -> Iterator[Message]:
@@ -96,23 +101,35 @@ class SttStage(Stage):
             logger.exception("transcription failed")
             if msg.turn:
                 self.context.note_words(msg.turn, "")  # no words: the VAD's turn check goes by the audio
-            yield TranscriptFailed(generation=msg.generation, item_id=msg.item_id,
-                                   message=f"{type(exc).__name__}: {exc}", turn=msg.turn)
+            yield TranscriptFailed(
+                generation=msg.generation, item_id=msg.item_id, message=f"{type(exc).__name__}: {exc}", turn=msg.turn
+            )
             return
         elapsed = time.perf_counter() - started
         said = self._said if msg.item_id == self._partial_item else []
         words = text.split()
         if len(words) > len(said) and _common_prefix(said, words) == len(said):
-            delta = (" " if said else "") + " ".join(words[len(said):])
-            yield TranscriptDelta(generation=msg.generation, item_id=msg.item_id, delta=delta, turn=msg.turn,
-                                  logprobs=_tail(logprobs, len(words) - len(said)))
+            delta = (" " if said else "") + " ".join(words[len(said) :])
+            yield TranscriptDelta(
+                generation=msg.generation,
+                item_id=msg.item_id,
+                delta=delta,
+                turn=msg.turn,
+                logprobs=_tail(logprobs, len(words) - len(said)),
+            )
         if msg.turn:  # a speculative turn may yet be abandoned: then partials go on from here
             self._speculated = (msg.item_id, msg.turn)
             self.context.note_words(msg.turn, text)
         else:
             self._partial_item, self._said, self._last = "", [], []
-        yield TranscriptCompleted(generation=msg.generation, item_id=msg.item_id, transcript=text, stt_s=elapsed,
-                                  logprobs=logprobs, turn=msg.turn)
+        yield TranscriptCompleted(
+            generation=msg.generation,
+            item_id=msg.item_id,
+            transcript=text,
+            stt_s=elapsed,
+            logprobs=logprobs,
+            turn=msg.turn,
+        )
         yield UserTurn(
             generation=msg.generation,
             item_id=msg.item_id,
@@ -127,7 +144,7 @@ def _tail(logprobs: WordLogprobs | None, count: int) -> WordLogprobs | None:
     """The log probabilities of the last ``count`` words (a delta's share of the transcript)."""
     if logprobs is None:
         return None
-    return logprobs[len(logprobs) - count:] if count <= len(logprobs) else logprobs
+    return logprobs[len(logprobs) - count :] if count <= len(logprobs) else logprobs
 
 
 def _norm(word: str) -> str:

@@ -33,8 +33,9 @@ class TtsStage(Stage):
 
     name = "tts"
 
-    def __init__(self, context: SessionContext, voices: dict[str, Synthesizer],
-                 order: SpeechOrder | None = None) -> None:
+    def __init__(
+        self, context: SessionContext, voices: dict[str, Synthesizer], order: SpeechOrder | None = None
+    ) -> None:
         super().__init__(context)
         self.voices = voices
         self.order = order  # shared by the units: each response's first sentence is synthesized first
@@ -87,9 +88,13 @@ class TtsStage(Stage):
                     if cancel.is_set():
                         return
                     self._first_audio.setdefault(msg.response_id, time.perf_counter())
-                    yield AudioOut(generation=msg.generation, response_id=msg.response_id,
-                                   data=audio.encode(samples[at:at + step], msg.output_format),
-                                   transcript=transcript_pending, turn=msg.turn)
+                    yield AudioOut(
+                        generation=msg.generation,
+                        response_id=msg.response_id,
+                        data=audio.encode(samples[at : at + step], msg.output_format),
+                        transcript=transcript_pending,
+                        turn=msg.turn,
+                    )
                     transcript_pending = ""
         except Exception as exc:
             logger.exception("synthesis failed")
@@ -110,7 +115,15 @@ class TtsStage(Stage):
         first = self._first_audio.pop(msg.response_id, None)
         if started is not None and first is not None:
             latencies["tts_first_audio_s"] = first - started
-        return ResponseFinished(generation=msg.generation, response_id=msg.response_id, status=status,
-                                input_tokens=msg.input_tokens, output_tokens=msg.output_tokens,
-                                cached_tokens=msg.cached_tokens, reason=reason, latencies=latencies, turn=msg.turn,
-                                error_code=msg.error_code if status == msg.status else None)
+        return ResponseFinished(
+            generation=msg.generation,
+            response_id=msg.response_id,
+            status=status,
+            input_tokens=msg.input_tokens,
+            output_tokens=msg.output_tokens,
+            cached_tokens=msg.cached_tokens,
+            reason=reason,
+            latencies=latencies,
+            turn=msg.turn,
+            error_code=msg.error_code if status == msg.status else None,
+        )

@@ -91,10 +91,18 @@ class VadStage(Stage):
 
     name = "vad"
 
-    def __init__(self, context: SessionContext, model: VadModel, partial_every_ms: int = 0,
-                 speculate_after_ms: int = 0, turn_model: TurnModel | None = None, check_after_ms: int = 200,
-                 min_interrupt_ms: int = 0, text_model: TextTurnModel | None = None,
-                 denoiser: DenoiserModel | None = None) -> None:
+    def __init__(
+        self,
+        context: SessionContext,
+        model: VadModel,
+        partial_every_ms: int = 0,
+        speculate_after_ms: int = 0,
+        turn_model: TurnModel | None = None,
+        check_after_ms: int = 200,
+        min_interrupt_ms: int = 0,
+        text_model: TextTurnModel | None = None,
+        denoiser: DenoiserModel | None = None,
+    ) -> None:
         super().__init__(context)
         self.model = model
         self._input = InputAudio(denoiser)  # the denoiser is shared; each session gets its own state
@@ -144,7 +152,9 @@ class VadStage(Stage):
         elif isinstance(msg, AudioItem):
             samples = audio.decode(msg.data, msg.audio_format)
             samples = audio.resample(samples, audio.RATES[msg.audio_format], audio.PIPELINE_RATE)
-            yield Utterance(generation=msg.generation, item_id=msg.item_id, samples=samples.tobytes(), create_response=False)
+            yield Utterance(
+                generation=msg.generation, item_id=msg.item_id, samples=samples.tobytes(), create_response=False
+            )
         elif isinstance(msg, ClearAudio):
             self._buffer.clear()
             self._stop_speaking()
@@ -196,8 +206,13 @@ class VadStage(Stage):
             # Start STT, LM and TTS now; their output is held until the turn ends.
             self._rounds += 1
             self._speculation = f"{self._item_id}#{self._rounds}"
-            yield Utterance(generation=generation, item_id=self._item_id, samples=self._samples(),
-                            create_response=detection.create_response, turn=self._speculation)
+            yield Utterance(
+                generation=generation,
+                item_id=self._item_id,
+                samples=self._samples(),
+                create_response=detection.create_response,
+                turn=self._speculation,
+            )
         elif self.partial_every_ms and self._since_partial_ms >= self.partial_every_ms and not self._silence_ms:
             self._since_partial_ms = 0
             yield PartialUtterance(generation=generation, item_id=self._item_id, samples=self._samples())
@@ -265,8 +280,12 @@ class VadStage(Stage):
         except Exception:
             logger.exception("the turn model failed; the pause ends the turn")
             return True
-        logger.debug("turn model: %.2f (finished at %.2f) in %.0f ms", probability, SEMANTIC_THRESHOLD[eagerness],
-                     (time.perf_counter() - started) * 1000)
+        logger.debug(
+            "turn model: %.2f (finished at %.2f) in %.0f ms",
+            probability,
+            SEMANTIC_THRESHOLD[eagerness],
+            (time.perf_counter() - started) * 1000,
+        )
         return probability >= SEMANTIC_THRESHOLD[eagerness]
 
     def _words_finished(self, eagerness: str) -> bool:
@@ -283,8 +302,13 @@ class VadStage(Stage):
             logger.exception("the text turn model failed; the sound decides")
             return True
         floor = SEMANTIC_TEXT_FLOOR[eagerness]
-        logger.debug("text turn model: %.3f for %r (finished at %.2f) in %.0f ms", probability, words, floor,
-                     (time.perf_counter() - started) * 1000)
+        logger.debug(
+            "text turn model: %.3f for %r (finished at %.2f) in %.0f ms",
+            probability,
+            words,
+            floor,
+            (time.perf_counter() - started) * 1000,
+        )
         if probability >= floor:
             return True
         self._verdict = "words unfinished"
@@ -305,13 +329,21 @@ class VadStage(Stage):
         self._stop_speaking()
         self._buffer = []
         speculation, self._speculation = self._speculation, ""
-        yield SpeechStopped(generation=generation, item_id=item_id, audio_end_ms=end_ms, speech_end_at=self._speech_end_at)
-        yield AudioCommitted(generation=generation, item_id=item_id,
-                             duration_ms=len(samples) // 4 * 1000 // audio.PIPELINE_RATE, samples=samples)
+        yield SpeechStopped(
+            generation=generation, item_id=item_id, audio_end_ms=end_ms, speech_end_at=self._speech_end_at
+        )
+        yield AudioCommitted(
+            generation=generation,
+            item_id=item_id,
+            duration_ms=len(samples) // 4 * 1000 // audio.PIPELINE_RATE,
+            samples=samples,
+        )
         if speculation:
             yield TurnConfirmed(generation=generation, turn=speculation)
         else:
-            yield Utterance(generation=generation, item_id=item_id, samples=samples, create_response=detection.create_response)
+            yield Utterance(
+                generation=generation, item_id=item_id, samples=samples, create_response=detection.create_response
+            )
 
     def _commit(self, msg: CommitAudio) -> Iterator[Message]:
         # What the filters (and the denoiser) still hold belongs to this turn.
@@ -323,7 +355,10 @@ class VadStage(Stage):
                 generation=msg.generation,
                 code="input_audio_buffer_commit_empty",
                 event_id=msg.event_id,
-                message=f"Error committing input audio buffer: buffer too small. Expected at least {MIN_COMMIT_MS}ms of audio, but buffer only has {duration}ms of audio.",
+                message=(
+                    "Error committing input audio buffer: buffer too small. "
+                    f"Expected at least {MIN_COMMIT_MS}ms of audio, but buffer only has {duration}ms of audio."
+                ),
             )
             return
         self._buffer = []
@@ -333,8 +368,13 @@ class VadStage(Stage):
             yield TurnAbandoned(generation=msg.generation, turn=self._speculation)
             self._speculation = ""
         yield AudioCommitted(generation=msg.generation, item_id=msg.item_id, duration_ms=duration, samples=samples)
-        yield Utterance(generation=msg.generation, item_id=msg.item_id, samples=samples,
-                        create_response=False, response=msg.response)
+        yield Utterance(
+            generation=msg.generation,
+            item_id=msg.item_id,
+            samples=samples,
+            create_response=False,
+            response=msg.response,
+        )
 
     def _samples(self) -> bytes:
         if not self._buffer:

@@ -4,33 +4,47 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='RealtimeSession',
+            name="RealtimeSession",
             fields=[
-                ('id', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('node', models.CharField(db_index=True, max_length=200)),
-                ('unit_index', models.IntegerField(blank=True, null=True)),
-                ('model', models.CharField(blank=True, max_length=200)),
-                ('client_addr', models.CharField(blank=True, max_length=100)),
-                ('user_agent', models.CharField(blank=True, max_length=500)),
-                ('started_at', models.DateTimeField(db_index=True)),
-                ('ended_at', models.DateTimeField(blank=True, null=True)),
-                ('end_reason', models.CharField(choices=[('active', 'Still active'), ('client_closed', 'Client closed'), ('server_closed', 'Server closed'), ('rejected', 'Rejected (no free unit)'), ('error', 'Error'), ('admin_ended', 'Ended by an admin'), ('interrupted', 'Interrupted by a crash')], db_index=True, default='active', max_length=32)),
-                ('close_code', models.IntegerField(blank=True, null=True)),
-                ('turns', models.IntegerField(default=0)),
-                ('errors', models.IntegerField(default=0)),
-                ('audio_in_seconds', models.FloatField(default=0.0)),
-                ('audio_out_seconds', models.FloatField(default=0.0)),
+                ("id", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                ("node", models.CharField(db_index=True, max_length=200)),
+                ("unit_index", models.IntegerField(blank=True, null=True)),
+                ("model", models.CharField(blank=True, max_length=200)),
+                ("client_addr", models.CharField(blank=True, max_length=100)),
+                ("user_agent", models.CharField(blank=True, max_length=500)),
+                ("started_at", models.DateTimeField(db_index=True)),
+                ("ended_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "end_reason",
+                    models.CharField(
+                        choices=[
+                            ("active", "Still active"),
+                            ("client_closed", "Client closed"),
+                            ("server_closed", "Server closed"),
+                            ("rejected", "Rejected (no free unit)"),
+                            ("error", "Error"),
+                            ("admin_ended", "Ended by an admin"),
+                            ("interrupted", "Interrupted by a crash"),
+                        ],
+                        db_index=True,
+                        default="active",
+                        max_length=32,
+                    ),
+                ),
+                ("close_code", models.IntegerField(blank=True, null=True)),
+                ("turns", models.IntegerField(default=0)),
+                ("errors", models.IntegerField(default=0)),
+                ("audio_in_seconds", models.FloatField(default=0.0)),
+                ("audio_out_seconds", models.FloatField(default=0.0)),
             ],
             options={
-                'ordering': ['-started_at'],
+                "ordering": ["-started_at"],
             },
         ),
     ]

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
         ("realtime", "0002_audit_records_nodes"),
     ]
@@ -17,11 +16,21 @@ class Migration(migrations.Migration):
             fields=[
                 ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
                 ("name", models.CharField(help_text="Who or what uses the key.", max_length=200)),
-                ("prefix", models.CharField(db_index=True, help_text="The key's first characters, to recognise it.", max_length=16)),
+                (
+                    "prefix",
+                    models.CharField(
+                        db_index=True, help_text="The key's first characters, to recognise it.", max_length=16
+                    ),
+                ),
                 ("key_hash", models.CharField(editable=False, max_length=64, unique=True)),
                 ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
                 ("last_used_at", models.DateTimeField(blank=True, null=True)),
-                ("revoked_at", models.DateTimeField(blank=True, help_text="Set to revoke the key; it stops working at once.", null=True)),
+                (
+                    "revoked_at",
+                    models.DateTimeField(
+                        blank=True, help_text="Set to revoke the key; it stops working at once.", null=True
+                    ),
+                ),
             ],
             options={"verbose_name": "API key", "ordering": ["-created_at"]},
         ),
@@ -34,9 +43,20 @@ class Migration(migrations.Migration):
                 ("expires_at", models.DateTimeField(db_index=True)),
                 ("used_at", models.DateTimeField(blank=True, null=True)),
                 ("session_id", models.CharField(blank=True, help_text="The session it opened.", max_length=64)),
-                ("session_config", models.JSONField(blank=True, default=dict, help_text="The session settings it was minted with.")),
-                ("api_key", models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE,
-                                              related_name="client_secrets", to="realtime.apikey")),
+                (
+                    "session_config",
+                    models.JSONField(blank=True, default=dict, help_text="The session settings it was minted with."),
+                ),
+                (
+                    "api_key",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="client_secrets",
+                        to="realtime.apikey",
+                    ),
+                ),
             ],
             options={"ordering": ["-created_at"]},
         ),

@@ -6,30 +6,38 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('realtime', '0003_api_keys_client_secrets'),
+        ("realtime", "0003_api_keys_client_secrets"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='node',
-            options={'ordering': ['name'], 'verbose_name_plural': 'slot board'},
+            name="node",
+            options={"ordering": ["name"], "verbose_name_plural": "slot board"},
         ),
         migrations.CreateModel(
-            name='Recording',
+            name="Recording",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('item_id', models.CharField(max_length=64)),
-                ('role', models.CharField(max_length=16)),
-                ('audio', models.FileField(max_length=300, upload_to='recordings/')),
-                ('duration_ms', models.IntegerField(default=0)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='recordings', to='realtime.realtimesession')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("item_id", models.CharField(max_length=64)),
+                ("role", models.CharField(max_length=16)),
+                ("audio", models.FileField(max_length=300, upload_to="recordings/")),
+                ("duration_ms", models.IntegerField(default=0)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="recordings",
+                        to="realtime.realtimesession",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['session', 'created_at'],
-                'constraints': [models.UniqueConstraint(fields=('session', 'item_id'), name='unique_recording_per_item')],
+                "ordering": ["session", "created_at"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("session", "item_id"), name="unique_recording_per_item")
+                ],
             },
         ),
     ]

@@ -4,25 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('realtime', '0004_recordings_slot_board'),
+        ("realtime", "0004_recordings_slot_board"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RefusalCount',
+            name="RefusalCount",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('minute', models.DateTimeField(db_index=True)),
-                ('node', models.CharField(max_length=200)),
-                ('reason', models.CharField(help_text='The error code the client was sent.', max_length=64)),
-                ('close_code', models.IntegerField()),
-                ('count', models.PositiveIntegerField(default=0)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("minute", models.DateTimeField(db_index=True)),
+                ("node", models.CharField(max_length=200)),
+                ("reason", models.CharField(help_text="The error code the client was sent.", max_length=64)),
+                ("close_code", models.IntegerField()),
+                ("count", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'ordering': ['-minute', 'reason'],
-                'constraints': [models.UniqueConstraint(fields=('minute', 'node', 'reason'), name='one_count_per_minute')],
+                "ordering": ["-minute", "reason"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("minute", "node", "reason"), name="one_count_per_minute")
+                ],
             },
         ),
     ]

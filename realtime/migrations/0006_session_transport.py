@@ -4,15 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('realtime', '0005_refusal_counts'),
+        ("realtime", "0005_refusal_counts"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='realtimesession',
-            name='transport',
-            field=models.CharField(choices=[('websocket', 'WebSocket'), ('webrtc', 'WebRTC')], db_index=True, default='websocket', max_length=16),
+            model_name="realtimesession",
+            name="transport",
+            field=models.CharField(
+                choices=[("websocket", "WebSocket"), ("webrtc", "WebRTC")],
+                db_index=True,
+                default="websocket",
+                max_length=16,
+            ),
         ),
     ]

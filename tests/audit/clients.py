@@ -28,8 +28,12 @@ async def receive_until(comm: Any, kind: str, timeout: float = 10.0) -> tuple[Ev
 
 
 async def text_turn(comm: Any, text: str) -> Event:
-    await comm.send_json_to({"type": "conversation.item.create", "item": {
-        "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}})
+    await comm.send_json_to(
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+        }
+    )
     await comm.send_json_to({"type": "response.create"})
     done, _ = await receive_until(comm, "response.done")
     return done
@@ -60,9 +64,13 @@ def ws_receive_until(ws: Any, kind: str, timeout: float = 10.0) -> Event:
 
 
 def ws_text_turn(ws: Any, text: str) -> Event:
-    ws.send(json.dumps({"type": "conversation.item.create", "item": {
-        "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}))
+    ws.send(
+        json.dumps(
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+            }
+        )
+    )
     ws.send(json.dumps({"type": "response.create"}))
     return ws_receive_until(ws, "response.done", timeout=15)
-
-

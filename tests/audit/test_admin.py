@@ -23,9 +23,11 @@ from django.utils import timezone
 from pipelines import audio
 from pipelines import messages as m
 from pipelines.config import EngineConfig
-from realtime import cluster, recordings, tasks
-from realtime.auth import create_api_key
-from realtime.events import ClientEvent
+from realtime import tasks
+from realtime.node import cluster
+from realtime.audit import recordings
+from realtime.access.auth import create_api_key
+from realtime.protocol.events import ClientEvent
 from realtime.views import installed_voices
 from realtime.apps import AUDITORS_GROUP
 from realtime.management.commands.pool_status import Command as PoolStatus
@@ -37,18 +39,43 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_session(session_id: str = "sess_audit1", **fields) -> RealtimeSession:
-    defaults = dict(node="node-a", unit_index=0, principal="key:ops", client_addr="10.0.0.7", user_agent="test",
-                    started_at=timezone.now() - timedelta(minutes=5), ended_at=timezone.now(),
-                    end_reason=EndReason.CLIENT_CLOSED, close_code=1000, turns=2)
+    defaults = dict(
+        node="node-a",
+        unit_index=0,
+        principal="key:ops",
+        client_addr="10.0.0.7",
+        user_agent="test",
+        started_at=timezone.now() - timedelta(minutes=5),
+        ended_at=timezone.now(),
+        end_reason=EndReason.CLIENT_CLOSED,
+        close_code=1000,
+        turns=2,
+    )
     session = RealtimeSession.objects.create(id=session_id, **{**defaults, **fields})
-    lines = [("user", "what is the weather in lisbon"), ("assistant", "It is sunny in Lisbon."),
-             ("user", "and tomorrow"), ("assistant", "Rain, I am afraid.")]
+    lines = [
+        ("user", "what is the weather in lisbon"),
+        ("assistant", "It is sunny in Lisbon."),
+        ("user", "and tomorrow"),
+        ("assistant", "Rain, I am afraid."),
+    ]
     for seq, (role, text) in enumerate(lines, 1):
-        ConversationItem.objects.create(session=session, seq=seq, item_id=f"item_{seq}", role=role, text=text, audio_ms=900)
+        ConversationItem.objects.create(
+            session=session, seq=seq, item_id=f"item_{seq}", role=role, text=text, audio_ms=900
+        )
     for n, v2v in enumerate((0.4, 0.8), 1):
-        ResponseRecord.objects.create(session=session, response_id=f"resp_{n}", item_id=f"item_{2 * n}", status="completed",
-                                      input_tokens=20, output_tokens=6, audio_ms=1200, stt_s=0.1 * n,
-                                      lm_first_token_s=0.05 * n, tts_first_audio_s=0.07 * n, voice_to_voice_s=v2v)
+        ResponseRecord.objects.create(
+            session=session,
+            response_id=f"resp_{n}",
+            item_id=f"item_{2 * n}",
+            status="completed",
+            input_tokens=20,
+            output_tokens=6,
+            audio_ms=1200,
+            stt_s=0.1 * n,
+            lm_first_token_s=0.05 * n,
+            tts_first_audio_s=0.07 * n,
+            voice_to_voice_s=v2v,
+        )
     return session
 
 
@@ -75,8 +102,15 @@ class TestSessionAudit:
     def test_the_detail_page_shows_the_transcript_in_order_and_the_latencies(self, admin_client):
         make_session()
         page = admin_client.get("/admin/realtime/realtimesession/sess_audit1/change/").content.decode()
-        positions = [page.index(text) for text in ("what is the weather in lisbon", "It is sunny in Lisbon.",
-                                                    "and tomorrow", "Rain, I am afraid.")]
+        positions = [
+            page.index(text)
+            for text in (
+                "what is the weather in lisbon",
+                "It is sunny in Lisbon.",
+                "and tomorrow",
+                "Rain, I am afraid.",
+            )
+        ]
         assert positions == sorted(positions)
         assert "resp_1" in page and "resp_2" in page and "800 ms" in page  # voice-to-voice of the second response
 
@@ -89,15 +123,22 @@ class TestSessionAudit:
         assert response.status_code == 403
         assert client.post("/admin/realtime/realtimesession/sess_audit1/delete/", {"post": "yes"}).status_code == 403
         assert RealtimeSession.objects.get(id="sess_audit1").turns == 2
-        response = client.post("/admin/realtime/realtimesession/", {"action": "end_live_sessions",
-                                                                    "_selected_action": ["sess_audit1"]}, follow=True)
+        response = client.post(
+            "/admin/realtime/realtimesession/",
+            {"action": "end_live_sessions", "_selected_action": ["sess_audit1"]},
+            follow=True,
+        )
         assert b"No action selected" in response.content  # the action is not offered to auditors
 
     def test_the_selected_sessions_export_as_csv(self, admin_client):
-        make_session(summary={"words": {"user": 8, "assistant": 7}, "latency_s": {"voice_to_voice": {"p50": 0.6, "p90": 0.76}}})
+        make_session(
+            summary={"words": {"user": 8, "assistant": 7}, "latency_s": {"voice_to_voice": {"p50": 0.6, "p90": 0.76}}}
+        )
         make_session("sess_two")
-        response = admin_client.post("/admin/realtime/realtimesession/", {
-            "action": "export_csv", "_selected_action": ["sess_audit1", "sess_two"]})
+        response = admin_client.post(
+            "/admin/realtime/realtimesession/",
+            {"action": "export_csv", "_selected_action": ["sess_audit1", "sess_two"]},
+        )
         assert response["Content-Type"].startswith("text/csv")
         rows = list(csv.DictReader(io.StringIO(response.content.decode())))
         assert {row["id"] for row in rows} == {"sess_audit1", "sess_two"}
@@ -135,23 +176,43 @@ class TestTasks:
             "from realtime.models import RealtimeSession\n"
             "RealtimeSession.objects.create(id='sess_old', node='n', started_at=timezone.now() - timedelta(days=400))\n"
             "assert 'realtime.tasks' not in sys.modules\n"
-            "from realtime.cluster import Heartbeat\n"
+            "from realtime.node.cluster import Heartbeat\n"
             "Heartbeat(lambda: None, timezone.now(), 1.0)._run_due_tasks()\n"
             "print('sessions left:', RealtimeSession.objects.count())\n"
         )
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "s2s_project.settings",
-               "DATABASE_URL": f"sqlite:///{tmp_path / 'beat.sqlite3'}", "CELERY_BROKER_URL": ""}
-        result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                                timeout=120)
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "s2s_project.settings",
+            "DATABASE_URL": f"sqlite:///{tmp_path / 'beat.sqlite3'}",
+            "CELERY_BROKER_URL": "",
+        }
+        result = subprocess.run(
+            [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
         assert result.returncode == 0, result.stderr
         assert "sessions left: 0" in result.stdout and "failed" not in result.stderr, result.stderr
 
     def test_a_node_whose_heartbeat_stopped_is_marked_gone_and_its_sessions_interrupted(self, settings):
         settings.S2S_NODE_TIMEOUT_S = 10
         now = timezone.now()
-        slots = [{"index": 0, "state": "busy", "session_id": "sess_live", "since": time.time(), "sessions_served": 3, "rebuilds": 0}]
-        Node.objects.create(name="dead", started_at=now, heartbeat_at=now - timedelta(seconds=30), warm=True,
-                            admitting=True, slots=slots)
+        slots = [
+            {
+                "index": 0,
+                "state": "busy",
+                "session_id": "sess_live",
+                "since": time.time(),
+                "sessions_served": 3,
+                "rebuilds": 0,
+            }
+        ]
+        Node.objects.create(
+            name="dead",
+            started_at=now,
+            heartbeat_at=now - timedelta(seconds=30),
+            warm=True,
+            admitting=True,
+            slots=slots,
+        )
         Node.objects.create(name="alive", started_at=now, heartbeat_at=now, warm=True, admitting=True, slots=slots)
         make_session("sess_live", node="dead", end_reason=EndReason.ACTIVE, ended_at=None)
         make_session("sess_live_b", node="alive", end_reason=EndReason.ACTIVE, ended_at=None)
@@ -170,10 +231,28 @@ class TestSlotBoard:
     def publish_two_nodes(self) -> None:
         now, wall = timezone.now(), time.time()
         for name, states in (("node-a", ("busy", "idle")), ("node-b", ("quarantined", "warming"))):
-            Node.objects.create(name=name, host="h", pid=1, profile="loopback", started_at=now, heartbeat_at=now,
-                                warm=True, admitting=True, free_units=states.count("idle"), slots=[
-                                    {"index": i, "state": s, "session_id": f"sess_{name}_{i}" if s == "busy" else None,
-                                     "since": wall - 12, "sessions_served": 5, "rebuilds": 0} for i, s in enumerate(states)])
+            Node.objects.create(
+                name=name,
+                host="h",
+                pid=1,
+                profile="loopback",
+                started_at=now,
+                heartbeat_at=now,
+                warm=True,
+                admitting=True,
+                free_units=states.count("idle"),
+                slots=[
+                    {
+                        "index": i,
+                        "state": s,
+                        "session_id": f"sess_{name}_{i}" if s == "busy" else None,
+                        "since": wall - 12,
+                        "sessions_served": 5,
+                        "rebuilds": 0,
+                    }
+                    for i, s in enumerate(states)
+                ],
+            )
 
     def test_pool_status_prints_every_nodes_units(self):
         self.publish_two_nodes()
@@ -202,7 +281,10 @@ class TestSlotBoard:
         assert client.get("/admin/realtime/node/").status_code == 200
         assert client.post("/admin/realtime/node/end/sess_live/").status_code == 403
         assert admin_client.post("/admin/realtime/node/end/sess_gone/").status_code == 404
-        assert admin_client.post("/admin/realtime/node/end/sess_live/").json() == {"status": "ending", "session_id": "sess_live"}
+        assert admin_client.post("/admin/realtime/node/end/sess_live/").json() == {
+            "status": "ending",
+            "session_id": "sess_live",
+        }
 
 
 class FakeConversation:
@@ -231,8 +313,9 @@ class TestRecordings:
         conversation = FakeConversation()
         appended = audio.encode(tone(3.0), audio.PCM)
         for start in range(0, len(appended), 1920):  # 40 ms chunks
-            turn.client_event(ClientEvent("input_audio_buffer.append", None, {"audio": appended[start:start + 1920]}),
-                              conversation)
+            turn.client_event(
+                ClientEvent("input_audio_buffer.append", None, {"audio": appended[start : start + 1920]}), conversation
+            )
         turn.output(m.SpeechStarted(generation=0, item_id="item_1", audio_start_ms=500), conversation)
         turn.output(m.SpeechStopped(generation=0, item_id="item_1", audio_end_ms=2000), conversation)
         turn.output(m.AudioCommitted(generation=0, item_id="item_1", duration_ms=1500), conversation)
@@ -240,7 +323,7 @@ class TestRecordings:
         conversation.responses["resp_a"] = state
         answer = audio.encode(tone(1.2), audio.PCM)
         for start in range(0, len(answer), 4800):
-            turn.output(m.AudioOut(generation=0, response_id="resp_a", data=answer[start:start + 4800]), conversation)
+            turn.output(m.AudioOut(generation=0, response_id="resp_a", data=answer[start : start + 4800]), conversation)
         conversation.finished.append(conversation.responses.pop("resp_a"))
         turn.output(m.ResponseFinished(generation=0, response_id="resp_a", status="completed"), conversation)
         for write in writes:
@@ -289,9 +372,15 @@ class TestTimings:
         make_session()
         body = client.get("/v1/realtime/sessions/sess_audit1/timings").json()
         assert [r["response_id"] for r in body["responses"]] == ["resp_1", "resp_2"]
-        assert body["responses"][1] == {"response_id": "resp_2", "item_id": "item_4", "status": "completed",
-                                        "stt_ms": 200, "lm_first_token_ms": 100, "tts_first_audio_ms": 140,
-                                        "voice_to_voice_ms": 800}
+        assert body["responses"][1] == {
+            "response_id": "resp_2",
+            "item_id": "item_4",
+            "status": "completed",
+            "stt_ms": 200,
+            "lm_first_token_ms": 100,
+            "tts_first_audio_ms": 140,
+            "voice_to_voice_ms": 800,
+        }
 
     def test_with_authentication_on_only_staff_or_a_key_may_read_them(self, client, settings, admin_client):
         settings.S2S_AUTH_REQUIRED = True
@@ -299,21 +388,26 @@ class TestTimings:
         assert client.get("/v1/realtime/sessions/sess_audit1/timings").status_code == 401
         assert admin_client.get("/v1/realtime/sessions/sess_audit1/timings").status_code == 200
         _, key = create_api_key("timings")
-        assert client.get("/v1/realtime/sessions/sess_audit1/timings",
-                          HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+        assert (
+            client.get("/v1/realtime/sessions/sess_audit1/timings", HTTP_AUTHORIZATION=f"Bearer {key}").status_code
+            == 200
+        )
 
 
 def test_the_page_offers_each_installed_voice_once():
-    engines = EngineConfig(extra_voices=(("en_GB-alan", "/voices/en_GB-alan.onnx"),),
-                           tts_model="/v/en_US-joe-medium.onnx")
-    assert installed_voices(engines) == [("alloy", "Default voice (Piper, en_US-joe-medium)"),
-                                         ("en_GB-alan", "en GB alan")]
+    engines = EngineConfig(
+        extra_voices=(("en_GB-alan", "/voices/en_GB-alan.onnx"),), tts_model="/v/en_US-joe-medium.onnx"
+    )
+    assert installed_voices(engines) == [
+        ("alloy", "Default voice (Piper, en_US-joe-medium)"),
+        ("en_GB-alan", "en GB alan"),
+    ]
 
 
 def test_metrics_are_in_the_prometheus_text_format(client, loopback_pool):
     from prometheus_client.parser import text_string_to_metric_families
 
-    from realtime import runtime
+    from realtime.node import runtime
 
     runtime.current().metrics.observe("voice_to_voice", 0.3)
     response = client.get("/metrics")
@@ -325,18 +419,25 @@ def test_metrics_are_in_the_prometheus_text_format(client, loopback_pool):
     assert samples[("s2s_units_free", ())] == 2 and samples[("s2s_units", (("state", "idle"),))] == 2
     assert samples[("s2s_sessions_active", ())] == 0 and samples[("s2s_pool_ready", ())] == 1
     assert samples[("s2s_record_writes_pending", ())] >= 0
-    assert {("s2s_record_writes_dropped_total", (("reason", "refused"),)),
-            ("s2s_record_writes_dropped_total", (("reason", "backlog_full"),))} <= samples.keys()
+    assert {
+        ("s2s_record_writes_dropped_total", (("reason", "refused"),)),
+        ("s2s_record_writes_dropped_total", (("reason", "backlog_full"),)),
+    } <= samples.keys()
     bucket = "s2s_latency_seconds_bucket"
     assert samples[(bucket, (("le", "+Inf"), ("stage", "voice_to_voice")))] >= 1
-    assert samples[(bucket, (("le", "0.25"), ("stage", "voice_to_voice")))] <= samples[
-        (bucket, (("le", "0.5"), ("stage", "voice_to_voice")))]
+    assert (
+        samples[(bucket, (("le", "0.25"), ("stage", "voice_to_voice")))]
+        <= samples[(bucket, (("le", "0.5"), ("stage", "voice_to_voice")))]
+    )
 
 
 def test_with_a_metrics_token_only_a_scraper_that_sends_it_gets_the_metrics(client, loopback_pool, settings):
     settings.S2S_METRICS_TOKEN = "scrape-me"
-    refused = [client.get("/metrics"), client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-you"),
-               client.get("/metrics", HTTP_AUTHORIZATION="Basic scrape-me")]
+    refused = [
+        client.get("/metrics"),
+        client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-you"),
+        client.get("/metrics", HTTP_AUTHORIZATION="Basic scrape-me"),
+    ]
     assert [r.status_code for r in refused] == [401, 401, 401]
     assert refused[0]["WWW-Authenticate"].startswith("Bearer") and b"s2s_" not in refused[0].content
     allowed = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me")
@@ -355,9 +456,24 @@ def test_the_model_admin_and_record_tests_pass_on_postgresql(postgres_url):
     env = {**os.environ, "DATABASE_URL": with_database(postgres_url, name)}
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not services and not browser",
-             "tests/audit/test_admin.py", "tests/audit/test_records.py"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-m",
+                "not services and not browser",
+                "tests/audit/test_admin.py",
+                "tests/audit/test_records.py",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:  # the record writer's thread may still hold a connection when pytest-django drops the database
         with psycopg.connect(postgres_url.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "test_{name}" WITH (FORCE)')

@@ -21,8 +21,15 @@ from tests.support.speech import pcm16_chunks, silence, spoken
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--autoplay-policy=no-user-gesture-required"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
+]
 PASSWORD = "audit-browser-pw"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 DESKTOP = {"width": 1280, "height": 900}
@@ -35,10 +42,18 @@ def shot(page, name: str) -> None:
 
 @pytest.fixture
 def server(tmp_path) -> Iterator[LiveServer]:
-    server = LiveServer(tmp_path, {"DJANGO_SUPERUSER_USERNAME": "admin", "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
-                                   "DJANGO_SUPERUSER_EMAIL": "admin@example.com", "S2S_SLOT_BOARD_REFRESH_S": "0.5",
-                                   "S2S_HEARTBEAT_S": "0.5", "S2S_RECORD_AUDIO": "1",
-                                   "S2S_MEDIA_ROOT": str(tmp_path / "media")}).start(ready_timeout=120)
+    server = LiveServer(
+        tmp_path,
+        {
+            "DJANGO_SUPERUSER_USERNAME": "admin",
+            "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
+            "DJANGO_SUPERUSER_EMAIL": "admin@example.com",
+            "S2S_SLOT_BOARD_REFRESH_S": "0.5",
+            "S2S_HEARTBEAT_S": "0.5",
+            "S2S_RECORD_AUDIO": "1",
+            "S2S_MEDIA_ROOT": str(tmp_path / "media"),
+        },
+    ).start(ready_timeout=120)
     server.manage("createsuperuser", "--noinput")
     yield server
     server.stop()
@@ -128,7 +143,8 @@ def test_the_session_list_and_a_session_report_with_its_recordings(server: LiveS
 
 
 def test_the_slot_board_is_named_confirms_ending_and_the_user_is_told_an_administrator_ended_it(
-        server: LiveServer, browser):
+    server: LiveServer, browser
+):
     with ws_connect(server.ws) as ws:
         ws_receive_until(ws, "session.created")
         ws_text_turn(ws, "book a table for two")

@@ -40,7 +40,9 @@ class Cluster:
             return conn.execute(sql, params).fetchall()
 
     def session(self, session_id: str) -> dict[str, Any] | None:
-        rows = self.query("SELECT end_reason, close_code, node, summary FROM realtime_realtimesession WHERE id = %s", session_id)
+        rows = self.query(
+            "SELECT end_reason, close_code, node, summary FROM realtime_realtimesession WHERE id = %s", session_id
+        )
         return dict(zip(("end_reason", "close_code", "node", "summary"), rows[0])) if rows else None
 
     def pool_status(self) -> list[dict[str, Any]]:
@@ -50,9 +52,16 @@ class Cluster:
         """A logged-in admin browser session on ``server``."""
         http = requests.Session()
         http.get(f"{server.http}/admin/login/", timeout=10).raise_for_status()
-        response = http.post(f"{server.http}/admin/login/?next=/admin/", timeout=10, data={
-            "username": "admin", "password": ADMIN_PASSWORD, "next": "/admin/",
-            "csrfmiddlewaretoken": http.cookies["csrftoken"]})
+        response = http.post(
+            f"{server.http}/admin/login/?next=/admin/",
+            timeout=10,
+            data={
+                "username": "admin",
+                "password": ADMIN_PASSWORD,
+                "next": "/admin/",
+                "csrfmiddlewaretoken": http.cookies["csrftoken"],
+            },
+        )
         assert response.url.endswith("/admin/"), response.text[:500]
         return http
 
@@ -61,19 +70,47 @@ class Cluster:
 def cluster(private_database: str, module_redis_url: str, tmp_path_factory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("cluster")
     queue = f"s2s-audit-{uuid.uuid4().hex[:8]}"  # its own queue: other runs on the same Redis do not take its tasks
-    env = {"DATABASE_URL": private_database, "REDIS_URL": module_redis_url, "CELERY_BROKER_URL": module_redis_url,
-           "CELERY_TASK_DEFAULT_QUEUE": queue, "S2S_HEARTBEAT_S": "0.5", "S2S_NODE_TIMEOUT_S": "3",
-           "DJANGO_SUPERUSER_PASSWORD": ADMIN_PASSWORD, "DJANGO_SUPERUSER_USERNAME": "admin",
-           "DJANGO_SUPERUSER_EMAIL": "admin@example.com"}
+    env = {
+        "DATABASE_URL": private_database,
+        "REDIS_URL": module_redis_url,
+        "CELERY_BROKER_URL": module_redis_url,
+        "CELERY_TASK_DEFAULT_QUEUE": queue,
+        "S2S_HEARTBEAT_S": "0.5",
+        "S2S_NODE_TIMEOUT_S": "3",
+        "DJANGO_SUPERUSER_PASSWORD": ADMIN_PASSWORD,
+        "DJANGO_SUPERUSER_USERNAME": "admin",
+        "DJANGO_SUPERUSER_EMAIL": "admin@example.com",
+    }
     setup = LiveServer(tmp, env)
     setup.manage("migrate", "--noinput")
     setup.manage("createsuperuser", "--noinput")
     worker_log = tmp / "worker.log"
     with open(worker_log, "wb") as log:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "s2s_project", "worker", "-B", "-s", str(tmp / "beat-schedule"),
-             "-Q", queue, "--pool", "solo", "--loglevel", "info", "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env={**setup.env}, stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "s2s_project",
+                "worker",
+                "-B",
+                "-s",
+                str(tmp / "beat-schedule"),
+                "-Q",
+                queue,
+                "--pool",
+                "solo",
+                "--loglevel",
+                "info",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            cwd=ROOT,
+            env={**setup.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     servers: list[LiveServer] = []
     try:
         for name in ("audit-a", "audit-b"):
@@ -113,7 +150,10 @@ def test_pool_status_and_the_slot_board_show_both_nodes_units(cluster: Cluster):
         assert "audit-a" in table and "audit-b" in table and session_id in table
 
         http = cluster.admin(cluster.b)  # the board, served by the other node
-        board = {n["name"]: n for n in http.get(f"{cluster.b.http}/admin/realtime/node/board.json", timeout=10).json()["nodes"]}
+        board = {
+            n["name"]: n
+            for n in http.get(f"{cluster.b.http}/admin/realtime/node/board.json", timeout=10).json()["nodes"]
+        }
         assert any(s["session_id"] == session_id and s["state"] == "busy" for s in board["audit-a"]["slots"])
         assert board["audit-b"]["free_units"] == 2
         page = http.get(f"{cluster.b.http}/admin/realtime/node/", timeout=10).text
@@ -126,8 +166,11 @@ def test_an_admin_request_on_one_node_ends_a_session_held_by_the_other(cluster: 
         session_id = ws_receive_until(ws, "session.created")["session"]["id"]
         wait_for(lambda: cluster.session(session_id), timeout=10, what="session record")
         assert ready(cluster.a)[1]["free_units"] == 1
-        response = http.post(f"{cluster.b.http}/admin/realtime/node/end/{session_id}/", timeout=10,
-                             headers={"X-CSRFToken": http.cookies["csrftoken"]})
+        response = http.post(
+            f"{cluster.b.http}/admin/realtime/node/end/{session_id}/",
+            timeout=10,
+            headers={"X-CSRFToken": http.cookies["csrftoken"]},
+        )
         assert response.json() == {"status": "ending", "session_id": session_id}
         error = ws_receive_until(ws, "error", timeout=10)
         assert error["error"]["code"] == "session_ended_by_admin"
@@ -161,8 +204,12 @@ def test_a_celery_worker_writes_the_post_session_summary_onto_the_record(cluster
     with ws_connect(cluster.b.ws) as ws:
         session_id = ws_receive_until(ws, "session.created")["session"]["id"]
         assert ws_text_turn(ws, "summarize this please")["response"]["status"] == "completed"
-    record = wait_for(lambda: (r := cluster.session(session_id)) and r["summary"] and r, timeout=60, interval=0.5,
-                      what="summary written by the worker")
+    record = wait_for(
+        lambda: (r := cluster.session(session_id)) and r["summary"] and r,
+        timeout=60,
+        interval=0.5,
+        what="summary written by the worker",
+    )
     assert record["summary"]["words"] == {"user": 3, "assistant": 5}
     assert record["summary"]["latency_s"]["lm_first_token"]["count"] == 1
     log = cluster.worker_log.read_text(errors="replace")
@@ -170,7 +217,9 @@ def test_a_celery_worker_writes_the_post_session_summary_onto_the_record(cluster
 
 
 def test_a_node_whose_heartbeat_stopped_is_shown_gone_and_its_sessions_interrupted(cluster: Cluster):
-    doomed = LiveServer(cluster.tmp, {**cluster.env, "S2S_NODE_NAME": "audit-c", "S2S_POOL_SIZE": "1"}).start(ready_timeout=120)
+    doomed = LiveServer(cluster.tmp, {**cluster.env, "S2S_NODE_NAME": "audit-c", "S2S_POOL_SIZE": "1"}).start(
+        ready_timeout=120
+    )
     try:
         ws = ws_connect(doomed.ws)
         session_id = ws_receive_until(ws, "session.created")["session"]["id"]
@@ -179,8 +228,12 @@ def test_a_node_whose_heartbeat_stopped_is_shown_gone_and_its_sessions_interrupt
         os.kill(doomed.process.pid, signal.SIGKILL)  # a crash: no clean shutdown, no record of the end
         doomed.process.wait(timeout=10)
         doomed.process = None
-        record = wait_for(lambda: (r := cluster.session(session_id)) and r["end_reason"] != "active" and r,
-                          timeout=30, interval=0.5, what="session interrupted by the beat task")
+        record = wait_for(
+            lambda: (r := cluster.session(session_id)) and r["end_reason"] != "active" and r,
+            timeout=30,
+            interval=0.5,
+            what="session interrupted by the beat task",
+        )
         assert record["end_reason"] == "interrupted"
         node = next(n for n in cluster.pool_status() if n["name"] == "audit-c")
         assert node["status"] == "gone" and [s["state"] for s in node["slots"]] == ["gone"]

@@ -6,7 +6,6 @@ Runs on SQLite here and again on PostgreSQL (see test_admin.py's rerun).
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 
@@ -15,7 +14,11 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
-from realtime import cluster, records, runtime
+from realtime.node import cluster
+
+from realtime.audit import records
+
+from realtime.node import runtime
 from realtime.models import ConversationItem, EndReason, RealtimeSession, RefusalCount, ResponseRecord
 from s2s_project.asgi import application
 from tests.support.conformance import decode
@@ -26,8 +29,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def connect() -> tuple[WebsocketCommunicator, str]:
-    comm = WebsocketCommunicator(application, "/v1/realtime", subprotocols=["realtime"],
-                                 headers=[(b"user-agent", b"audit-test/1.0")])
+    comm = WebsocketCommunicator(
+        application, "/v1/realtime", subprotocols=["realtime"], headers=[(b"user-agent", b"audit-test/1.0")]
+    )
     connected, _ = await comm.connect()
     assert connected
     created = decode(await comm.receive_from(timeout=5))
@@ -77,8 +81,9 @@ async def test_a_truncated_answer_is_recorded_as_what_the_user_heard(loopback_po
     item = done["response"]["output"][0]
     assert item["content"][0]["transcript"] == "You said: hello there."
     # The FAKE TTS speaks 60 ms of tone per word, piece by piece: "You said:" then "hello there."
-    await comm.send_json_to({"type": "conversation.item.truncate", "item_id": item["id"], "content_index": 0,
-                             "audio_end_ms": 120})
+    await comm.send_json_to(
+        {"type": "conversation.item.truncate", "item_id": item["id"], "content_index": 0, "audio_end_ms": 120}
+    )
     await receive_until(comm, "conversation.item.truncated")
     await comm.disconnect()
     await flushed()
@@ -92,8 +97,16 @@ async def test_a_slow_database_never_delays_an_audio_delta(loopback_pool):
     runtime.current().writer.submit(lambda: gate.wait(20))  # the record writer is stuck behind a slow database
     try:
         started = time.monotonic()
-        await comm.send_json_to({"type": "conversation.item.create", "item": {
-            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "while the database is slow"}]}})
+        await comm.send_json_to(
+            {
+                "type": "conversation.item.create",
+                "item": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "while the database is slow"}],
+                },
+            }
+        )
         await comm.send_json_to({"type": "response.create"})
         await receive_until(comm, "response.output_audio.delta")
         first_delta_s = time.monotonic() - started
@@ -172,8 +185,9 @@ async def test_the_admin_action_ends_the_selected_live_session(loopback_pool, ad
     await flushed()
     client = Client()
     await sync_to_async(client.force_login)(admin_user)
-    response = await sync_to_async(client.post)("/admin/realtime/realtimesession/", {
-        "action": "end_live_sessions", "_selected_action": [session_id]})
+    response = await sync_to_async(client.post)(
+        "/admin/realtime/realtimesession/", {"action": "end_live_sessions", "_selected_action": [session_id]}
+    )
     assert response.status_code == 302
     error, _ = await receive_until(comm, "error", timeout=5)
     assert error["error"]["code"] == "session_ended_by_admin"
@@ -182,9 +196,19 @@ async def test_the_admin_action_ends_the_selected_live_session(loopback_pool, ad
 
 async def slow_response(comm: WebsocketCommunicator, modality: str) -> str:
     """Starts the fake LM's long, slow answer; returns its response id once its output flows."""
-    await comm.send_json_to({"type": "session.update", "session": {"type": "realtime", "output_modalities": [modality]}})
-    await comm.send_json_to({"type": "conversation.item.create", "item": {
-        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "slow answer please"}]}})
+    await comm.send_json_to(
+        {"type": "session.update", "session": {"type": "realtime", "output_modalities": [modality]}}
+    )
+    await comm.send_json_to(
+        {
+            "type": "conversation.item.create",
+            "item": {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "slow answer please"}],
+            },
+        }
+    )
     await comm.send_json_to({"type": "response.create"})
     delta, _ = await receive_until(comm, f"response.output_{modality}.delta")
     return delta["response_id"]

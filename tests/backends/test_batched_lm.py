@@ -71,8 +71,9 @@ def test_two_sessions_outputs_never_cross_and_keep_their_own_prefix_caches(batch
         t.join(timeout=600)
     assert texts == [references[0], references[2]]
     # The second turn of each conversation starts from its own cached first turn.
-    second = [m + [{"role": "assistant", "content": t}, {"role": "user", "content": "And why?"}]
-              for m, t in zip(first, texts)]
+    second = [
+        m + [{"role": "assistant", "content": t}, {"role": "user", "content": "And why?"}] for m, t in zip(first, texts)
+    ]
     again = [batched.generate_stream(m, 8, temperature=0.0, prefix=c) for m, c in zip(second, prefixes)]
     answers = ["", ""]
     threads = [threading.Thread(target=lambda i=i: answers.__setitem__(i, "".join(again[i]))) for i in range(2)]
@@ -148,8 +149,10 @@ def test_two_lm_stages_on_one_scheduler_answer_and_one_cancel_stays_in_its_sessi
             if i == 1 and isinstance(out, TextDelta):
                 contexts[1].cancel("resp_1", "client_cancelled")
 
-    threads = [threading.Thread(target=talk, args=(0, PROMPTS[0][0]["content"])),
-               threading.Thread(target=talk, args=(1, STORY[0]["content"]))]
+    threads = [
+        threading.Thread(target=talk, args=(0, PROMPTS[0][0]["content"])),
+        threading.Thread(target=talk, args=(1, STORY[0]["content"])),
+    ]
     for t in threads:
         t.start()
     for t in threads:

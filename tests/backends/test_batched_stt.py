@@ -15,8 +15,9 @@ SENTENCES = ["What is the capital of France?", "How many legs does a spider have
 
 @pytest.fixture(scope="module")
 def utterances(piper_engine) -> list[np.ndarray]:
-    return [resample(np.concatenate(list(piper_engine.synthesize(s))), piper_engine.sample_rate, 16000)
-            for s in SENTENCES]
+    return [
+        resample(np.concatenate(list(piper_engine.synthesize(s))), piper_engine.sample_rate, 16000) for s in SENTENCES
+    ]
 
 
 def test_a_batch_gives_the_same_texts_as_one_call_each(whisper_engine, utterances):
@@ -55,8 +56,10 @@ def test_utterances_ending_together_share_one_call_and_each_caller_gets_its_own_
 def test_different_prompts_are_transcribed_in_separate_groups(whisper_engine, utterances):
     batched = BatchedTranscriber(whisper_engine, window_ms=300)
     texts: dict[str, str] = {}
-    threads = [threading.Thread(target=lambda p=p: texts.__setitem__(p, batched.transcribe(utterances[0], prompt=p)))
-               for p in ("Geography quiz.", "Cooking show.")]
+    threads = [
+        threading.Thread(target=lambda p=p: texts.__setitem__(p, batched.transcribe(utterances[0], prompt=p)))
+        for p in ("Geography quiz.", "Cooking show.")
+    ]
     for t in threads:
         t.start()
     for t in threads:

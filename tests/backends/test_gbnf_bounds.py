@@ -24,10 +24,29 @@ def as_regex(expression: str) -> re.Pattern[str]:
     return re.compile(re.sub(r'"([0-9.-]+)"', lambda m: re.escape(m.group(1)), expression).replace(" ", ""))
 
 
-@pytest.mark.parametrize("low, high", [
-    (0, 0), (0, 9), (1, 20), (0, 600), (7, 7), (13, 17), (95, 1005), (1, 12), (100, 199), (-5, 5), (-120, -3),
-    (None, 42), (-7, None), (1, None), (0, None), (58, None), (None, -10), (None, None),
-])
+@pytest.mark.parametrize(
+    "low, high",
+    [
+        (0, 0),
+        (0, 9),
+        (1, 20),
+        (0, 600),
+        (7, 7),
+        (13, 17),
+        (95, 1005),
+        (1, 12),
+        (100, 199),
+        (-5, 5),
+        (-120, -3),
+        (None, 42),
+        (-7, None),
+        (1, None),
+        (0, None),
+        (58, None),
+        (None, -10),
+        (None, None),
+    ],
+)
 def test_the_grammar_of_a_range_matches_exactly_the_integers_in_it(low, high):
     pattern = as_regex(integer_range(low, high))
     for number in range(-2500, 2500):
@@ -40,8 +59,9 @@ def test_the_grammar_of_a_range_matches_exactly_the_integers_in_it(low, high):
 def test_bounds_are_read_from_every_draft():
     assert integer_bounds({"type": "integer", "minimum": 1, "maximum": 20}) == (1, 20)
     assert integer_bounds({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10}) == (1, 9)
-    assert integer_bounds({"type": "integer", "minimum": 0, "exclusiveMinimum": True, "maximum": 5,
-                           "exclusiveMaximum": True}) == (1, 4)
+    assert integer_bounds(
+        {"type": "integer", "minimum": 0, "exclusiveMinimum": True, "maximum": 5, "exclusiveMaximum": True}
+    ) == (1, 4)
     assert integer_bounds({"type": "integer", "minimum": 0.5, "maximum": 3.7}) == (1, 3)
     assert integer_bounds({"type": "integer"}) == (None, None)
     with pytest.raises(ValueError):
@@ -60,10 +80,28 @@ def written(hundredths: int) -> list[str]:
     return forms
 
 
-@pytest.mark.parametrize("low, high", [
-    (0, 0), (50, 10000), (5, 95), (-250, 375), (-1999, -1), (1, 1), (101, 199), (-5, 5), (0, 99), (999, 1001),
-    (None, 150), (-333, None), (1, None), (0, None), (None, -7), (None, None), (-100, 0),
-])
+@pytest.mark.parametrize(
+    "low, high",
+    [
+        (0, 0),
+        (50, 10000),
+        (5, 95),
+        (-250, 375),
+        (-1999, -1),
+        (1, 1),
+        (101, 199),
+        (-5, 5),
+        (0, 99),
+        (999, 1001),
+        (None, 150),
+        (-333, None),
+        (1, None),
+        (0, None),
+        (None, -7),
+        (None, None),
+        (-100, 0),
+    ],
+)
 def test_the_grammar_of_a_decimal_range_matches_exactly_the_decimals_in_it(low, high):
     pattern = as_regex(number_range(low, high, places=2))
     for hundredths in range(-2500, 2500):
@@ -83,15 +121,25 @@ def test_number_bounds_scale_to_the_places_of_the_most_precise_bound():
     assert integer_bounds({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1.5}, 100) == (1, 149)
     assert integer_bounds({"type": "number", "minimum": 2.5, "exclusiveMinimum": True}, 10) == (26, None)
     pattern = as_regex(number_range(*integer_bounds({"type": "number", "exclusiveMinimum": 0, "maximum": 1}, 100), 2))
-    assert [t for t in ("0", "0.0", "0.01", "0.5", "1", "1.00", "1.01") if pattern.fullmatch(t)] == \
-        ["0.01", "0.5", "1", "1.00"]
+    assert [t for t in ("0", "0.0", "0.01", "0.5", "1", "1.00", "1.01") if pattern.fullmatch(t)] == [
+        "0.01",
+        "0.5",
+        "1",
+        "1.00",
+    ]
     with pytest.raises(ValueError):
         number_range(5, 4, 2)
 
 
-SCHEMA = {"type": "object", "additionalProperties": False, "required": ["party_size", "minutes"],
-          "properties": {"party_size": {"type": "integer", "minimum": 1, "maximum": 20},
-                         "minutes": {"type": "integer", "minimum": 0}}}
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["party_size", "minutes"],
+    "properties": {
+        "party_size": {"type": "integer", "minimum": 1, "maximum": 20},
+        "minutes": {"type": "integer", "minimum": 0},
+    },
+}
 
 
 def test_llama_cpp_compiles_the_grammar_and_the_default_model_stays_in_bounds():
@@ -113,8 +161,12 @@ def test_llama_cpp_compiles_the_grammar_and_the_default_model_stays_in_bounds():
     jsonschema.validate(json.loads(call.arguments), SCHEMA)
 
 
-THERMOSTAT = {"type": "object", "additionalProperties": False, "required": ["celsius"],
-              "properties": {"celsius": {"type": "number", "minimum": 10, "maximum": 30.5}}}
+THERMOSTAT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["celsius"],
+    "properties": {"celsius": {"type": "number", "minimum": 10, "maximum": 30.5}},
+}
 
 
 def test_the_default_model_keeps_a_number_with_a_fraction_in_its_bounds():
@@ -127,11 +179,15 @@ def test_the_default_model_keeps_a_number_with_a_fraction_in_its_bounds():
     LlamaGrammar.from_string(json_schema_to_gbnf(json.dumps(THERMOSTAT)), verbose=False)
     lm = LlamaCppLM(threads=2, n_ctx=1024)
     tool = FunctionTool("set_thermostat", "Set the heating.", THERMOSTAT)
-    for asked in ("Set the heating to 45.5 degrees.", "Set the heating to 2.25 degrees.",
-                  "Set the heating to 21.5 degrees."):
+    for asked in (
+        "Set the heating to 45.5 degrees.",
+        "Set the heating to 2.25 degrees.",
+        "Set the heating to 21.5 degrees.",
+    ):
         messages = [{"role": "user", "content": asked}]
-        text = "".join(lm.generate_stream(messages, 64, 0.0, tools=[tool],
-                                          tool_choice=ToolChoice("function", "set_thermostat")))
+        text = "".join(
+            lm.generate_stream(messages, 64, 0.0, tools=[tool], tool_choice=ToolChoice("function", "set_thermostat"))
+        )
         parser = CallParser()
         [call] = [event for event in [*parser.feed(text), *parser.finish()] if isinstance(event, CallEnd)]
         arguments = json.loads(call.arguments)

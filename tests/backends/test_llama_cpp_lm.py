@@ -23,17 +23,30 @@ from pipelines.backends.llama_cpp_lm import DOUBLED_CALL_LAYOUT, LlamaCppLM, fix
 from pipelines.backends.transformers_lm import PromptTooLongError, default_model
 from pipelines.config import FunctionTool, ToolChoice
 from pipelines.tool_calls import CALL_CLOSE, CALL_OPEN, CallEnd, CallParser
-from realtime.session import DEFAULT_INSTRUCTIONS
+from realtime.protocol.session import DEFAULT_INSTRUCTIONS
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 STORY = [{"role": "user", "content": "Write a long story about a dragon and a knight."}]
 BOOKING = [{"role": "user", "content": "Please book a table for four people at seven tonight, the name is Lee."}]
-WEATHER = FunctionTool("get_weather", "The current weather in a city.",
-                       {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
-BOOK_TABLE = FunctionTool("book_table", "Book a table at the restaurant.", {
-    "type": "object", "additionalProperties": False, "required": ["name", "party_size", "time"],
-    "properties": {"name": {"type": "string"}, "party_size": {"type": "integer", "minimum": 1, "maximum": 12},
-                   "time": {"type": "string"}}})
+WEATHER = FunctionTool(
+    "get_weather",
+    "The current weather in a city.",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+BOOK_TABLE = FunctionTool(
+    "book_table",
+    "Book a table at the restaurant.",
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "party_size", "time"],
+        "properties": {
+            "name": {"type": "string"},
+            "party_size": {"type": "integer", "minimum": 1, "maximum": 12},
+            "time": {"type": "string"},
+        },
+    },
+)
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +82,9 @@ def test_the_default_model_calls_an_offered_tool_in_the_hermes_format(qwen):
 
 
 def test_a_named_function_is_called_with_arguments_of_its_schema(qwen):
-    stream = qwen.generate_stream(BOOKING, 64, 0.8, tools=[WEATHER, BOOK_TABLE],
-                                  tool_choice=ToolChoice("function", "book_table"))
+    stream = qwen.generate_stream(
+        BOOKING, 64, 0.8, tools=[WEATHER, BOOK_TABLE], tool_choice=ToolChoice("function", "book_table")
+    )
     text = "".join(stream)
     [call] = calls(text)
     assert call.name == "book_table" and stream.finish_reason == "stop", text
@@ -80,19 +94,28 @@ def test_a_named_function_is_called_with_arguments_of_its_schema(qwen):
 
 
 def test_required_makes_one_call_of_an_offered_function_on_a_model_whose_template_has_no_tools(smol):
-    text = "".join(smol.generate_stream(BOOKING, 64, 0.8, seed=1, tools=[WEATHER, BOOK_TABLE],
-                                        tool_choice=ToolChoice("required")))
+    text = "".join(
+        smol.generate_stream(BOOKING, 64, 0.8, seed=1, tools=[WEATHER, BOOK_TABLE], tool_choice=ToolChoice("required"))
+    )
     [call] = calls(text)
     tool = {"get_weather": WEATHER, "book_table": BOOK_TABLE}[call.name]
     assert set(json.loads(call.arguments)) >= set(tool.parameters["required"]), text
 
 
 def test_a_schema_llama_cpp_cannot_express_is_held_to_a_call_that_parses(smol):
-    nested_ref = FunctionTool("note", "Take a note.", {
-        "type": "object", "$defs": {"text": {"type": "string"}},
-        "properties": {"text": {"$ref": "#/$defs/text"}}, "required": ["text"]})
-    text = "".join(smol.generate_stream(BOOKING, 64, 0.0, tools=[nested_ref, WEATHER],
-                                        tool_choice=ToolChoice("required")))
+    nested_ref = FunctionTool(
+        "note",
+        "Take a note.",
+        {
+            "type": "object",
+            "$defs": {"text": {"type": "string"}},
+            "properties": {"text": {"$ref": "#/$defs/text"}},
+            "required": ["text"],
+        },
+    )
+    text = "".join(
+        smol.generate_stream(BOOKING, 64, 0.0, tools=[nested_ref, WEATHER], tool_choice=ToolChoice("required"))
+    )
     [call] = calls(text)
     assert call.name in {"note", "get_weather"} and isinstance(json.loads(call.arguments), dict), text
 
@@ -107,10 +130,19 @@ def test_a_forced_call_cut_by_the_token_limit_stays_unfinished(smol):
 WEATHER_ASKED = [
     {"role": "system", "content": DEFAULT_INSTRUCTIONS},
     {"role": "user", "content": "What is the weather like in Paris?"},
-    {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
-    {"role": "tool", "tool_call_id": "call_1", "name": "get_weather",
-     "content": json.dumps({"city": "Paris", "sky": "sunny", "temperature_c": 21})},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+        ],
+    },
+    {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "name": "get_weather",
+        "content": json.dumps({"city": "Paris", "sky": "sunny", "temperature_c": 21}),
+    },
 ]
 
 
@@ -152,14 +184,19 @@ PARIS_CALL = [CALL_OPEN, '\n{"name": "get_weather", "arguments": {"city": "Paris
 
 
 def test_an_answer_that_opens_a_call_is_stopped_and_made_under_the_grammar_and_text_is_left_alone():
-    openings = (["{\n", '"name": "get_weather",\n"arguments": {"city": "Paris"'], [CALL_OPEN, "\n{"],
-                ["```", "json\n{\n", ' "name":', ' "get_weather"'])
+    openings = (
+        ["{\n", '"name": "get_weather",\n"arguments": {"city": "Paris"'],
+        [CALL_OPEN, "\n{"],
+        ["```", "json\n{\n", ' "name":', ' "get_weather"'],
+    )
     for opening in openings:
         free = Scripted(opening + ["}}\n never read"])
         [call] = calls("".join(AutoCallStream(free, set(), never, lambda: Scripted(PARIS_CALL))))
         assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Paris"})
         assert free.closed
-    assert "".join(AutoCallStream(Scripted(["It is ", "{sunny} today."]), set(), never, never)) == "It is {sunny} today."
+    assert (
+        "".join(AutoCallStream(Scripted(["It is ", "{sunny} today."]), set(), never, never)) == "It is {sunny} today."
+    )
     for pieces in (["```", "python\nprint(1)\n```"], ['{"status":', ' "booked"}'], ["(", "sunny)"]):
         free = Scripted(pieces)  # markup first: never a spoken answer, so it is made again in words
         assert "".join(AutoCallStream(free, set(), lambda: Scripted(["It is booked."]), never)) == "It is booked."
@@ -168,9 +205,11 @@ def test_an_answer_that_opens_a_call_is_stopped_and_made_under_the_grammar_and_t
 
 def test_the_calls_answered_are_those_since_the_users_last_message():
     london = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"London"}'}}
-    earlier = [{"role": "user", "content": "And London?"},
-               {"role": "assistant", "content": "", "tool_calls": [london]},
-               {"role": "tool", "tool_call_id": "call_0", "name": "get_weather", "content": "rain"}]
+    earlier = [
+        {"role": "user", "content": "And London?"},
+        {"role": "assistant", "content": "", "tool_calls": [london]},
+        {"role": "tool", "tool_call_id": "call_0", "name": "get_weather", "content": "rain"},
+    ]
     assert answered_calls(earlier + WEATHER_ASKED[1:]) == {call_key("get_weather", {"city": "Paris"})}
     assert answered_calls(WEATHER_ASKED[:2]) == set()
     assert call_key("f", '{"b": 1, "a": 2}') == call_key("f", {"a": 2, "b": 1})
@@ -263,8 +302,10 @@ def test_a_prompt_longer_than_the_context_is_refused(smol):
 
 def test_a_prefix_reuses_the_previous_turn_and_gives_the_same_answer(smol):
     prefix = smol.new_prefix_cache()
-    history = [{"role": "system", "content": "Answer briefly."},
-               {"role": "user", "content": "What is the capital of France?"}]
+    history = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ]
     first = "".join(smol.generate_stream(history, 16, 0.0, prefix=prefix))
     history += [{"role": "assistant", "content": first.strip()}, {"role": "user", "content": "And of Italy?"}]
     plain = "".join(smol.generate_stream(history, 16, 0.0))
@@ -296,8 +337,12 @@ def test_parts_that_do_not_match_the_model_are_refused(tmp_path, monkeypatch):
     (pkg / "data").mkdir(parents=True)
     (pkg / "data" / "a").write_bytes(b"abc")
     (pkg / "data" / "b").write_bytes(b"def")
-    spec = _assembled.ChunkedModel("joined.bin", (_assembled.Part("fake_pkg", "data/a"),
-                                                  _assembled.Part("fake_pkg", "data/b")), size=6, sha256="0" * 64)
+    spec = _assembled.ChunkedModel(
+        "joined.bin",
+        (_assembled.Part("fake_pkg", "data/a"), _assembled.Part("fake_pkg", "data/b")),
+        size=6,
+        sha256="0" * 64,
+    )
     monkeypatch.setitem(_assembled.MODELS, "fake", spec)
     monkeypatch.setattr(_assembled, "package_dir", lambda _name: pkg)
     with pytest.raises(ValueError, match="do not match"):
@@ -311,7 +356,7 @@ def test_parts_that_do_not_match_the_model_are_refused(tmp_path, monkeypatch):
 
 
 def test_every_wrapping_of_a_bare_call_opens_a_call_and_words_do_not():
-    for opening in ('<tool_call>', '({"name"', '{{"name":', '```json{"name"', '```{"name"', '[{"name"'):
+    for opening in ("<tool_call>", '({"name"', '{{"name":', '```json{"name"', '```{"name"', '[{"name"'):
         assert _opening(opening) == (True, True), opening
     for undecided in ("", "<tool", "(", "{", "{{", '{"na', "```js"):
         assert _opening(undecided) == (False, True), undecided
@@ -320,8 +365,11 @@ def test_every_wrapping_of_a_bare_call_opens_a_call_and_words_do_not():
 
 
 def test_a_template_that_shows_the_call_with_doubled_braces_is_given_the_single_braced_layout():
-    doubled = 'x <tool_call>\\n' + DOUBLED_CALL_LAYOUT + '\\n</tool_call> y'
-    assert fixed_template(doubled) == 'x <tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call> y'
+    doubled = "x <tool_call>\\n" + DOUBLED_CALL_LAYOUT + "\\n</tool_call> y"
+    assert (
+        fixed_template(doubled)
+        == 'x <tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call> y'
+    )
     assert fixed_template("{{ messages }}") == "{{ messages }}"
 
 
@@ -337,16 +385,16 @@ def test_calls_in_parallel_follow_one_another_until_the_model_ends_and_answered_
     assert [json.loads(c.arguments)["city"] for c in calls(both)] == ["Paris", "Lyon"]
     assert seen[0] == "".join(PARIS_CALL)
     answered = {call_key("get_weather", {"city": "Paris"})}
-    new_only = AutoCallStream(Scripted(["<tool_call>"]), answered, never,
-                              lambda: Scripted(PARIS_CALL + ["\n"] + lyon))
+    new_only = AutoCallStream(Scripted(["<tool_call>"]), answered, never, lambda: Scripted(PARIS_CALL + ["\n"] + lyon))
     assert [json.loads(c.arguments)["city"] for c in calls("".join(new_only))] == ["Lyon"]
-
 
 
 def test_the_current_turn_is_the_instructions_and_all_since_the_users_last_message():
     earlier = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi."}]
     assert current_turn([{"role": "system", "content": "Be brief."}] + earlier + WEATHER_ASKED) == [
-        {"role": "system", "content": "Be brief."}, *WEATHER_ASKED]
+        {"role": "system", "content": "Be brief."},
+        *WEATHER_ASKED,
+    ]
     assert current_turn(WEATHER_ASKED) == WEATHER_ASKED
 
 
@@ -354,14 +402,18 @@ def test_with_earlier_turns_the_decision_sees_the_turn_and_an_answer_in_words_co
     turn_text = Scripted(["Sure"])  # the decision's own words are not the answer
     answer = "".join(AutoCallStream(turn_text, set(), never, never, answer=lambda: Scripted(["It is sunny."])))
     assert answer == "It is sunny." and turn_text.closed
-    [call] = calls("".join(AutoCallStream(Scripted(["<tool_call>"]), set(), never, lambda: Scripted(PARIS_CALL),
-                                          answer=never)))
+    [call] = calls(
+        "".join(AutoCallStream(Scripted(["<tool_call>"]), set(), never, lambda: Scripted(PARIS_CALL), answer=never))
+    )
     assert call.name == "get_weather"
 
 
 def test_the_default_model_calls_a_tool_in_a_later_turn_after_an_earlier_call_and_answer(qwen):
-    earlier = [{"role": "system", "content": DEFAULT_INSTRUCTIONS}, *WEATHER_ASKED[1:],
-               {"role": "assistant", "content": "It is sunny and twenty-one degrees in Paris."}]
+    earlier = [
+        {"role": "system", "content": DEFAULT_INSTRUCTIONS},
+        *WEATHER_ASKED[1:],
+        {"role": "assistant", "content": "It is sunny and twenty-one degrees in Paris."},
+    ]
     booking = earlier + [{"role": "user", "content": "Book a table for four at seven tonight, the name is Lee."}]
     prefix = qwen.new_prefix_cache()
     [call] = calls("".join(qwen.generate_stream(booking, 64, 0.0, prefix=prefix, tools=[WEATHER, BOOK_TABLE])))
@@ -372,16 +424,26 @@ def test_the_default_model_calls_a_tool_in_a_later_turn_after_an_earlier_call_an
 
 
 def test_a_chosen_call_must_be_made_of_what_was_said_or_the_answer_is_given_in_words():
-    said = [{"role": "system", "content": "The user's name is Lee."}, {"role": "user", "content": "Hello, how are you?"}]
+    said = [
+        {"role": "system", "content": "The user's name is Lee."},
+        {"role": "user", "content": "Hello, how are you?"},
+    ]
     grounded = Grounding([WEATHER, BOOK_TABLE], said)
     assert not grounded(CallEnd("get_weather", '{"city": "New York"}'))
     assert grounded(CallEnd("book_table", '{"name": "Lee", "party_size": 2, "time": "19:00"}'))
     assert Grounding([WEATHER], [{"role": "user", "content": "Is it raining in London?"}])(
-        CallEnd("get_weather", '{"city": "london"}'))
+        CallEnd("get_weather", '{"city": "london"}')
+    )
     shopping = FunctionTool("add", "Add to the list.", {"type": "object", "properties": {"item": {"type": "string"}}})
     assert Grounding([shopping], [{"role": "user", "content": "Put six eggs on the list."}])(
-        CallEnd("add", '{"item": "egg"}'))
+        CallEnd("add", '{"item": "egg"}')
+    )
     made_up = Scripted(['<tool_call>\n{"name": "get_weather", "arguments": {"city": "New York"}}\n</tool_call>'])
-    words = AutoCallStream(Scripted(["<tool_call>"]), set(), lambda: Scripted(["I am well, thank you."]),
-                           lambda: made_up, grounded=grounded)
+    words = AutoCallStream(
+        Scripted(["<tool_call>"]),
+        set(),
+        lambda: Scripted(["I am well, thank you."]),
+        lambda: made_up,
+        grounded=grounded,
+    )
     assert "".join(words) == "I am well, thank you."

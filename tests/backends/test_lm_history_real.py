@@ -28,11 +28,16 @@ def test_2000_items_fit_the_context_in_a_handful_of_tokenizer_calls(lm):
     stage = LmStage(context, model, max_history_tokens=10**9)  # keep all: the prompt's trimming must do it
     for index in range(2000):
         role = "user" if index % 2 == 0 else "assistant"
-        list(stage.process(AddItem(generation=1, item=HistoryItem(f"item_{index}", role,
-                                                                  f"This is message number {index} of a long chat."))))
+        list(
+            stage.process(
+                AddItem(
+                    generation=1,
+                    item=HistoryItem(f"item_{index}", role, f"This is message number {index} of a long chat."),
+                )
+            )
+        )
     assert model.calls <= 2000 + 2  # each item counted once when it came (plus the template's own cost, once)
-    req = ResponseRequest.from_settings(SessionSettings(instructions="Answer briefly."), 1,
-                                        output_modalities=("text",))
+    req = ResponseRequest.from_settings(SessionSettings(instructions="Answer briefly."), 1, output_modalities=("text",))
     model.calls = 0
     prompt = stage._messages(req, CancelFlag(context, req.response_id, 1))
     assert model.calls <= 6  # was one count of the whole history per message dropped: 49 s for one response

@@ -23,7 +23,7 @@ def denoiser(request):
 def stream(samples: np.ndarray, mode: str | None, model) -> np.ndarray:
     path = InputAudio(model)
     data = audio.encode(samples, audio.PCM)
-    out = [path.process(data[at:at + CHUNK_BYTES], audio.PCM, mode) for at in range(0, len(data), CHUNK_BYTES)]
+    out = [path.process(data[at : at + CHUNK_BYTES], audio.PCM, mode) for at in range(0, len(data), CHUNK_BYTES)]
     out.append(path.flush())
     path.close()
     return np.concatenate(out)
@@ -34,7 +34,7 @@ def white_noise(seconds: float, level: float = 0.05) -> np.ndarray:
 
 
 def db(samples: np.ndarray) -> float:
-    return 10 * np.log10(np.mean(samples ** 2) + 1e-12)
+    return 10 * np.log10(np.mean(samples**2) + 1e-12)
 
 
 def test_without_noise_reduction_the_path_only_resamples(denoiser):
@@ -65,7 +65,7 @@ def test_near_and_far_field_are_the_same_light_touch(denoiser):
 
 def test_denoised_noisy_speech_still_says_the_words(denoiser, whisper_engine):
     speech = spoken(SENTENCE)
-    noise = white_noise(len(speech) / 24000, level=float(np.sqrt(np.mean(speech ** 2))) / 3)  # about 10 dB SNR
+    noise = white_noise(len(speech) / 24000, level=float(np.sqrt(np.mean(speech**2))) / 3)  # about 10 dB SNR
     for mode in ("near_field", "far_field"):
         heard = whisper_engine.transcribe(stream(speech + noise, mode, denoiser), language="en")
         assert word_errors(heard, SENTENCE) <= 2, (mode, heard)
@@ -75,10 +75,15 @@ def test_a_session_turning_noise_reduction_on_mid_stream_gets_it_from_then_on(de
     path = InputAudio(denoiser)
     data = audio.encode(white_noise(2.0), audio.PCM)
     half = len(data) // 2
-    before = np.concatenate([path.process(data[at:at + CHUNK_BYTES], audio.PCM, None)
-                             for at in range(0, half, CHUNK_BYTES)])
-    after = np.concatenate([path.process(data[at:at + CHUNK_BYTES], audio.PCM, "far_field")
-                            for at in range(half, len(data), CHUNK_BYTES)])
+    before = np.concatenate(
+        [path.process(data[at : at + CHUNK_BYTES], audio.PCM, None) for at in range(0, half, CHUNK_BYTES)]
+    )
+    after = np.concatenate(
+        [
+            path.process(data[at : at + CHUNK_BYTES], audio.PCM, "far_field")
+            for at in range(half, len(data), CHUNK_BYTES)
+        ]
+    )
     path.close()
     assert db(before) - db(after[8000:]) > 4
 
@@ -99,7 +104,7 @@ def test_the_vad_stage_denoises_a_turn_only_when_the_session_asks(silero_model, 
     noise = white_noise(2.0)
     data = audio.encode(noise, audio.PCM)
     for at in range(0, len(data), CHUNK_BYTES):
-        list(stage.process(AudioIn(generation=0, data=data[at:at + CHUNK_BYTES], audio_format=audio.PCM)))
+        list(stage.process(AudioIn(generation=0, data=data[at : at + CHUNK_BYTES], audio_format=audio.PCM)))
     (utterance,) = [m for m in stage.process(CommitAudio(generation=0, item_id="item_1")) if isinstance(m, Utterance)]
     samples = np.frombuffer(utterance.samples, dtype=np.float32)
     assert abs(len(samples) - 32000) <= 2000  # the whole turn, flushed out of the filters and the denoiser

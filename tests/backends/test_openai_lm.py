@@ -72,15 +72,25 @@ def test_it_streams_an_answer_from_a_real_llama_cpp_server(llama_server):
 
 def test_it_passes_tools_natively_and_streams_the_call_in_the_stage_format(llama_server):
     lm = OpenAIChatLM(llama_server, model="smollm2")
-    tools = [FunctionTool("get_weather", "The weather in a city",
-                          {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})]
+    tools = [
+        FunctionTool(
+            "get_weather",
+            "The weather in a city",
+            {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        )
+    ]
     choice = ToolChoice("function", "get_weather")
-    stream = lm.generate_stream([{"role": "user", "content": "What is the weather in Paris?"}], max_new_tokens=40,
-                                temperature=0.0, tools=tools, tool_choice=choice)
+    stream = lm.generate_stream(
+        [{"role": "user", "content": "What is the weather in Paris?"}],
+        max_new_tokens=40,
+        temperature=0.0,
+        tools=tools,
+        tool_choice=choice,
+    )
     text = "".join(stream)
     assert text.startswith('<tool_call>\n{"name": "get_weather", "arguments": ')
     assert text.endswith("}\n</tool_call>")
-    body = text[len("<tool_call>\n"):-len("\n</tool_call>")]
+    body = text[len("<tool_call>\n") : -len("\n</tool_call>")]
     call = json.loads(body)
     assert call["name"] == "get_weather"
     assert isinstance(call["arguments"], dict)
@@ -89,8 +99,12 @@ def test_it_passes_tools_natively_and_streams_the_call_in_the_stage_format(llama
 def test_a_cancel_stops_the_stream(llama_server):
     lm = OpenAIChatLM(llama_server, model="smollm2")
     cancel = threading.Event()
-    stream = lm.generate_stream([{"role": "user", "content": "Write a long story about a dragon."}],
-                                max_new_tokens=200, temperature=0.0, cancel=cancel)
+    stream = lm.generate_stream(
+        [{"role": "user", "content": "Write a long story about a dragon."}],
+        max_new_tokens=200,
+        temperature=0.0,
+        cancel=cancel,
+    )
     count = 0
     for _ in stream:
         count += 1
@@ -166,9 +180,14 @@ def test_the_breaker_lets_one_trial_through_after_the_cooldown_and_closes_on_suc
 
 
 def test_messages_and_tool_choice_take_the_wire_shape():
-    messages = [{"role": "assistant", "content": "", "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]},
-                {"role": "tool", "tool_call_id": "c1", "name": "f", "content": "42"}]
+    messages = [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "name": "f", "content": "42"},
+    ]
     wire = wire_messages(messages)
     assert wire[0]["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
     assert wire[0]["content"] is None

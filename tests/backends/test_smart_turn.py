@@ -55,7 +55,11 @@ def test_the_window_is_the_last_eight_seconds_padded_on_the_left():
 
 def test_threads_share_the_model_and_get_what_one_thread_gets(smart_turn):
     inputs = [np.concatenate([at_16k(spoken(text)), PAUSE]) for text in ("Tell me a joke.", "Why is the sky blue?")]
-    inputs.append(np.concatenate([at_16k(spoken_halves("I want to fly from London to | Paris next Friday.", steady=True)[0]), PAUSE]))
+    inputs.append(
+        np.concatenate(
+            [at_16k(spoken_halves("I want to fly from London to | Paris next Friday.", steady=True)[0]), PAUSE]
+        )
+    )
     alone = [smart_turn.probability(x) for x in inputs]
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
         together = list(pool.map(smart_turn.probability, inputs * 2))
@@ -64,7 +68,9 @@ def test_threads_share_the_model_and_get_what_one_thread_gets(smart_turn):
 
 def test_a_missing_model_file_is_a_clear_load_error(tmp_path):
     missing = tmp_path / "no-such-smart-turn.onnx"
-    with pytest.raises(ModelLoadError, match="Smart Turn model not found at .*no-such-smart-turn.onnx.*S2S_SMART_TURN_MODEL"):
+    with pytest.raises(
+        ModelLoadError, match="Smart Turn model not found at .*no-such-smart-turn.onnx.*S2S_SMART_TURN_MODEL"
+    ):
         SmartTurnModel(str(missing))
 
 

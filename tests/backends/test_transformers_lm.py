@@ -115,8 +115,7 @@ def test_racing_cache_writers_leave_one_complete_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(_lm_cache, "_convert", fake_convert)
     results: list[Path | None] = []
     threads = [
-        threading.Thread(target=lambda: results.append(_lm_cache.cached_gguf_folder(gguf, str(root))))
-        for _ in range(2)
+        threading.Thread(target=lambda: results.append(_lm_cache.cached_gguf_folder(gguf, str(root)))) for _ in range(2)
     ]
     for t in threads:
         t.start()
@@ -129,7 +128,10 @@ def test_racing_cache_writers_leave_one_complete_folder(tmp_path, monkeypatch):
 
 def test_a_prefix_cache_reuses_the_previous_turn_and_gives_the_same_answer(lm):
     prefix = lm.new_prefix_cache()
-    history = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is the capital of France?"}]
+    history = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ]
     first = "".join(lm.generate_stream(history, 16, 0.0, prefix=prefix))
     history += [{"role": "assistant", "content": first.strip()}, {"role": "user", "content": "And of Italy?"}]
     plain = "".join(lm.generate_stream(history, 16, 0.0))

@@ -25,14 +25,30 @@ def test_whisper_s_final_punctuation_is_not_the_speaker_s():
     assert words_of("  ") == ""
 
 
-@pytest.mark.parametrize("text", ["What is the capital of France?", "How are you today?", "Is it going to rain this weekend?",
-                                  "What's the weather like tomorrow?"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What is the capital of France?",
+        "How are you today?",
+        "Is it going to rain this weekend?",
+        "What's the weather like tomorrow?",
+    ],
+)
 def test_a_finished_message_reads_as_finished(reader, text):
     assert reader.finished_probability(text) >= FLOOR, text
 
 
-@pytest.mark.parametrize("text", ["I'd like to order a", "Could you book a table for?", "Please remind me to call.",
-                                  "I want to fly from London to...", "The meeting is on.", "So what I need from you is..."])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I'd like to order a",
+        "Could you book a table for?",
+        "Please remind me to call.",
+        "I want to fly from London to...",
+        "The meeting is on.",
+        "So what I need from you is...",
+    ],
+)
 def test_a_sentence_cut_in_the_middle_reads_as_unfinished_whatever_whisper_s_punctuation(reader, text):
     assert reader.finished_probability(text) < FLOOR, text
 

@@ -17,8 +17,13 @@ from tests.support.speech import silence, spoken
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 BASE_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--autoplay-policy=no-user-gesture-required",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
 ]
 MIC_RATE = 48000
 
@@ -34,8 +39,9 @@ def chromium_path() -> str:
     return path
 
 
-def write_microphone_wav(path: Path, phrases: list[str], gap_s: float = 1.0, lead_s: float = 1.0,
-                         tail_s: float = 3.0) -> float:
+def write_microphone_wav(
+    path: Path, phrases: list[str], gap_s: float = 1.0, lead_s: float = 1.0, tail_s: float = 3.0
+) -> float:
     """Piper speech of ``phrases`` as a 16-bit mono WAV (Chromium plays 24-bit files as silence); returns seconds."""
     parts = [silence(lead_s, MIC_RATE)]
     for index, phrase in enumerate(phrases):
@@ -79,20 +85,35 @@ def open_page(tmp_path) -> Iterator[Callable[..., BrowserPage]]:
     def opener(url: str, microphone: Path | None = None, viewport: dict | None = None) -> BrowserPage:
         args = list(BASE_ARGS)
         if microphone is not None:
-            args += ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-                     f"--use-file-for-fake-audio-capture={microphone}%noloop"]
+            args += [
+                "--use-fake-ui-for-media-stream",
+                "--use-fake-device-for-media-stream",
+                f"--use-file-for-fake-audio-capture={microphone}%noloop",
+            ]
         profile = tmp_path / f"chromium-profile-{len(browsers)}"
         profile.mkdir()
         context = playwright.chromium.launch_persistent_context(
-            str(profile), executable_path=executable, headless=True, args=args,
-            viewport=viewport or {"width": 1280, "height": 800})
+            str(profile),
+            executable_path=executable,
+            headless=True,
+            args=args,
+            viewport=viewport or {"width": 1280, "height": 800},
+        )
         browsers.append(context)
         page = context.pages[0] if context.pages else context.new_page()
         watched = BrowserPage(page)
-        page.on("console", lambda message: message.type == "error" and watched.errors.append(
-            f"console: {message.text} ({message.location.get('url')} on {page.url})"))
+        page.on(
+            "console",
+            lambda message: (
+                message.type == "error"
+                and watched.errors.append(f"console: {message.text} ({message.location.get('url')} on {page.url})")
+            ),
+        )
         page.on("pageerror", lambda error: watched.errors.append(f"page error: {error}"))
-        page.on("response", lambda response: response.status >= 400 and watched.failed.append(f"{response.status} {response.url}"))
+        page.on(
+            "response",
+            lambda response: response.status >= 400 and watched.failed.append(f"{response.status} {response.url}"),
+        )
         page.goto(url)
         page.wait_for_function("() => document.getElementById('app').dataset.ready === 'true'", timeout=10000)
         return watched

@@ -51,8 +51,9 @@ def sdk_bundle() -> Path:
             if IN_CI:
                 pytest.fail("npm is not installed (apt-get install npm)")
             pytest.skip("npm is not installed")
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, check=True, timeout=600,
-                       capture_output=True)
+        subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, check=True, timeout=600, capture_output=True
+        )
     return BUNDLE
 
 
@@ -64,8 +65,6 @@ def secured(tmp_path):
     server.stop()
 
 
-
-
 def test_the_js_agents_sdk_talks_to_this_server_over_its_webrtc_transport(secured, open_page, tmp_path):
     bundle = sdk_bundle()
     server, key = secured
@@ -74,17 +73,24 @@ def test_the_js_agents_sdk_talks_to_this_server_over_its_webrtc_transport(secure
     client = open_page(server.http + "/", microphone=wav)
     page = client.page
     # the page's CSP allows scripts of its own origin only: the bundle is served as one of them
-    page.route(f"{server.http}/agents-sdk.umd.js",
-               lambda route: route.fulfill(path=str(bundle), content_type="application/javascript"))
+    page.route(
+        f"{server.http}/agents-sdk.umd.js",
+        lambda route: route.fulfill(path=str(bundle), content_type="application/javascript"),
+    )
     page.add_script_tag(url=f"{server.http}/agents-sdk.umd.js")
     secret = server.mint_client_secret(key)
     opened = page.evaluate(CONNECT, [secret, f"{server.http}/v1/realtime/calls"])
     assert opened["status"] == "connected" and opened["callId"].startswith("rtc_")
     client.wait_for("window.sdk.events.includes('output_audio_buffer.stopped')", 45)
     events = page.evaluate("window.sdk.events")
-    for expected in ("session.created", "session.updated", "input_audio_buffer.speech_started",
-                     "conversation.item.input_audio_transcription.completed", "response.done",
-                     "output_audio_buffer.started"):
+    for expected in (
+        "session.created",
+        "session.updated",
+        "input_audio_buffer.speech_started",
+        "conversation.item.input_audio_transcription.completed",
+        "response.done",
+        "output_audio_buffer.started",
+    ):
         assert expected in events, (expected, events)
     assert "response.output_audio.delta" not in events
     assert page.evaluate("window.sdk.errors") == []
@@ -95,9 +101,11 @@ def test_the_js_agents_sdk_talks_to_this_server_over_its_webrtc_transport(secure
     assert "You said: audio of" in json.dumps(assistant)  # the FAKE LM's reply to the FAKE STT's transcript
 
     # the spent secret opens nothing more
-    again = page.evaluate("""async ([secret, url]) => (await fetch(url, { method: "POST", body: "v=0",
+    again = page.evaluate(
+        """async ([secret, url]) => (await fetch(url, { method: "POST", body: "v=0",
         headers: { "Content-Type": "application/sdp", Authorization: `Bearer ${secret}` } })).status""",
-                          [secret, f"{server.http}/v1/realtime/calls"])
+        [secret, f"{server.http}/v1/realtime/calls"],
+    )
     assert again == 401
 
     # the SDK's interrupt() sends output_audio_buffer.clear (and response.cancel when one is active)

@@ -42,7 +42,10 @@ def test_a_signed_in_staff_user_connects_with_a_short_lived_client_secret(auth_s
     assert client.stats()["clientSecret"] == "used"
     page.fill("#message", "hello with a secret")
     page.press("#message", "Enter")
-    client.wait_for("document.querySelector('#chat li[data-role=assistant] .text')?.textContent === 'You said: hello with a secret.'", 15)
+    client.wait_for(
+        "document.querySelector('#chat li[data-role=assistant] .text')?.textContent === 'You said: hello with a secret.'",  # noqa: E501
+        15,
+    )
     # Django's admin login page has no favicon link, so Chromium logs a 404 for /favicon.ico there;
     # that is not this page's doing. Everything on the client page itself must be clean.
     assert [e for e in client.errors if not e.endswith(f"on {auth_server.http}/admin/login/?next=/)")] == []

@@ -82,7 +82,8 @@ def test_it_is_usable_at_390_px_wide(loopback_server, open_page):
 
 
 def test_settings_list_the_installed_voices_offer_semantic_vad_fade_and_leave_the_transcript_alone(
-        loopback_server, open_page):
+    loopback_server, open_page
+):
     client = open_page(loopback_server.http + "/?transport=websocket")
     page = client.page
     frames = sent_events(page)
@@ -148,7 +149,8 @@ def test_a_full_pool_is_said_once_and_retried_with_a_countdown_until_a_slot_free
 
 
 def test_a_spoken_turn_shows_the_indicators_one_latency_with_the_server_breakdown_and_the_event_log(
-        loopback_server, open_page, tmp_path):
+    loopback_server, open_page, tmp_path
+):
     wav = tmp_path / "question.wav"
     write_microphone_wav(wav, ["What is the weather like in Paris today?"], tail_s=4.0)
     # The page's own end-of-speech clock is the capture worklet's, on the WebSocket transport.
@@ -180,8 +182,11 @@ def test_a_spoken_turn_shows_the_indicators_one_latency_with_the_server_breakdow
     log = page.inner_text("#events")
     assert "input_audio_buffer.append ×" in log and "input_audio_buffer.speech_stopped" in log
     page.locator("#events li[data-type='session.created'] summary").click()
-    client.wait_for("document.querySelector(\"#events li[data-type='session.created'] pre\")"
-                    ".textContent.includes('session.created')", 5)
+    client.wait_for(
+        "document.querySelector(\"#events li[data-type='session.created'] pre\")"
+        ".textContent.includes('session.created')",
+        5,
+    )
     client.wait_for("window.s2sStats.state === 'listening'", 20)
     shot(page, "spoken-turn-with-log")
     assert client.errors == []

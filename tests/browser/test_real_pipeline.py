@@ -30,8 +30,11 @@ def test_a_spoken_question_gets_a_transcript_a_reply_and_played_audio(real_serve
     page.click("#connect")
     client.wait_for("window.s2sStats.state === 'listening' && window.s2sStats.microphone === 'on'", 20)
     try:
-        client.wait_for("window.s2sStats.playedSamples > 0 && (window.s2sStats.events['response.done'] || 0) >= 1"
-                        " && window.s2sStats.state === 'listening'", 90)
+        client.wait_for(
+            "window.s2sStats.playedSamples > 0 && (window.s2sStats.events['response.done'] || 0) >= 1"
+            " && window.s2sStats.state === 'listening'",
+            90,
+        )
     finally:
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "browser-real-pipeline.png"), full_page=True)
@@ -54,6 +57,12 @@ def test_a_spoken_question_gets_a_transcript_a_reply_and_played_audio(real_serve
     assert page.inner_text("#latency-breakdown").startswith(f"server {server['voice_to_voice_ms']} ms: STT")
     assert "error" not in stats["events"]
     assert client.errors == []
-    figures = {"heard": user, "answered": reply, "end_of_speech_to_audio_ms": latency["ms"], "server": server,
-               "played_samples": stats["playedSamples"], "server_events": stats["events"]}
+    figures = {
+        "heard": user,
+        "answered": reply,
+        "end_of_speech_to_audio_ms": latency["ms"],
+        "server": server,
+        "played_samples": stats["playedSamples"],
+        "server_events": stats["events"],
+    }
     (ARTIFACTS / "browser-real-pipeline.json").write_text(json.dumps(figures, indent=2) + "\n")

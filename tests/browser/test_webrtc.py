@@ -19,8 +19,11 @@ def test_a_spoken_turn_goes_over_webrtc_by_default(loopback_server, open_page, t
     assert client.stats()["transport"] == "webrtc"
     assert page.inner_text("#transport") == "via WebRTC"
     try:
-        client.wait_for("(window.s2sStats.events['output_audio_buffer.stopped'] || 0) >= 1"
-                        " && window.s2sStats.state === 'listening'", 45)
+        client.wait_for(
+            "(window.s2sStats.events['output_audio_buffer.stopped'] || 0) >= 1"
+            " && window.s2sStats.state === 'listening'",
+            45,
+        )
     finally:
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "browser-webrtc-turn.png"), full_page=True)
@@ -47,8 +50,11 @@ def test_speaking_over_the_answer_clears_it_on_the_server_and_truncates_it(loopb
     client = open_page(loopback_server.http + "/", microphone=wav)
     client.page.click("#connect")
     client.wait_for("window.s2sStats.state === 'listening' && window.s2sStats.microphone === 'on'", 20)
-    client.wait_for("(window.s2sStats.events['output_audio_buffer.cleared'] || 0) >= 1"
-                    " && (window.s2sStats.events['conversation.item.truncated'] || 0) >= 1", 30)
+    client.wait_for(
+        "(window.s2sStats.events['output_audio_buffer.cleared'] || 0) >= 1"
+        " && (window.s2sStats.events['conversation.item.truncated'] || 0) >= 1",
+        30,
+    )
     stats = client.stats()
     cut = stats["truncations"][0]
     first_answer = client.page.locator("#chat li[data-role=assistant]").first

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from realtime import runtime
+from realtime.node import runtime
 from s2s_project.asgi import application
 from tests.support.client import RealtimeClient
 
@@ -37,8 +37,12 @@ async def connect(loopback_pool) -> AsyncIterator[Connect]:
     communicators: list[WebsocketCommunicator] = []
     clients: list[RealtimeClient] = []
 
-    async def open_session(path: str = "/v1/realtime?model=gpt-realtime", headers: list[tuple[bytes, bytes]] | None = None,
-                           expect_session: bool = True, subprotocols: list[str] | None = None) -> RealtimeClient:
+    async def open_session(
+        path: str = "/v1/realtime?model=gpt-realtime",
+        headers: list[tuple[bytes, bytes]] | None = None,
+        expect_session: bool = True,
+        subprotocols: list[str] | None = None,
+    ) -> RealtimeClient:
         subprotocols = subprotocols or ["realtime"]
         comm = WebsocketCommunicator(application, path, subprotocols=subprotocols, headers=headers or [])
         connected, subprotocol = await comm.connect(timeout=10)

@@ -12,7 +12,7 @@ def stream(freq: float, chunk: int = 480, flush: bool = False) -> np.ndarray:
     t = np.arange(24000 * 2) / 24000
     tone = (0.5 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
     resampler = audio.StreamResampler(24000, audio.PIPELINE_RATE)
-    pieces = [resampler.process(tone[at:at + chunk]) for at in range(0, len(tone), chunk)]
+    pieces = [resampler.process(tone[at : at + chunk]) for at in range(0, len(tone), chunk)]
     return np.concatenate(pieces + ([resampler.flush()] if flush else []))
 
 

@@ -52,9 +52,13 @@ async def test_the_assistant_item_is_added_to_the_conversation_after_the_respons
     client = await connect()
     await client.say_text("hello", **TEXT)
     kinds = types(await client.collect("response.done"))
-    assert kinds[kinds.index("response.created"):kinds.index("response.content_part.added") + 1] == [
-        "response.created", "rate_limits.updated", "response.output_item.added", "conversation.item.added",
-        "response.content_part.added"]
+    assert kinds[kinds.index("response.created") : kinds.index("response.content_part.added") + 1] == [
+        "response.created",
+        "rate_limits.updated",
+        "response.output_item.added",
+        "conversation.item.added",
+        "response.content_part.added",
+    ]
 
 
 # --- previous_item_id -----------------------------------------------------------------
@@ -103,8 +107,11 @@ async def test_an_empty_input_gives_the_response_an_empty_context(connect):
 
 def clip_item(text: str, seconds: float) -> dict:
     pcm = base64.b64encode(audio.encode(tone(seconds), audio.PCM)).decode()
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text},
-                                                          {"type": "input_audio", "audio": pcm}]}
+    return {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": text}, {"type": "input_audio", "audio": pcm}],
+    }
 
 
 async def test_audio_in_a_responses_inline_input_is_transcribed_first_and_stays_out_of_the_conversation(connect):
@@ -120,28 +127,36 @@ async def test_audio_in_a_responses_inline_input_is_transcribed_first_and_stays_
 
 
 async def test_inline_audio_that_cannot_be_transcribed_fails_the_request_with_its_event_id(
-        connect, broken_stt, monkeypatch):
+    connect, broken_stt, monkeypatch
+):
     client = await connect()
     event_id = await client.send("response.create", response={"conversation": "none", "input": [clip_item("", 0.3)]})
     error = await client.error()
-    assert (error["code"], error["param"], error["event_id"]) == ("input_audio_transcription_failed",
-                                                                   "response.input", event_id)
+    assert (error["code"], error["param"], error["event_id"]) == (
+        "input_audio_transcription_failed",
+        "response.input",
+        event_id,
+    )
     monkeypatch.undo()
     await client.say_text("still here", **TEXT)
     assert (await client.until("response.done"))["response"]["status"] == "completed"
-    assert "response.created" not in types(client.received[:client.received.index(
-        next(e for e in client.received if e["type"] == "error"))])
+    assert "response.created" not in types(
+        client.received[: client.received.index(next(e for e in client.received if e["type"] == "error"))]
+    )
 
 
 async def test_an_out_of_band_response_may_run_while_a_conversation_response_is_in_progress(connect):
     client = await connect()
     await client.say_text("slow story", **TEXT)
     await client.until("response.created")
-    await client.send("response.create", response={**TEXT, "conversation": "none", "metadata": {"k": "side"},
-                                                   "input": [text_item("side question")]})
+    await client.send(
+        "response.create",
+        response={**TEXT, "conversation": "none", "metadata": {"k": "side"}, "input": [text_item("side question")]},
+    )
     refused_id = await client.send("response.create", response=TEXT)  # a second in-band one is still refused
-    events = await client.collect(lambda e: e["type"] == "response.done" and e["response"]["metadata"] == {"k": "side"},
-                                  timeout=20)
+    events = await client.collect(
+        lambda e: e["type"] == "response.done" and e["response"]["metadata"] == {"k": "side"}, timeout=20
+    )
     error = next(e["error"] for e in events if e["type"] == "error")
     assert (error["code"], error["event_id"]) == ("conversation_already_has_active_response", refused_id)
     side = events[-1]["response"]
@@ -168,33 +183,41 @@ async def test_response_max_output_tokens_shows_the_responses_own_value(connect)
     assert (await client.until("response.done"))["response"]["max_output_tokens"] == 100
 
 
-async def test_the_servers_own_token_cap_is_reported_as_incomplete_when_the_client_asked_for_inf(connect,
-                                                                                               loopback_pool):
+async def test_the_servers_own_token_cap_is_reported_as_incomplete_when_the_client_asked_for_inf(
+    connect, loopback_pool
+):
     cap = next(s.max_new_tokens for s in loopback_pool.units[0].stages() if hasattr(s, "max_new_tokens"))
     client = await connect()
     await client.say_text("slow long story", max_output_tokens="inf", **TEXT)
     done = (await client.until("response.done", timeout=30))["response"]
     assert done["max_output_tokens"] == "inf"
-    assert (done["status"], done["status_details"]) == ("incomplete", {"type": "incomplete",
-                                                                        "reason": "max_output_tokens"})
+    assert (done["status"], done["status_details"]) == (
+        "incomplete",
+        {"type": "incomplete", "reason": "max_output_tokens"},
+    )
     assert done["usage"]["output_tokens"] == cap
 
 
 # --- invalid session values -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("session", "param"), [
-    ({"tools": {"type": "function", "name": "x"}}, "session.tools"),
-    ({"tools": ["not an object"]}, "session.tools[0]"),
-    ({"audio": {"input": {"noise_reduction": {"type": "studio"}}}}, "session.audio.input.noise_reduction.type"),
-    ({"colour": "blue"}, "session.colour"),
-    ({"audio": {"input": {"format": {"type": "audio/pcm"}, "loudness": 3}}}, "session.audio.input.loudness"),
-    ({"output_modalities": ["text", "audio"]}, "session.output_modalities"),
-    ({"audio": {"input": {"transcription": {"model": "my-own-asr"}}}}, "session.audio.input.transcription.model"),
-    ({"include": ["item.everything"]}, "session.include[0]"),
-    ({"audio": {"input": {"turn_detection": {"type": "semantic_vad", "threshold": 0.5}}}},
-     "session.audio.input.turn_detection.threshold"),
-])
+@pytest.mark.parametrize(
+    ("session", "param"),
+    [
+        ({"tools": {"type": "function", "name": "x"}}, "session.tools"),
+        ({"tools": ["not an object"]}, "session.tools[0]"),
+        ({"audio": {"input": {"noise_reduction": {"type": "studio"}}}}, "session.audio.input.noise_reduction.type"),
+        ({"colour": "blue"}, "session.colour"),
+        ({"audio": {"input": {"format": {"type": "audio/pcm"}, "loudness": 3}}}, "session.audio.input.loudness"),
+        ({"output_modalities": ["text", "audio"]}, "session.output_modalities"),
+        ({"audio": {"input": {"transcription": {"model": "my-own-asr"}}}}, "session.audio.input.transcription.model"),
+        ({"include": ["item.everything"]}, "session.include[0]"),
+        (
+            {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "threshold": 0.5}}}},
+            "session.audio.input.turn_detection.threshold",
+        ),
+    ],
+)
 async def test_an_invalid_session_value_is_an_error_naming_it_and_the_session_is_unchanged(connect, session, param):
     client = await connect()
     before = client.created["session"]
@@ -202,6 +225,7 @@ async def test_an_invalid_session_value_is_an_error_naming_it_and_the_session_is
     error = await client.error()
     assert (error["param"], error["event_id"], error["type"]) == (param, event_id, "invalid_request_error")
     after = (await client.update_session())["session"]
+
     def settled(session: dict) -> dict:
         return {key: value for key, value in session.items() if key != "expires_at"}
 
@@ -216,12 +240,13 @@ async def test_the_session_object_the_server_sent_may_be_sent_back_as_it_is(conn
 
 async def test_errors_raised_after_parsing_keep_the_clients_event_id(connect):
     client = await connect()
-    for event_type, fields in [("conversation.item.retrieve", {"item_id": "item_nope"}),
-                               ("conversation.item.delete", {"item_id": "item_nope"}),
-                               ("response.cancel", {}),
-                               ("conversation.item.truncate", {"item_id": "item_nope", "content_index": 0,
-                                                               "audio_end_ms": 0}),
-                               ("output_audio_buffer.clear", {})]:
+    for event_type, fields in [
+        ("conversation.item.retrieve", {"item_id": "item_nope"}),
+        ("conversation.item.delete", {"item_id": "item_nope"}),
+        ("response.cancel", {}),
+        ("conversation.item.truncate", {"item_id": "item_nope", "content_index": 0, "audio_end_ms": 0}),
+        ("output_audio_buffer.clear", {}),
+    ]:
         event_id = await client.send(event_type, **fields)
         error = await client.error()
         assert error["event_id"] == event_id, (event_type, error)
@@ -232,8 +257,9 @@ async def test_errors_raised_after_parsing_keep_the_clients_event_id(connect):
 
 async def test_timeout_triggered_names_an_item_that_is_then_added_to_the_conversation(connect):
     client = await connect()
-    await client.update_session(audio={"input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": 1000}}},
-                                **TEXT)
+    await client.update_session(
+        audio={"input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": 1000}}}, **TEXT
+    )
     await client.say_text("hello")
     await client.until("response.done")
     events = await client.collect("response.done", timeout=10)
@@ -252,34 +278,44 @@ async def test_timeout_triggered_names_an_item_that_is_then_added_to_the_convers
 
 async def test_a_beta_client_gets_the_idle_timeouts_item_and_response_without_the_ga_only_event(connect):
     client = await connect(headers=[(b"openai-beta", b"realtime=v1")])
-    await client.send("session.update", session={"modalities": ["text"], "turn_detection": {
-        "type": "server_vad", "idle_timeout_ms": 1000}})
+    await client.send(
+        "session.update",
+        session={"modalities": ["text"], "turn_detection": {"type": "server_vad", "idle_timeout_ms": 1000}},
+    )
     await client.until("session.updated")
     await client.say_text("hello")
     await client.until("response.done")
     kinds = types(await client.collect("response.done", timeout=10))
     assert "input_audio_buffer.timeout_triggered" not in kinds
-    assert kinds.index("input_audio_buffer.committed") < kinds.index("conversation.item.created") < kinds.index(
-        "response.created")
+    assert (
+        kinds.index("input_audio_buffer.committed")
+        < kinds.index("conversation.item.created")
+        < kinds.index("response.created")
+    )
 
 
 async def test_audio_in_conversation_item_create_reports_its_transcription_seconds(connect):
     client = await connect()
     pcm = base64.b64encode(audio.encode(tone(0.8), audio.PCM)).decode()
-    await client.send("conversation.item.create", item={"type": "message", "role": "user",
-                                                        "content": [{"type": "input_audio", "audio": pcm}]})
+    await client.send(
+        "conversation.item.create",
+        item={"type": "message", "role": "user", "content": [{"type": "input_audio", "audio": pcm}]},
+    )
     completed = await client.until("conversation.item.input_audio_transcription.completed")
     assert completed["usage"] == {"type": "duration", "seconds": 0.8}
 
 
 async def test_voice_and_model_are_fixed_once_the_assistant_has_spoken(connect):
     client = await connect()
-    assert (await client.update_session(audio={"output": {"voice": "ash"}}, model="other-model"))["session"][
-        "audio"]["output"]["voice"] == "ash"
+    assert (await client.update_session(audio={"output": {"voice": "ash"}}, model="other-model"))["session"]["audio"][
+        "output"
+    ]["voice"] == "ash"
     await client.say_text("hello")
     await client.until("response.done")
-    for session, param in [({"audio": {"output": {"voice": "echo"}}}, "session.audio.output.voice"),
-                           ({"model": "yet-another"}, "session.model")]:
+    for session, param in [
+        ({"audio": {"output": {"voice": "echo"}}}, "session.audio.output.voice"),
+        ({"model": "yet-another"}, "session.model"),
+    ]:
         event_id = await client.send("session.update", session={"type": "realtime", **session})
         error = await client.error()
         assert (error["param"], error["event_id"]) == (param, event_id)
@@ -305,8 +341,9 @@ async def test_the_beta_subprotocol_makes_a_beta_session_as_the_header_does(conn
 
 async def test_a_turn_with_server_vad_reports_the_turns_seconds(connect):
     client = await connect()
-    await client.update_session(audio={"input": {"turn_detection": {"type": "server_vad",
-                                                                     "silence_duration_ms": 200}}}, **TEXT)
+    await client.update_session(
+        audio={"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 200}}}, **TEXT
+    )
     await client.append(silence(0.3))
     await client.append(tone(1.0))
     await client.append(silence(0.5))

@@ -10,9 +10,9 @@ from pipelines import messages as m
 from pipelines.loopback import FakeLanguageModel
 from pipelines.stages.base import SessionContext
 from pipelines.stages.lm import LmStage
-from realtime.conversation import Conversation, Port
-from realtime.events import EventError, parse_event
-from realtime.session import SessionConfig
+from realtime.protocol.conversation import Conversation, Port
+from realtime.protocol.events import EventError, parse_event
+from realtime.protocol.session import SessionConfig
 
 
 class Session:
@@ -20,21 +20,32 @@ class Session:
 
     def __init__(self) -> None:
         self.lm = LmStage(SessionContext(), FakeLanguageModel())
-        self.conversation = Conversation(SessionConfig("sess_order", "gpt-realtime", ("alloy",)),
-                                         Port(0, self._submit, lambda _id, _reason: None))
+        self.conversation = Conversation(
+            SessionConfig("sess_order", "gpt-realtime", ("alloy",)), Port(0, self._submit, lambda _id, _reason: None)
+        )
         self.added: list[dict] = []
 
     def _submit(self, msg: m.Downstream) -> None:
         list(self.lm.process(msg))
 
     def create(self, item_id: str, previous: str | None = None) -> None:
-        event: dict = {"type": "conversation.item.create", "item": {
-            "id": item_id, "type": "message", "role": "user", "content": [{"type": "input_text", "text": item_id}]}}
+        event: dict = {
+            "type": "conversation.item.create",
+            "item": {
+                "id": item_id,
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": item_id}],
+            },
+        }
         if previous is not None:
             event["previous_item_id"] = previous
         parsed = parse_event(json.dumps(event), 1024)
-        self.added += [e for e in self.conversation.create_item(parsed.item, parsed.previous_item_id)
-                       if e["type"] == "conversation.item.added"]
+        self.added += [
+            e
+            for e in self.conversation.create_item(parsed.item, parsed.previous_item_id)
+            if e["type"] == "conversation.item.added"
+        ]
 
 
 def test_an_item_created_after_root_is_first_for_the_client_and_for_the_lm():
@@ -54,7 +65,11 @@ def test_added_events_name_the_real_predecessor_never_root():
     session.create("c", "root")
     session.create("d", "a")
     assert [(e["item"]["id"], e["previous_item_id"]) for e in session.added] == [
-        ("a", None), ("b", "a"), ("c", None), ("d", "a")]
+        ("a", None),
+        ("b", "a"),
+        ("c", None),
+        ("d", "a"),
+    ]
 
 
 def test_an_unknown_predecessor_is_refused_and_nothing_changes():

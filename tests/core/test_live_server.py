@@ -26,8 +26,9 @@ def server(tmp_path_factory) -> Iterator[LiveServer]:
 
 
 async def open_client(server: LiveServer, **kwargs) -> tuple[websockets.ClientConnection, RealtimeClient]:
-    ws = await websockets.connect(f"{server.ws}?model=gpt-realtime", subprotocols=["realtime"],
-                                  open_timeout=10, close_timeout=2, **kwargs)
+    ws = await websockets.connect(
+        f"{server.ws}?model=gpt-realtime", subprotocols=["realtime"], open_timeout=10, close_timeout=2, **kwargs
+    )
     return ws, RealtimeClient.over_websocket(ws)
 
 
@@ -56,7 +57,10 @@ async def test_six_connections_to_a_pool_of_two_give_two_sessions_and_four_clear
         for i in refused:
             error = firsts[i]["error"]
             assert (error["type"], error["code"], error["message"]) == (
-                "invalid_request_error", "session_limit_reached", SESSION_LIMIT_REASON)
+                "invalid_request_error",
+                "session_limit_reached",
+                SESSION_LIMIT_REASON,
+            )
             close = await connections[i][1].closed(5)
             assert (close.code, close.reason) == (1008, SESSION_LIMIT_REASON)
         for i in created:  # the admitted sessions work
@@ -118,8 +122,9 @@ async def test_a_session_after_a_client_vanished_mid_response_gets_nothing_of_it
             received = repr(new.received)
             assert "alphamarker" not in received and "so on" not in received
             assert not [e for e in new.received if "audio" in e["type"] and "delta" in e["type"]]
-            answers = [e["response"]["output"][0]["content"][0]["text"] for e in new.received
-                       if e["type"] == "response.done"]
+            answers = [
+                e["response"]["output"][0]["content"][0]["text"] for e in new.received if e["type"] == "response.done"
+            ]
             assert answers == ["You said: bravomarker.", "You said: charliemarker."]
         finally:
             await ws2.close()
@@ -142,8 +147,9 @@ async def test_the_official_openai_sdk_completes_a_conversation(server):
     seen: list[str] = []
     async with asyncio.timeout(30):
         async with client.realtime.connect(model="gpt-realtime") as connection:
-            await connection.session.update(session={"type": "realtime", "output_modalities": ["text"],
-                                                     "instructions": "Answer briefly."})
+            await connection.session.update(
+                session={"type": "realtime", "output_modalities": ["text"], "instructions": "Answer briefly."}
+            )
             await connection.conversation.item.create(item=text_item("hello from the sdk"))
             await connection.response.create()
             async for event in validated(connection):
@@ -161,10 +167,20 @@ async def test_the_official_openai_sdk_completes_a_conversation(server):
                 if event.type == "response.done":
                     spoken = event.response
                     break
-    expected = ["session.created", "session.updated", "conversation.item.added", "conversation.item.done",
-                "response.created", "response.output_item.added", "response.content_part.added",
-                "response.output_text.delta", "response.output_text.done", "response.content_part.done",
-                "response.output_item.done", "response.done"]
+    expected = [
+        "session.created",
+        "session.updated",
+        "conversation.item.added",
+        "conversation.item.done",
+        "response.created",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.done",
+    ]
     it = iter(seen)
     assert all(name in it for name in expected), seen
     assert done.status == "completed"
@@ -183,10 +199,18 @@ async def test_the_official_openai_sdk_runs_a_transcription_session_and_every_ev
     seen: list[dict] = []
     async with asyncio.timeout(30):
         async with client.realtime.connect(model="gpt-realtime") as connection:
-            await connection.session.update(session={
-                "type": "transcription", "include": ["item.input_audio_transcription.logprobs"],
-                "audio": {"input": {"transcription": {"model": "gpt-4o-transcribe", "language": "en"},
-                                    "turn_detection": {"type": "server_vad", "silence_duration_ms": 200}}}})
+            await connection.session.update(
+                session={
+                    "type": "transcription",
+                    "include": ["item.input_audio_transcription.logprobs"],
+                    "audio": {
+                        "input": {
+                            "transcription": {"model": "gpt-4o-transcribe", "language": "en"},
+                            "turn_detection": {"type": "server_vad", "silence_duration_ms": 200},
+                        }
+                    },
+                }
+            )
             for chunk in pcm16_chunks(silence(0.3)) + pcm16_chunks(tone(1.0)) + pcm16_chunks(silence(0.5)):
                 await connection.input_audio_buffer.append(audio=chunk)
             await connection.response.create()  # refused: a transcription session never answers
@@ -209,14 +233,20 @@ async def test_the_openai_sdks_beta_client_runs_a_beta_transcription_session(ser
     from tests.support.speech import pcm16_chunks, silence, tone
 
     # The beta client always says wss:// unless told the WebSocket address.
-    client = AsyncOpenAI(api_key="test-key", base_url=f"http://127.0.0.1:{server.port}/v1",
-                         websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+    client = AsyncOpenAI(
+        api_key="test-key",
+        base_url=f"http://127.0.0.1:{server.port}/v1",
+        websocket_base_url=f"ws://127.0.0.1:{server.port}/v1",
+    )
     seen: list[dict] = []
     async with asyncio.timeout(30):
         async with client.beta.realtime.connect(model="gpt-realtime") as connection:  # sends OpenAI-Beta: realtime=v1
-            await connection.transcription_session.update(session={
-                "input_audio_transcription": {"model": "gpt-4o-mini-transcribe", "prompt": "Tones."},
-                "turn_detection": {"type": "server_vad", "silence_duration_ms": 200}})
+            await connection.transcription_session.update(
+                session={
+                    "input_audio_transcription": {"model": "gpt-4o-mini-transcribe", "prompt": "Tones."},
+                    "turn_detection": {"type": "server_vad", "silence_duration_ms": 200},
+                }
+            )
             for chunk in pcm16_chunks(silence(0.3)) + pcm16_chunks(tone(1.0)) + pcm16_chunks(silence(0.5)):
                 await connection.input_audio_buffer.append(audio=chunk)
             while "conversation.item.input_audio_transcription.completed" not in {e["type"] for e in seen}:

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from realtime.mcp_config import McpPolicy
+from realtime.protocol.mcp.config import McpPolicy
 from tests.support.mcp_server import free_port, serve
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,8 +46,9 @@ def types(events: list[dict]) -> list[str]:
 async def offer(client, *tools: dict) -> list[dict]:
     """Offers the tools; returns the events up to the listing's end (its item's ``conversation.item.done``)."""
     await client.send("session.update", session={"type": "realtime", "tools": list(tools)})
-    return await client.collect(lambda e: e["type"] == "conversation.item.done"
-                                and e["item"]["type"] == "mcp_list_tools", timeout=10)
+    return await client.collect(
+        lambda e: e["type"] == "conversation.item.done" and e["item"]["type"] == "mcp_list_tools", timeout=10
+    )
 
 
 async def turn(client, text: str) -> list[dict]:
@@ -77,8 +78,11 @@ async def test_a_server_url_outside_the_allowed_prefixes_is_refused_with_its_par
     await client.send("session.update", session={"type": "realtime", "tools": tools})
     error = await client.error()
     assert error["param"] == "session.tools[1].server_url"
-    for url in (mcp_on + "/mcpx", mcp_on.replace("127.0.0.1", "localhost") + "/mcp",
-                "http://u:p@" + mcp_on[7:] + "/mcp"):
+    for url in (
+        mcp_on + "/mcpx",
+        mcp_on.replace("127.0.0.1", "localhost") + "/mcp",
+        "http://u:p@" + mcp_on[7:] + "/mcp",
+    ):
         tools = [{**server(mcp_on), "server_url": url}]
         await client.send("session.update", session={"type": "realtime", "tools": tools})
         assert (await client.error())["param"] == "session.tools[0].server_url", url
@@ -86,8 +90,13 @@ async def test_a_server_url_outside_the_allowed_prefixes_is_refused_with_its_par
 
 async def test_a_connector_id_is_refused_since_no_connectors_exist(connect, mcp_on):
     client = await connect()
-    await client.send("session.update", session={"type": "realtime", "tools": [
-        {"type": "mcp", "server_label": "mail", "connector_id": "connector_gmail"}]})
+    await client.send(
+        "session.update",
+        session={
+            "type": "realtime",
+            "tools": [{"type": "mcp", "server_label": "mail", "connector_id": "connector_gmail"}],
+        },
+    )
     error = await client.error()
     assert error["param"] == "session.tools[0].connector_id" and "connectors" in error["message"]
 
@@ -98,8 +107,13 @@ async def test_a_connector_id_is_refused_since_no_connectors_exist(connect, mcp_
 async def test_offering_a_server_lists_its_tools_as_an_mcp_list_tools_item(connect, mcp_on):
     client = await connect()
     events = await offer(client, server(mcp_on))
-    assert types(events) == ["session.updated", "conversation.item.added", "mcp_list_tools.in_progress",
-                             "mcp_list_tools.completed", "conversation.item.done"]
+    assert types(events) == [
+        "session.updated",
+        "conversation.item.added",
+        "mcp_list_tools.in_progress",
+        "mcp_list_tools.completed",
+        "conversation.item.done",
+    ]
     item_id = events[1]["item"]["id"]
     assert events[1]["item"] == {"id": item_id, "type": "mcp_list_tools", "server_label": "weather", "tools": []}
     assert events[2]["item_id"] == events[3]["item_id"] == item_id
@@ -111,11 +125,14 @@ async def test_offering_a_server_lists_its_tools_as_an_mcp_list_tools_item(conne
     assert tools == [{k: v for k, v in server(mcp_on).items()}]  # echoed as offered
 
 
-@pytest.mark.parametrize("allowed, names", [
-    (["get_weather", "nap", "missing"], ["get_weather", "nap"]),
-    ({"tool_names": ["set_alarm"]}, ["set_alarm"]),
-    ({"read_only": True}, ["get_weather"]),
-])
+@pytest.mark.parametrize(
+    "allowed, names",
+    [
+        (["get_weather", "nap", "missing"], ["get_weather", "nap"]),
+        ({"tool_names": ["set_alarm"]}, ["set_alarm"]),
+        ({"read_only": True}, ["get_weather"]),
+    ],
+)
 async def test_allowed_tools_filters_what_is_listed(connect, mcp_on, allowed, names):
     client = await connect()
     assert listed(await offer(client, server(mcp_on, allowed_tools=allowed))) == names
@@ -126,8 +143,14 @@ async def test_an_unreachable_server_fails_its_listing_and_the_session_goes_on(c
     settings.S2S_MCP = McpPolicy((dead,), timeout_s=2.0)
     client = await connect()
     events = await offer(client, server(dead))
-    assert types(events) == ["session.updated", "conversation.item.added", "mcp_list_tools.in_progress",
-                             "mcp_list_tools.failed", "error", "conversation.item.done"]
+    assert types(events) == [
+        "session.updated",
+        "conversation.item.added",
+        "mcp_list_tools.in_progress",
+        "mcp_list_tools.failed",
+        "error",
+        "conversation.item.done",
+    ]
     error = events[-2]["error"]
     assert error["code"] == "mcp_list_tools_failed" and "weather" in error["message"]
     await client.say_text("hello")
@@ -151,15 +174,30 @@ async def test_a_call_runs_on_the_server_and_the_answer_follows_in_the_same_resp
     await offer(client, server(mcp_on, require_approval="never"))
     events = await turn(client, 'call get_weather {"city": "Paris"}')
     start = next(i for i, e in enumerate(events) if e["type"] == "response.created")
-    call_events = [e for e in events[start:] if "mcp" in e["type"] or e["type"].startswith("response.output_item")
-                   or e["type"] == "response.done"]
+    call_events = [
+        e
+        for e in events[start:]
+        if "mcp" in e["type"] or e["type"].startswith("response.output_item") or e["type"] == "response.done"
+    ]
     assert types(call_events) == [
-        "response.output_item.added", "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done",
-        "response.mcp_call.in_progress", "response.mcp_call.completed", "response.output_item.done",
-        "response.output_item.added", "response.output_item.done", "response.done"]
+        "response.output_item.added",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.in_progress",
+        "response.mcp_call.completed",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.done",
+    ]
     added = call_events[0]["item"]
     assert {k: added[k] for k in ("type", "server_label", "name", "arguments", "output")} == {
-        "type": "mcp_call", "server_label": "weather", "name": "get_weather", "arguments": "", "output": None}
+        "type": "mcp_call",
+        "server_label": "weather",
+        "name": "get_weather",
+        "arguments": "",
+        "output": None,
+    }
     done = of_type(events, "response.mcp_call_arguments.done")[0]
     assert json.loads(done["arguments"]) == {"city": "Paris"} and done["item_id"] == added["id"]
     item = of_type(call_events, "response.output_item.done")[0]["item"]
@@ -216,9 +254,14 @@ async def test_approval_is_asked_by_default_and_an_approved_call_runs_in_the_nex
     client = await connect()
     request = await request_approval(client, mcp_on)
     assert (request["server_label"], request["name"], json.loads(request["arguments"])) == (
-        "weather", "get_weather", {"city": "Paris"})
-    await client.send("conversation.item.create", item={
-        "type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True})
+        "weather",
+        "get_weather",
+        {"city": "Paris"},
+    )
+    await client.send(
+        "conversation.item.create",
+        item={"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True},
+    )
     added = await client.until("conversation.item.added")
     assert added["item"]["type"] == "mcp_approval_response" and added["item"]["approve"] is True
     await client.send("response.create")
@@ -233,9 +276,15 @@ async def test_approval_is_asked_by_default_and_an_approved_call_runs_in_the_nex
 async def test_a_denied_call_does_not_run_and_the_model_is_told(connect, mcp_on):
     client = await connect()
     request = await request_approval(client, mcp_on, require_approval={"always": {"tool_names": ["get_weather"]}})
-    await client.send("conversation.item.create", item={
-        "type": "mcp_approval_response", "approval_request_id": request["id"], "approve": False,
-        "reason": "not now"})
+    await client.send(
+        "conversation.item.create",
+        item={
+            "type": "mcp_approval_response",
+            "approval_request_id": request["id"],
+            "approve": False,
+            "reason": "not now",
+        },
+    )
     await client.until("conversation.item.added")
     await client.send("response.create")
     events = await client.collect("response.done", timeout=15)
@@ -255,8 +304,10 @@ async def test_an_approval_filter_lets_named_tools_run_without_asking(connect, m
 
 async def test_an_answer_to_an_unknown_approval_request_is_refused(connect, mcp_on):
     client = await connect()
-    await client.send("conversation.item.create", item={
-        "type": "mcp_approval_response", "approval_request_id": "mcpr_nope", "approve": True})
+    await client.send(
+        "conversation.item.create",
+        item={"type": "mcp_approval_response", "approval_request_id": "mcpr_nope", "approve": True},
+    )
     error = await client.error()
     assert error["param"] == "item.approval_request_id"
 
@@ -267,10 +318,17 @@ def of_type(events: list[dict], *names: str) -> list[dict]:
 
 async def test_a_response_may_offer_its_own_server_whose_tools_are_listed_before_it_starts(connect, mcp_on):
     client = await connect()
-    await client.send("conversation.item.create", item={"type": "message", "role": "user", "content": [
-        {"type": "input_text", "text": 'call get_weather {"city": "Paris"}'}]})
-    await client.send("response.create", response={"tools": [
-        server(mcp_on, require_approval="never", allowed_tools=["get_weather"])]})
+    await client.send(
+        "conversation.item.create",
+        item={
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": 'call get_weather {"city": "Paris"}'}],
+        },
+    )
+    await client.send(
+        "response.create", response={"tools": [server(mcp_on, require_approval="never", allowed_tools=["get_weather"])]}
+    )
     events = await client.collect("response.done", timeout=15)
     assert types(events).index("mcp_list_tools.completed") < types(events).index("response.created")
     output = events[-1]["response"]["output"]
@@ -281,7 +339,8 @@ async def test_a_response_may_offer_its_own_server_whose_tools_are_listed_before
 
 
 async def test_a_session_that_ends_during_a_call_gives_its_unit_back_and_the_next_session_is_clean(
-        connect, mcp_on, settings, loopback_pool):
+    connect, mcp_on, settings, loopback_pool
+):
     settings.S2S_MCP = McpPolicy((mcp_on + "/mcp",), timeout_s=10.0)
     client = await connect()
     await offer(client, server(mcp_on, require_approval="never"))
@@ -330,6 +389,8 @@ async def test_cancelling_a_response_stops_its_running_call_at_once(connect, mcp
     done = await client.until("response.done", timeout=5)
     assert asyncio.get_running_loop().time() - started < 3
     assert (done["response"]["status"], done["response"]["status_details"]["reason"]) == (
-        "cancelled", "client_cancelled")
+        "cancelled",
+        "client_cancelled",
+    )
     assert done["response"]["output"][0]["id"] == progress["item_id"]
     assert (await turn(client, "hello"))[-1]["response"]["status"] == "completed"

@@ -19,8 +19,9 @@ def test_each_packaged_model_a_setting_chooses_is_named():
 
 
 def test_models_an_operator_points_at_are_named_by_their_file_or_folder():
-    config = EngineConfig(stt_model="/models/faster-whisper-large-v3/", lm_backend="transformers",
-                          lm_model="/models/Qwen2.5-7B-Instruct")
+    config = EngineConfig(
+        stt_model="/models/faster-whisper-large-v3/", lm_backend="transformers", lm_model="/models/Qwen2.5-7B-Instruct"
+    )
     text = config.describe()
     assert "faster-whisper-large-v3" in text and "Qwen2.5-7B-Instruct on transformers" in text
     served = EngineConfig(lm_backend="openai", lm_model="meta-llama/Llama-3.1-8B-Instruct").describe()

@@ -53,8 +53,14 @@ class Sink:
 class FakeStage(Stage):
     """A FAKE stage: answers a Ping with a Pong and passes it on; other actions misbehave on purpose."""
 
-    def __init__(self, context: SessionContext, name: str, log: list[str], reset_s: float = 0.0,
-                 release: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        context: SessionContext,
+        name: str,
+        log: list[str],
+        reset_s: float = 0.0,
+        release: threading.Event | None = None,
+    ) -> None:
         super().__init__(context)
         self.name = name
         self.log = log
@@ -88,8 +94,9 @@ class FakeStage(Stage):
         self.log.append(f"{self.name} reset")
 
 
-def fake_unit(log: list[str], reset_s: float = 0.0, release_timeout_s: float = 5.0,
-              release: threading.Event | None = None) -> tuple[PipelineUnit, list[list[FakeStage]]]:
+def fake_unit(
+    log: list[str], reset_s: float = 0.0, release_timeout_s: float = 5.0, release: threading.Event | None = None
+) -> tuple[PipelineUnit, list[list[FakeStage]]]:
     builds: list[list[FakeStage]] = []
 
     def build(context: SessionContext) -> list[Stage]:

@@ -47,7 +47,7 @@ def echo_ms(data: bytes, fmt: str = audio.PCM) -> int:
     window = rate * 40 // 1000
     ms = 0
     for at in range(0, len(samples) - window + 1, window):
-        if dominant_hz(samples[at:at + window], rate) > 330:
+        if dominant_hz(samples[at : at + window], rate) > 330:
             break
         ms += 40
     return ms
@@ -74,11 +74,18 @@ async def test_session_update_in_the_ga_shape_is_applied_and_echoed(connect):
         "truncation": {"type": "retention_ratio", "retention_ratio": 0.5},
     }
     updated = await client.update_session(
-        instructions="Be terse.", output_modalities=["text"], max_output_tokens=100,
-        audio={"input": {"format": {"type": "audio/pcmu"}, "noise_reduction": {"type": "near_field"},
-                         "transcription": {"model": "whisper-1", "language": "en"},
-                         "turn_detection": {"type": "server_vad", "threshold": 0.6, "silence_duration_ms": 350}},
-               "output": {"format": {"type": "audio/pcma"}, "voice": "ash", "speed": 1.1}},
+        instructions="Be terse.",
+        output_modalities=["text"],
+        max_output_tokens=100,
+        audio={
+            "input": {
+                "format": {"type": "audio/pcmu"},
+                "noise_reduction": {"type": "near_field"},
+                "transcription": {"model": "whisper-1", "language": "en"},
+                "turn_detection": {"type": "server_vad", "threshold": 0.6, "silence_duration_ms": 350},
+            },
+            "output": {"format": {"type": "audio/pcma"}, "voice": "ash", "speed": 1.1},
+        },
         **passthrough,
     )
     session = updated["session"]
@@ -98,11 +105,19 @@ async def test_session_update_in_the_ga_shape_is_applied_and_echoed(connect):
 
 async def test_session_update_in_the_beta_flat_shape_is_applied(connect):
     client = await connect()
-    await client.send("session.update", session={
-        "modalities": ["text"], "input_audio_format": "g711_ulaw", "output_audio_format": "g711_alaw",
-        "voice": "echo", "turn_detection": None, "input_audio_noise_reduction": {"type": "far_field"},
-        "max_response_output_tokens": 50, "tracing": {"workflow_name": "tests"},
-    })
+    await client.send(
+        "session.update",
+        session={
+            "modalities": ["text"],
+            "input_audio_format": "g711_ulaw",
+            "output_audio_format": "g711_alaw",
+            "voice": "echo",
+            "turn_detection": None,
+            "input_audio_noise_reduction": {"type": "far_field"},
+            "max_response_output_tokens": 50,
+            "tracing": {"workflow_name": "tests"},
+        },
+    )
     session = (await client.until("session.updated"))["session"]
     assert session["output_modalities"] == ["text"]
     assert session["audio"]["input"]["format"] == {"type": "audio/pcmu"}
@@ -117,8 +132,15 @@ async def test_session_update_in_the_beta_flat_shape_is_applied(connect):
 async def test_a_beta_client_gets_the_beta_session_shape_and_event_names(connect):
     client = await connect(headers=[(b"openai-beta", b"realtime=v1")])
     assert client.created["session"]["input_audio_format"] == "pcm16"
-    await client.send("session.update", session={"modalities": ["text", "audio"], "turn_detection": None,
-                                                 "output_audio_format": "g711_ulaw", "tracing": "auto"})
+    await client.send(
+        "session.update",
+        session={
+            "modalities": ["text", "audio"],
+            "turn_detection": None,
+            "output_audio_format": "g711_ulaw",
+            "tracing": "auto",
+        },
+    )
     session = (await client.until("session.updated"))["session"]
     assert session["output_audio_format"] == "g711_ulaw"
     assert session["turn_detection"] is None
@@ -135,8 +157,13 @@ async def test_a_beta_client_gets_the_beta_session_shape_and_event_names(connect
     written = await client.collect("response.done")
     assert "response.text.delta" in types(written)
     assert written[-1]["response"]["output"][0]["content"][0] == {"type": "text", "text": "You said: hello text."}
-    ga_only = {"conversation.item.added", "conversation.item.done", "response.output_audio.delta",
-               "response.output_text.delta", "response.output_audio_transcript.delta"}
+    ga_only = {
+        "conversation.item.added",
+        "conversation.item.done",
+        "response.output_audio.delta",
+        "response.output_text.delta",
+        "response.output_audio_transcript.delta",
+    }
     assert not ga_only & set(types(client.received))
 
 
@@ -157,13 +184,28 @@ async def test_a_beta_client_samples_within_the_beta_temperature_range_and_greed
 
 # --- responses -----------------------------------------------------------------
 
-GA_ORDER_TEXT = ["response.created", "response.output_item.added", "response.content_part.added",
-                 "response.output_text.delta", "response.output_text.done", "response.content_part.done",
-                 "response.output_item.done", "response.done"]
-GA_ORDER_AUDIO = ["response.created", "response.output_item.added", "response.content_part.added",
-                  "response.output_audio.delta", "response.output_audio_transcript.delta", "response.output_audio.done",
-                  "response.output_audio_transcript.done", "response.content_part.done", "response.output_item.done",
-                  "response.done"]
+GA_ORDER_TEXT = [
+    "response.created",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.done",
+]
+GA_ORDER_AUDIO = [
+    "response.created",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_audio.delta",
+    "response.output_audio_transcript.delta",
+    "response.output_audio.done",
+    "response.output_audio_transcript.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.done",
+]
 
 
 async def test_a_text_response_comes_in_the_ga_order_and_response_done_carries_the_text(connect):
@@ -258,9 +300,15 @@ async def test_a_spoken_turn_with_server_vad_is_transcribed_and_answered_with_it
     await client.append(tone(1.0))
     await client.append(silence(0.5))
     events = await client.collect("response.done")
-    expected = ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
-                "input_audio_buffer.committed", "conversation.item.added", "conversation.item.done",
-                "conversation.item.input_audio_transcription.completed", *GA_ORDER_AUDIO]
+    expected = [
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "conversation.item.done",
+        "conversation.item.input_audio_transcription.completed",
+        *GA_ORDER_AUDIO,
+    ]
     assert subsequence(expected, types(events)), types(events)
     started = next(e for e in events if e["type"] == "input_audio_buffer.speech_started")
     stopped = next(e for e in events if e["type"] == "input_audio_buffer.speech_stopped")
@@ -308,8 +356,9 @@ async def test_committing_an_empty_buffer_is_an_error_and_clear_is_confirmed(con
 @pytest.mark.parametrize("fmt", [audio.PCMU, audio.PCMA])
 async def test_g711_audio_goes_in_and_comes_out_at_8_khz_one_byte_per_sample(connect, fmt):
     client = await connect()
-    await client.update_session(audio={"input": {"format": {"type": fmt}, "turn_detection": None},
-                                       "output": {"format": {"type": fmt}}})
+    await client.update_session(
+        audio={"input": {"format": {"type": fmt}, "turn_detection": None}, "output": {"format": {"type": fmt}}}
+    )
     spoken = audio.encode(tone(0.6, rate=8000), fmt)
     assert len(spoken) == 4800
     await client.append_bytes(spoken, 160)  # 20 ms at 8 kHz
@@ -395,21 +444,30 @@ async def test_speech_during_a_response_interrupts_it(connect):
     await client.until("input_audio_buffer.speech_started")
     speech_at = len(client.received) - 1
     await client.append(silence(0.4))
-    events = await client.collect(lambda e: e["type"] == "response.done" and e["response"]["id"] == first["response_id"])
+    events = await client.collect(
+        lambda e: e["type"] == "response.done" and e["response"]["id"] == first["response_id"]
+    )
     assert events[-1]["response"]["status"] == "cancelled"
     assert events[-1]["response"]["status_details"]["reason"] == "turn_detected"
     after = client.received[speech_at:]
-    assert not [e for e in after if e["type"] == "response.output_audio.delta" and e["response_id"] == first["response_id"]]
+    assert not [
+        e for e in after if e["type"] == "response.output_audio.delta" and e["response_id"] == first["response_id"]
+    ]
     await client.until("response.done")  # the new turn is answered
     assert client.received[-1]["response"]["status"] == "completed"
 
 
 async def test_an_out_of_band_response_stays_out_of_the_conversation(connect):
     client = await connect()
-    await client.send("response.create", response={
-        "conversation": "none", "output_modalities": ["text"], "metadata": {"purpose": "classify"},
-        "input": [text_item("out of band words")],
-    })
+    await client.send(
+        "response.create",
+        response={
+            "conversation": "none",
+            "output_modalities": ["text"],
+            "metadata": {"purpose": "classify"},
+            "input": [text_item("out of band words")],
+        },
+    )
     events = await client.collect("response.done")
     done = events[-1]["response"]
     assert done["conversation_id"] is None
@@ -458,9 +516,15 @@ async def test_a_failing_language_model_gives_an_error_and_a_failed_response_and
 
 async def test_an_unknown_voice_is_refused(connect):
     client = await connect()
-    event_id = await client.send("session.update", session={"type": "realtime", "audio": {"output": {"voice": "no-such-voice"}}})
+    event_id = await client.send(
+        "session.update", session={"type": "realtime", "audio": {"output": {"voice": "no-such-voice"}}}
+    )
     error = await client.error()
-    assert (error["code"], error["param"], error["event_id"]) == ("invalid_value", "session.audio.output.voice", event_id)
+    assert (error["code"], error["param"], error["event_id"]) == (
+        "invalid_value",
+        "session.audio.output.voice",
+        event_id,
+    )
     event_id = await client.send("response.create", response={"audio": {"output": {"voice": "no-such-voice"}}})
     assert (await client.error())["event_id"] == event_id
 
@@ -470,9 +534,13 @@ async def test_an_unknown_voice_is_refused(connect):
 BAD_EVENTS = [
     pytest.param({"type": "session.nonsense"}, "invalid_value", "type", id="unknown-type"),
     pytest.param({"type": "conversation.item.retrieve"}, "missing_required_parameter", "item_id", id="missing-field"),
-    pytest.param({"type": "input_audio_buffer.append", "audio": "not base64!"}, "invalid_base64", "audio", id="bad-base64"),
+    pytest.param(
+        {"type": "input_audio_buffer.append", "audio": "not base64!"}, "invalid_base64", "audio", id="bad-base64"
+    ),
     pytest.param({"type": "conversation.item.delete", "item_id": 42}, "invalid_type", "item_id", id="wrong-type"),
-    pytest.param({"type": "session.update", "session": "audio please"}, "invalid_type", "session", id="wrong-type-session"),
+    pytest.param(
+        {"type": "session.update", "session": "audio please"}, "invalid_type", "session", id="wrong-type-session"
+    ),
 ]
 
 
@@ -484,7 +552,9 @@ async def test_bad_input_gets_an_error_with_its_code_and_event_id_and_the_sessio
     assert (error["code"], error["param"], error["event_id"]) == (code, param, event_id)
     assert error["type"] == "invalid_request_error"
     await client.say_text("still here", output_modalities=["text"])
-    assert (await client.until("response.done"))["response"]["output"][0]["content"][0]["text"] == "You said: still here."
+    assert (await client.until("response.done"))["response"]["output"][0]["content"][0][
+        "text"
+    ] == "You said: still here."
 
 
 async def test_invalid_json_gets_an_error_and_the_session_goes_on(connect):

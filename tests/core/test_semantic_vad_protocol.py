@@ -24,14 +24,22 @@ async def test_semantic_vad_is_echoed_with_its_eagerness_and_idle_timeout(connec
     client = await connect()
     updated = await client.update_session(**semantic(eagerness="high", idle_timeout_ms=5000, create_response=False))
     detection = updated["session"]["audio"]["input"]["turn_detection"]
-    assert detection == {"type": "semantic_vad", "eagerness": "high", "create_response": False,
-                         "interrupt_response": True, "idle_timeout_ms": 5000}
+    assert detection == {
+        "type": "semantic_vad",
+        "eagerness": "high",
+        "create_response": False,
+        "interrupt_response": True,
+        "idle_timeout_ms": 5000,
+    }
 
 
-@pytest.mark.parametrize("fields, param", [
-    ({"eagerness": "eager"}, "session.audio.input.turn_detection.eagerness"),
-    ({"idle_timeout_ms": 10}, "session.audio.input.turn_detection.idle_timeout_ms"),
-])
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"eagerness": "eager"}, "session.audio.input.turn_detection.eagerness"),
+        ({"idle_timeout_ms": 10}, "session.audio.input.turn_detection.idle_timeout_ms"),
+    ],
+)
 async def test_a_bad_semantic_vad_field_is_an_error_and_the_session_goes_on(connect, fields, param):
     client = await connect()
     await client.send("session.update", event_id="evt_bad", session={"type": "realtime", **semantic(**fields)})
@@ -49,8 +57,12 @@ async def test_a_semantic_vad_turn_is_cut_and_answered(connect):
     await client.append(silence(0.6))
     events = await client.collect("response.done", timeout=10)
     kinds = types(events)
-    assert kinds.index("input_audio_buffer.speech_started") < kinds.index("input_audio_buffer.speech_stopped") \
-        < kinds.index("input_audio_buffer.committed") < kinds.index("response.created")
+    assert (
+        kinds.index("input_audio_buffer.speech_started")
+        < kinds.index("input_audio_buffer.speech_stopped")
+        < kinds.index("input_audio_buffer.committed")
+        < kinds.index("response.created")
+    )
 
 
 async def test_a_silent_user_is_prompted_after_idle_timeout_ms_with_semantic_vad(connect):

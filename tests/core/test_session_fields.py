@@ -54,8 +54,10 @@ async def refused(client, event_type: str, **fields) -> dict:
 
 async def test_retention_ratio_cuts_the_oldest_items_to_the_ratio_of_the_limit_and_keeps_the_cut(connect):
     client = await connect()
-    await client.update_session(instructions="", truncation={
-        "type": "retention_ratio", "retention_ratio": 0.5, "token_limits": {"post_instructions": 100}})
+    await client.update_session(
+        instructions="",
+        truncation={"type": "retention_ratio", "retention_ratio": 0.5, "token_limits": {"post_instructions": 100}},
+    )
     seen = []
     for n in range(5):
         await add(client, words(26, f"w{n}"))  # 30 tokens each
@@ -103,17 +105,24 @@ async def test_disabled_truncation_fails_when_one_item_is_longer_than_the_contex
     assert (await answer(client))["status"] != "failed"
 
 
-@pytest.mark.parametrize(("value", "param"), [
-    ("bogus", "session.truncation"),
-    ({"type": "retention_ratio"}, "session.truncation.retention_ratio"),
-    ({"type": "retention_ratio", "retention_ratio": 1.5}, "session.truncation.retention_ratio"),
-    ({"type": "retention_ratio", "retention_ratio": "half"}, "session.truncation.retention_ratio"),
-    ({"type": "other", "retention_ratio": 0.5}, "session.truncation.type"),
-    ({"type": "retention_ratio", "retention_ratio": 0.5, "token_limits": {"post_instructions": 4000}},
-     "session.truncation.token_limits.post_instructions"),  # above the context (4096) less the cap (128)
-    ({"type": "retention_ratio", "retention_ratio": 0.5, "token_limits": {"pre": 1}},
-     "session.truncation.token_limits.pre"),
-])
+@pytest.mark.parametrize(
+    ("value", "param"),
+    [
+        ("bogus", "session.truncation"),
+        ({"type": "retention_ratio"}, "session.truncation.retention_ratio"),
+        ({"type": "retention_ratio", "retention_ratio": 1.5}, "session.truncation.retention_ratio"),
+        ({"type": "retention_ratio", "retention_ratio": "half"}, "session.truncation.retention_ratio"),
+        ({"type": "other", "retention_ratio": 0.5}, "session.truncation.type"),
+        (
+            {"type": "retention_ratio", "retention_ratio": 0.5, "token_limits": {"post_instructions": 4000}},
+            "session.truncation.token_limits.post_instructions",
+        ),  # above the context (4096) less the cap (128)
+        (
+            {"type": "retention_ratio", "retention_ratio": 0.5, "token_limits": {"pre": 1}},
+            "session.truncation.token_limits.pre",
+        ),
+    ],
+)
 async def test_a_truncation_the_api_does_not_define_or_the_model_cannot_hold_is_refused(connect, value, param):
     client = await connect()
     error = await refused(client, "session.update", session={"type": "realtime", "truncation": value})
@@ -144,8 +153,9 @@ async def test_max_output_tokens_above_the_servers_cap_is_refused_naming_the_cap
 def stored_prompt() -> str:
     prompt = Prompt.objects.create(name="tour guide")
     PromptVersion.objects.create(prompt=prompt, version=1, instructions="Old {{city}}.")
-    PromptVersion.objects.create(prompt=prompt, version=2, instructions="Guide {{who}} around {{city}} today.",
-                                 variables={"city": "Lisbon"})
+    PromptVersion.objects.create(
+        prompt=prompt, version=2, instructions="Guide {{who}} around {{city}} today.", variables={"city": "Lisbon"}
+    )
     return prompt.id
 
 
@@ -177,13 +187,17 @@ async def test_a_response_applies_its_own_stored_prompt(connect):
 async def test_an_unknown_prompt_version_or_a_missing_variable_is_refused(connect):
     prompt_id = await stored_prompt()
     client = await connect()
-    cases = [({"id": "pmpt_nope"}, "session.prompt.id"),
-             ({"id": prompt_id, "version": "9"}, "session.prompt.version"),
-             ({"id": prompt_id}, "session.prompt.variables.who"),
-             ({"id": prompt_id, "variables": {"who": "x", "extra": "y"}}, "session.prompt.variables.extra"),
-             ({"id": prompt_id, "variables": {"who": {"type": "input_image", "image_url": "x"}}},
-              "session.prompt.variables.who.type"),
-             ("hello", "session.prompt")]
+    cases = [
+        ({"id": "pmpt_nope"}, "session.prompt.id"),
+        ({"id": prompt_id, "version": "9"}, "session.prompt.version"),
+        ({"id": prompt_id}, "session.prompt.variables.who"),
+        ({"id": prompt_id, "variables": {"who": "x", "extra": "y"}}, "session.prompt.variables.extra"),
+        (
+            {"id": prompt_id, "variables": {"who": {"type": "input_image", "image_url": "x"}}},
+            "session.prompt.variables.who.type",
+        ),
+        ("hello", "session.prompt"),
+    ]
     for ref, param in cases:
         error = await refused(client, "session.update", session={"type": "realtime", "prompt": ref})
         assert error["param"] == param, (ref, error)
@@ -212,14 +226,17 @@ async def test_reasoning_is_refused_as_no_reasoning_model_runs_here(connect):
     assert error["param"] == "response.reasoning"
 
 
-@pytest.mark.parametrize(("session", "param"), [
-    ({"audio": {"output": {"speed": "fast"}}}, "session.audio.output.speed"),
-    ({"audio": {"output": {"speed": 3.0}}}, "session.audio.output.speed"),
-    ({"tracing": 5}, "session.tracing"),
-    ({"tracing": "on"}, "session.tracing"),
-    ({"tracing": {"workflow_name": 5}}, "session.tracing.workflow_name"),
-    ({"model": ""}, "session.model"),
-])
+@pytest.mark.parametrize(
+    ("session", "param"),
+    [
+        ({"audio": {"output": {"speed": "fast"}}}, "session.audio.output.speed"),
+        ({"audio": {"output": {"speed": 3.0}}}, "session.audio.output.speed"),
+        ({"tracing": 5}, "session.tracing"),
+        ({"tracing": "on"}, "session.tracing"),
+        ({"tracing": {"workflow_name": 5}}, "session.tracing.workflow_name"),
+        ({"model": ""}, "session.model"),
+    ],
+)
 async def test_values_the_sdk_types_reject_are_never_stored(connect, session, param):
     client = await connect()
     error = await refused(client, "session.update", session={"type": "realtime", **session})
@@ -227,16 +244,19 @@ async def test_values_the_sdk_types_reject_are_never_stored(connect, session, pa
     await client.update_session()  # the next session.updated still validates (the client checks it)
 
 
-@pytest.mark.parametrize(("response", "param"), [
-    ({"modalities": ["text"]}, "response.modalities"),  # a beta key: unknown to a GA session
-    ({"bogus": 1}, "response.bogus"),
-    ({"conversation": "conv_other"}, "response.conversation"),
-    ({"metadata": {"n": 1}}, "response.metadata.n"),
-    ({"metadata": {f"k{i}": "v" for i in range(17)}}, "response.metadata"),
-    ({"metadata": {"k" * 65: "v"}}, "response.metadata"),
-    ({"metadata": {"k": "v" * 513}}, "response.metadata.k"),
-    ({"audio": {"output": {"speed": 1.0}}}, "response.audio.output.speed"),
-])
+@pytest.mark.parametrize(
+    ("response", "param"),
+    [
+        ({"modalities": ["text"]}, "response.modalities"),  # a beta key: unknown to a GA session
+        ({"bogus": 1}, "response.bogus"),
+        ({"conversation": "conv_other"}, "response.conversation"),
+        ({"metadata": {"n": 1}}, "response.metadata.n"),
+        ({"metadata": {f"k{i}": "v" for i in range(17)}}, "response.metadata"),
+        ({"metadata": {"k" * 65: "v"}}, "response.metadata"),
+        ({"metadata": {"k": "v" * 513}}, "response.metadata.k"),
+        ({"audio": {"output": {"speed": 1.0}}}, "response.audio.output.speed"),
+    ],
+)
 async def test_a_response_create_the_sdk_would_not_send_is_refused(connect, response, param):
     client = await connect()
     error = await refused(client, "response.create", response=response)
@@ -247,11 +267,17 @@ async def test_a_response_create_the_sdk_would_not_send_is_refused(connect, resp
 
 async def test_a_user_text_part_of_type_text_is_refused_as_the_api_does(connect):
     client = await connect()
-    error = await refused(client, "conversation.item.create", item={
-        "type": "message", "role": "user", "content": [{"type": "text", "text": "hi"}]})
+    error = await refused(
+        client,
+        "conversation.item.create",
+        item={"type": "message", "role": "user", "content": [{"type": "text", "text": "hi"}]},
+    )
     assert (error["code"], error["param"]) == ("invalid_value", "item.content[0].type")
-    error = await refused(client, "conversation.item.create", item={
-        "type": "message", "role": "system", "content": [{"type": "output_text", "text": "hi"}]})
+    error = await refused(
+        client,
+        "conversation.item.create",
+        item={"type": "message", "role": "system", "content": [{"type": "output_text", "text": "hi"}]},
+    )
     assert error["param"] == "item.content[0].type"
 
 
@@ -261,9 +287,15 @@ async def test_a_user_text_part_of_type_text_is_refused_as_the_api_does(connect)
 async def test_a_retrieved_user_audio_item_carries_its_audio_in_the_sessions_input_format(connect):
     client = await connect()
     pcm = audio.encode(tone(0.5), audio.PCM)
-    await client.send("conversation.item.create", item={
-        "id": "item_clip", "type": "message", "role": "user",
-        "content": [{"type": "input_audio", "audio": base64.b64encode(pcm).decode()}]})
+    await client.send(
+        "conversation.item.create",
+        item={
+            "id": "item_clip",
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_audio", "audio": base64.b64encode(pcm).decode()}],
+        },
+    )
     await client.until("conversation.item.done")
     await client.send("conversation.item.retrieve", item_id="item_clip")
     part = (await client.until("conversation.item.retrieved"))["item"]["content"][0]
@@ -288,8 +320,10 @@ async def test_user_audio_kept_for_retrieval_is_capped_and_the_oldest_goes_first
     client = await connect()
     pcm = base64.b64encode(audio.encode(tone(1.0), audio.PCM)).decode()
     for name in ("item_a", "item_b", "item_c"):
-        await client.send("conversation.item.create", item={
-            "id": name, "type": "message", "role": "user", "content": [{"type": "input_audio", "audio": pcm}]})
+        await client.send(
+            "conversation.item.create",
+            item={"id": name, "type": "message", "role": "user", "content": [{"type": "input_audio", "audio": pcm}]},
+        )
         await client.until("conversation.item.done")
     kept = {}
     for name in ("item_a", "item_b", "item_c"):

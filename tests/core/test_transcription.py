@@ -28,25 +28,42 @@ async def speak_a_turn(client) -> list[dict]:
 
 async def test_a_ga_transcription_session_transcribes_turns_and_never_answers(connect):
     client = await connect()
-    await client.send("session.update", session={
-        "type": "transcription", "include": [LOGPROBS],
-        "audio": {"input": {"transcription": {"model": "gpt-4o-transcribe", "language": "en", "prompt": "Tones."},
-                            "turn_detection": VAD, "noise_reduction": {"type": "near_field"}}}})
+    await client.send(
+        "session.update",
+        session={
+            "type": "transcription",
+            "include": [LOGPROBS],
+            "audio": {
+                "input": {
+                    "transcription": {"model": "gpt-4o-transcribe", "language": "en", "prompt": "Tones."},
+                    "turn_detection": VAD,
+                    "noise_reduction": {"type": "near_field"},
+                }
+            },
+        },
+    )
     session = (await client.until("session.updated"))["session"]
     assert session["type"] == "transcription"
-    assert session["audio"]["input"]["transcription"] == {"model": "gpt-4o-transcribe", "language": "en",
-                                                          "prompt": "Tones."}
+    assert session["audio"]["input"]["transcription"] == {
+        "model": "gpt-4o-transcribe",
+        "language": "en",
+        "prompt": "Tones.",
+    }
     assert session["include"] == [LOGPROBS] and "output_modalities" not in session
     events = await speak_a_turn(client)
     kinds = types(events)
     assert [k for k in kinds if k.startswith("input_audio_buffer.")] == [
-        "input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped", "input_audio_buffer.committed"]
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+    ]
     assert not [k for k in kinds if k.startswith("response.")]
     completed = events[kinds.index("conversation.item.input_audio_transcription.completed")]
     assert completed["transcript"].startswith("audio of 1.")
     assert [entry["token"] for entry in completed["logprobs"]] == [" " + w for w in completed["transcript"].split()]
-    assert all(entry["logprob"] <= 0 and entry["bytes"] == list(entry["token"].encode())
-               for entry in completed["logprobs"])
+    assert all(
+        entry["logprob"] <= 0 and entry["bytes"] == list(entry["token"].encode()) for entry in completed["logprobs"]
+    )
     delta = next(e for e in events if e["type"] == "conversation.item.input_audio_transcription.delta")
     assert "".join(entry["token"] for entry in delta["logprobs"]).strip() == delta["delta"].strip()
 
@@ -57,7 +74,7 @@ async def test_a_transcription_session_refuses_responses_and_goes_on(connect):
     event_id = await client.send("response.create")
     error = await client.error()
     assert (error["event_id"], error["param"]) == (event_id, "type")
-    completed = (await speak_a_turn(client))
+    completed = await speak_a_turn(client)
     assert "conversation.item.input_audio_transcription.completed" in types(completed)
     assert "logprobs" not in completed[types(completed).index("conversation.item.input_audio_transcription.completed")]
 
@@ -78,10 +95,15 @@ async def test_a_transcription_session_takes_only_its_own_keys(connect):
 
 async def test_a_beta_client_makes_a_transcription_session_with_transcription_session_update(connect):
     client = await connect(headers=[(b"openai-beta", b"realtime=v1")])
-    await client.send("transcription_session.update", session={
-        "input_audio_transcription": {"model": "whisper-1", "language": "en"}, "include": [LOGPROBS],
-        "turn_detection": {"type": "server_vad", "silence_duration_ms": 200},
-        "input_audio_noise_reduction": {"type": "far_field"}})
+    await client.send(
+        "transcription_session.update",
+        session={
+            "input_audio_transcription": {"model": "whisper-1", "language": "en"},
+            "include": [LOGPROBS],
+            "turn_detection": {"type": "server_vad", "silence_duration_ms": 200},
+            "input_audio_noise_reduction": {"type": "far_field"},
+        },
+    )
     session = (await client.until("transcription_session.updated"))["session"]
     assert session["input_audio_transcription"] == {"model": "whisper-1", "language": "en"}
     assert session["input_audio_format"] == "pcm16" and session["modalities"] == ["text"]
@@ -104,14 +126,18 @@ async def test_transcription_session_update_is_a_beta_event(connect):
 @pytest.mark.parametrize("model", ["whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe"])
 async def test_openai_transcription_model_names_are_served_by_the_configured_stt(connect, model):
     client = await connect()
-    session = (await client.update_session(audio={"input": {"transcription": {"model": model}, "turn_detection": VAD}},
-                                           output_modalities=["text"]))["session"]
+    session = (
+        await client.update_session(
+            audio={"input": {"transcription": {"model": model}, "turn_detection": VAD}}, output_modalities=["text"]
+        )
+    )["session"]
     assert session["audio"]["input"]["transcription"]["model"] == model
-    assert (await speak_a_turn(client))  # transcribed by the fake STT all the same
+    assert await speak_a_turn(client)  # transcribed by the fake STT all the same
 
 
 async def test_a_transcription_that_fails_is_reported_for_its_item_and_the_session_goes_on(
-        connect, broken_stt, monkeypatch):
+    connect, broken_stt, monkeypatch
+):
     client = await connect()
     await client.update_session(type="transcription", audio={"input": {"turn_detection": VAD}})
     await client.append(silence(0.3))

@@ -64,8 +64,14 @@ async def connect(server: LiveServer, retry_s: float = 10.0) -> websockets.Clien
         await asyncio.sleep(0.1)
 
 
-async def speak(ws: websockets.ClientConnection, samples: np.ndarray, lead_s: float = 0.6, tail_s: float = 1.5,
-                until: str = "response.done", timeout: float = 120.0) -> Turn:
+async def speak(
+    ws: websockets.ClientConnection,
+    samples: np.ndarray,
+    lead_s: float = 0.6,
+    tail_s: float = 1.5,
+    until: str = "response.done",
+    timeout: float = 120.0,
+) -> Turn:
     """Streams speech at real-time pace in 20 ms chunks and collects events until ``until``."""
     turn = Turn()
     lead, body, tail = pcm16_chunks(silence(lead_s)), pcm16_chunks(samples), pcm16_chunks(silence(tail_s))
@@ -96,11 +102,16 @@ async def collect(ws: websockets.ClientConnection, turn: Turn, until: str, timeo
             return turn
 
 
-async def ask_in_text(ws: websockets.ClientConnection, text: str, timeout: float,
-                      response: dict | None = None) -> Turn:
+async def ask_in_text(ws: websockets.ClientConnection, text: str, timeout: float, response: dict | None = None) -> Turn:
     """A typed user message, then ``response.create`` (with ``response`` settings); the turn up to response.done."""
-    await ws.send(json.dumps({"type": "conversation.item.create", "item": {
-        "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}))
+    await ws.send(
+        json.dumps(
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+            }
+        )
+    )
     await ws.send(json.dumps({"type": "response.create", **({"response": response} if response else {})}))
     return await collect(ws, Turn(), "response.done", timeout=timeout)
 

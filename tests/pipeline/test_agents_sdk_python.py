@@ -38,8 +38,10 @@ async def run_agent(server: LiveServer, timeout_s: float) -> dict:
         return f"It is sunny and 21 degrees Celsius in {city}."
 
     agent = RealtimeAgent(name="Weather assistant", instructions=INSTRUCTIONS, tools=[get_weather])
-    runner = RealtimeRunner(agent, config={"model_settings": {"output_modalities": ["audio"], "tool_choice": "auto",
-                                                              "turn_detection": None}})
+    runner = RealtimeRunner(
+        agent,
+        config={"model_settings": {"output_modalities": ["audio"], "tool_choice": "auto", "turn_detection": None}},
+    )
     report: dict = {"calls": calls, "audio_bytes": 0, "transcripts": [], "errors": [], "tool_ends": 0}
     session = await runner.run(model_config={"url": server.ws, "api_key": "sk-local-unused"})
     deadline = time.monotonic() + timeout_s

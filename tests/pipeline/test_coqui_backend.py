@@ -19,10 +19,16 @@ pytestmark = pytest.mark.real_models
 def coqui_server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("coqui")
     checkpoint, config = build_tiny_vits(folder / "model")
-    server = LiveServer(folder, env={
-        "S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1", "S2S_TTS_BACKEND": "coqui",
-        "S2S_TTS_MODEL": str(checkpoint), "S2S_TTS_CONFIG": str(config),
-    })
+    server = LiveServer(
+        folder,
+        env={
+            "S2S_PIPELINE": "real",
+            "S2S_POOL_SIZE": "1",
+            "S2S_TTS_BACKEND": "coqui",
+            "S2S_TTS_MODEL": str(checkpoint),
+            "S2S_TTS_CONFIG": str(config),
+        },
+    )
     server.start(ready_timeout=900)
     yield server, json.loads(config.read_text())["audio"]["sample_rate"]
     server.stop()

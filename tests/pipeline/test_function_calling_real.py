@@ -24,12 +24,18 @@ pytestmark = pytest.mark.real_models
 
 AGENTS_SDK = Path(__file__).resolve().parents[1] / "browser" / "agents_sdk"
 BOOK_TABLE = {
-    "type": "function", "name": "book_table", "description": "Book a table at the restaurant.",
+    "type": "function",
+    "name": "book_table",
+    "description": "Book a table at the restaurant.",
     "parameters": {
-        "type": "object", "additionalProperties": False, "required": ["name", "party_size", "time"],
-        "properties": {"name": {"type": "string", "description": "The guest's name"},
-                       "party_size": {"type": "integer", "minimum": 1, "maximum": 12},
-                       "time": {"type": "string", "description": "The time, for example 19:00"}},
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "party_size", "time"],
+        "properties": {
+            "name": {"type": "string", "description": "The guest's name"},
+            "party_size": {"type": "integer", "minimum": 1, "maximum": 12},
+            "time": {"type": "string", "description": "The time, for example 19:00"},
+        },
     },
 }
 
@@ -43,8 +49,12 @@ async def test_a_named_tool_choice_gets_schema_valid_arguments_and_the_result_is
     try:
         await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "tools": [BOOK_TABLE]}}))
         await collect(ws, Turn(), "session.updated", timeout=20)
-        turn = await ask_in_text(ws, "Please book a table for four people at seven tonight, the name is Lee.",
-                                 timeout=240, response={"tool_choice": {"type": "function", "name": "book_table"}})
+        turn = await ask_in_text(
+            ws,
+            "Please book a table for four people at seven tonight, the name is Lee.",
+            timeout=240,
+            response={"tool_choice": {"type": "function", "name": "book_table"}},
+        )
         done = turn.first("response.done")["response"]
         assert done["status"] == "completed", done
         assert [item["type"] for item in done["output"]] == ["function_call"], done["output"]
@@ -55,9 +65,18 @@ async def test_a_named_tool_choice_gets_schema_valid_arguments_and_the_result_is
         assert turn.first("response.function_call_arguments.done")["arguments"] == call["arguments"]
         assert not of_type(turn, "response.output_audio.delta")  # the call is not spoken
 
-        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
-            "type": "function_call_output", "call_id": call["call_id"],
-            "output": json.dumps({"booked": True, "table": 12, **arguments})}}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "conversation.item.create",
+                    "item": {
+                        "type": "function_call_output",
+                        "call_id": call["call_id"],
+                        "output": json.dumps({"booked": True, "table": 12, **arguments}),
+                    },
+                }
+            )
+        )
         await ws.send(json.dumps({"type": "response.create"}))
         answer = await collect(ws, Turn(), "response.done", timeout=240)
     finally:
@@ -79,8 +98,9 @@ def agents_sdk() -> Path:
 
 
 def run_agent(script: Path, server: LiveServer, timeout_s: int) -> dict:
-    result = subprocess.run(["node", str(script), server.ws, str(timeout_s * 1000)], capture_output=True, text=True,
-                            timeout=timeout_s + 30)
+    result = subprocess.run(
+        ["node", str(script), server.ws, str(timeout_s * 1000)], capture_output=True, text=True, timeout=timeout_s + 30
+    )
     lines = result.stdout.strip().splitlines()
     assert lines, f"the agent printed nothing (exit {result.returncode}):\n{result.stderr[-3000:]}"
     report = json.loads(lines[-1])
@@ -103,9 +123,9 @@ async def test_a_js_agents_sdk_voice_agent_with_auto_runs_its_tool_and_speaks_th
 def readme_example(heading: str) -> str:
     """The first Python block after ``heading`` in the README."""
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    after = text[text.index(heading):]
+    after = text[text.index(heading) :]
     start = after.index("```python\n") + len("```python\n")
-    return after[start:after.index("```\n", start)]
+    return after[start : after.index("```\n", start)]
 
 
 def test_the_readme_voice_agent_with_tools_runs_as_written(real_server, tmp_path):
@@ -117,5 +137,5 @@ def test_the_readme_voice_agent_with_tools_runs_as_written(real_server, tmp_path
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert any(line.startswith("calling get_weather({'city': ") for line in lines), result.stdout
-    assert any(line.startswith("assistant: ") and line[len("assistant: "):].strip() for line in lines), result.stdout
+    assert any(line.startswith("assistant: ") and line[len("assistant: ") :].strip() for line in lines), result.stdout
     assert float(lines[-1].split()[0]) > 0, result.stdout

@@ -42,8 +42,9 @@ def stage_with_items(model: CountingFakeLM, count: int, max_history_tokens: int 
 
 
 def request(generation: int = 1) -> ResponseRequest:
-    return ResponseRequest.from_settings(SessionSettings(instructions="Answer."), generation,
-                                         output_modalities=("text",))
+    return ResponseRequest.from_settings(
+        SessionSettings(instructions="Answer."), generation, output_modalities=("text",)
+    )
 
 
 def test_fitting_10000_items_to_the_context_counts_each_item_once_not_the_whole_history_per_item_dropped():

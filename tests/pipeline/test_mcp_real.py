@@ -28,8 +28,10 @@ AGENTS_SDK = Path(__file__).resolve().parents[1] / "browser" / "agents_sdk"
 @pytest.fixture(scope="module")
 def mcp_live(tmp_path_factory) -> Iterator[tuple[LiveServer, str]]:
     with serve() as base:
-        server = LiveServer(tmp_path_factory.mktemp("mcp_real"), env={
-            "S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1", "S2S_MCP_ALLOWED_URLS": base + "/mcp"})
+        server = LiveServer(
+            tmp_path_factory.mktemp("mcp_real"),
+            env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1", "S2S_MCP_ALLOWED_URLS": base + "/mcp"},
+        )
         server.start(ready_timeout=900)
         try:
             yield server, base
@@ -52,16 +54,32 @@ async def test_the_default_model_calls_an_mcp_tool_that_runs_on_the_mcp_server_a
     client = AsyncOpenAI(api_key="test-key", base_url=f"http://127.0.0.1:{server.port}/v1")
     events = []
     async with asyncio.timeout(300), client.realtime.connect(model="gpt-realtime") as connection:
-        await connection.session.update(session={"type": "realtime", "tools": [
-            {"type": "mcp", "server_label": "weather", "server_url": base + "/mcp",
-             "allowed_tools": ["get_weather"], "require_approval": "never"}]})
+        await connection.session.update(
+            session={
+                "type": "realtime",
+                "tools": [
+                    {
+                        "type": "mcp",
+                        "server_label": "weather",
+                        "server_url": base + "/mcp",
+                        "allowed_tools": ["get_weather"],
+                        "require_approval": "never",
+                    }
+                ],
+            }
+        )
         while True:  # the listing, then the question
             event = await next_event(connection, events)
             if event.type in ("mcp_list_tools.completed", "mcp_list_tools.failed"):
                 break
         assert event.type == "mcp_list_tools.completed", events
-        await connection.conversation.item.create(item={"type": "message", "role": "user", "content": [
-            {"type": "input_text", "text": "What is the weather like in Paris right now?"}]})
+        await connection.conversation.item.create(
+            item={
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "What is the weather like in Paris right now?"}],
+            }
+        )
         # The default LM is small: the first response must call a tool (after the call it answers freely).
         await connection.response.create(response={"tool_choice": "required"})
         while True:
@@ -89,7 +107,8 @@ async def test_an_agents_sdk_voice_agent_with_a_hosted_mcp_tool_speaks_the_mcp_s
     server, base = mcp_live
     assert shutil.which("node") and shutil.which("npm"), "node and npm are needed (apt-get install npm)"
     if not (AGENTS_SDK / "node_modules" / "@openai" / "agents-realtime").is_dir():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=AGENTS_SDK, check=True, timeout=600)
+        npm_ci = ["npm", "ci", "--no-audit", "--no-fund"]
+        await asyncio.to_thread(subprocess.run, npm_ci, cwd=AGENTS_SDK, check=True, timeout=600)
     command = ["node", str(AGENTS_SDK / "agent_with_mcp.mjs"), server.ws, base + "/mcp", "240000"]
     result = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=300)
     lines = result.stdout.strip().splitlines()

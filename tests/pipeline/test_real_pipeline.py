@@ -72,10 +72,17 @@ async def test_a_spoken_question_gets_a_spoken_answer_in_the_ga_order(real_serve
 async def test_speech_during_a_response_cancels_it_and_no_audio_follows(real_server):
     ws = await connect(real_server)
     try:
-        await ws.send(json.dumps({"type": "session.update", "session": {
-            "type": "realtime",
-            "instructions": "You are a storyteller. Always answer with a long story of many sentences.",
-        }}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "session.update",
+                    "session": {
+                        "type": "realtime",
+                        "instructions": "You are a storyteller. Always answer with a long story of many sentences.",
+                    },
+                }
+            )
+        )
         turn = await speak(ws, question("Tell me a long story about a dragon."), until="response.output_audio.delta")
         response_id = turn.events[-1]["response_id"]
         # Barge in: the start of new speech at once, faster than real time.
@@ -92,7 +99,11 @@ async def test_speech_during_a_response_cancels_it_and_no_audio_follows(real_ser
     started = types.index("input_audio_buffer.speech_started")
     done = after.first("response.done")["response"]
     assert done["id"] == response_id and done["status"] == "cancelled"
-    late = [e for e in after.events[started:] if e["type"] == "response.output_audio.delta" and e["response_id"] == response_id]
+    late = [
+        e
+        for e in after.events[started:]
+        if e["type"] == "response.output_audio.delta" and e["response_id"] == response_id
+    ]
     assert late == []
 
 
@@ -130,14 +141,20 @@ async def test_text_in_text_out_skips_speech(real_server):
 async def test_a_text_question_gets_a_spoken_answer_in_g711(real_server):
     ws = await connect(real_server)
     try:
-        await ws.send(json.dumps({"type": "session.update", "session": {
-            "type": "realtime", "audio": {"output": {"format": {"type": "audio/pcmu"}}}}}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "session.update",
+                    "session": {"type": "realtime", "audio": {"output": {"format": {"type": "audio/pcmu"}}}},
+                }
+            )
+        )
         turn = await ask_in_text(ws, "What is two plus two?", timeout=60)
     finally:
         await ws.close()
     samples = audio.decode(turn.audio(), audio.PCMU)
     assert len(samples) > audio.RATES[audio.PCMU] // 4  # 8 kHz, one byte a sample
-    assert float(np.sqrt(np.mean(samples ** 2))) > 0.01
+    assert float(np.sqrt(np.mean(samples**2))) > 0.01
 
 
 async def _spoken_answer(server, session: dict) -> Turn:
@@ -162,13 +179,21 @@ async def test_a_noisy_question_is_heard_through_noise_reduction(real_server):
     said = "What is the capital of France?"
     speech = question(said)
     noise = np.random.default_rng(5).standard_normal(len(speech)).astype(np.float32)
-    noisy = speech + noise * float(np.sqrt(np.mean(speech ** 2) / np.mean(noise ** 2) / 10 ** 0.5))  # 5 dB SNR
+    noisy = speech + noise * float(np.sqrt(np.mean(speech**2) / np.mean(noise**2) / 10**0.5))  # 5 dB SNR
     ws = await connect(real_server)
     try:
-        await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {
-            "noise_reduction": {"type": "near_field"}}}}}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "session.update",
+                    "session": {"type": "realtime", "audio": {"input": {"noise_reduction": {"type": "near_field"}}}},
+                }
+            )
+        )
         updated = await collect(ws, Turn(), "session.updated", timeout=20)
-        assert updated.first("session.updated")["session"]["audio"]["input"]["noise_reduction"] == {"type": "near_field"}
+        assert updated.first("session.updated")["session"]["audio"]["input"]["noise_reduction"] == {
+            "type": "near_field"
+        }
         turn = await speak(ws, noisy, until="conversation.item.input_audio_transcription.completed")
     finally:
         await ws.close()

@@ -49,8 +49,12 @@ class Collector:
 def unit():
     def stages(context: SessionContext):
         vad, stt, lm, tts = loopback_engines(context)
-        return [VadStage(context, vad, speculate_after_ms=64), SttStage(context, stt), LmStage(context, lm),
-                TtsStage(context, {"alloy": tts})]
+        return [
+            VadStage(context, vad, speculate_after_ms=64),
+            SttStage(context, stt),
+            LmStage(context, lm),
+            TtsStage(context, {"alloy": tts}),
+        ]
 
     unit = PipelineUnit(0, stages)
     unit.start(timeout=10)
@@ -63,7 +67,7 @@ def feed(unit: PipelineUnit, generation: int, *pieces) -> None:
 
     data = audio.encode(np.concatenate(pieces), audio.PCM)
     for at in range(0, len(data), 960):
-        unit.submit(AudioIn(generation=generation, data=data[at:at + 960], audio_format=audio.PCM))
+        unit.submit(AudioIn(generation=generation, data=data[at : at + 960], audio_format=audio.PCM))
 
 
 def lm_history(unit: PipelineUnit) -> list[tuple[str, str]]:

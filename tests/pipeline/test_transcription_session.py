@@ -23,7 +23,7 @@ from pipelines.stages.stt import SttStage
 from pipelines.stages.tts import TtsStage
 from pipelines.stages.vad import VadStage
 from pipelines.unit import PipelineUnit
-from realtime import runtime
+from realtime.node import runtime
 from s2s_project.asgi import application
 from tests.support.client import RealtimeClient, types
 from tests.support.speech import silence, spoken
@@ -63,8 +63,12 @@ def stt_pool(whisper, settings) -> Iterator[PipelinePool]:
 
     def stages(context: SessionContext) -> list[Stage]:
         memory = _Memory(context)
-        return [VadStage(context, vad, partial_every_ms=0, speculate_after_ms=0), SttStage(context, whisper),
-                LmStage(context, FakeLanguageModel()), TtsStage(context, {"alloy": FakeSynthesizer(memory)})]
+        return [
+            VadStage(context, vad, partial_every_ms=0, speculate_after_ms=0),
+            SttStage(context, whisper),
+            LmStage(context, FakeLanguageModel()),
+            TtsStage(context, {"alloy": FakeSynthesizer(memory)}),
+        ]
 
     pool = PipelinePool([PipelineUnit(0, stages)])
     pool.start()
@@ -80,9 +84,16 @@ async def test_faster_whisper_transcribes_a_spoken_turn_with_its_words_logprobs_
     client = RealtimeClient.over_communicator(comm)
     try:
         assert (await client.until("session.created", timeout=10))["session"]["type"] == "transcription"
-        await client.update_session(type="transcription", include=[LOGPROBS], audio={"input": {
-            "transcription": {"model": "gpt-4o-mini-transcribe", "language": "en", "prompt": "Geography quiz."},
-            "turn_detection": {"type": "server_vad", "silence_duration_ms": 400}}})
+        await client.update_session(
+            type="transcription",
+            include=[LOGPROBS],
+            audio={
+                "input": {
+                    "transcription": {"model": "gpt-4o-mini-transcribe", "language": "en", "prompt": "Geography quiz."},
+                    "turn_detection": {"type": "server_vad", "silence_duration_ms": 400},
+                }
+            },
+        )
         whisper.calls.clear()
         await client.append(silence(0.5))
         await client.append(spoken(QUESTION))
@@ -100,8 +111,9 @@ async def test_faster_whisper_transcribes_a_spoken_turn_with_its_words_logprobs_
         assert math.exp(max(entry["logprob"] for entry in logprobs)) > 0.5  # a clear voice: some words are sure
         assert 1.0 < completed["usage"]["seconds"] < 4.0
         # language and prompt reached faster-whisper, with word probabilities asked for
-        assert whisper.calls and all(call["language"] == "en" and call["initial_prompt"] == "Geography quiz."
-                                     for call in whisper.calls)
+        assert whisper.calls and all(
+            call["language"] == "en" and call["initial_prompt"] == "Geography quiz." for call in whisper.calls
+        )
         assert any(call.get("word_timestamps") for call in whisper.calls)
     finally:
         await comm.disconnect(timeout=10)

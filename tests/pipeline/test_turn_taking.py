@@ -49,8 +49,10 @@ pytestmark = pytest.mark.real_models
 def real_server(tmp_path_factory) -> Iterator[LiveServer]:
     """The real default models, with room for a story that is still being written when it is interrupted
     seconds later (llama.cpp writes the usual 96 tokens in about two seconds on two cores)."""
-    server = LiveServer(tmp_path_factory.mktemp("real"),
-                        env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "2", "S2S_LM_MAX_NEW_TOKENS": "512"})
+    server = LiveServer(
+        tmp_path_factory.mktemp("real"),
+        env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "2", "S2S_LM_MAX_NEW_TOKENS": "512"},
+    )
     server.start(ready_timeout=900)
     yield server
     server.stop()
@@ -74,7 +76,7 @@ def feed(stage: VadStage, *pieces: np.ndarray) -> list[Message]:
     data = audio.encode(np.concatenate(pieces), audio.PCM)
     out: list[Message] = []
     for at in range(0, len(data), 960):
-        out += stage.process(AudioIn(generation=0, data=data[at:at + 960], audio_format=audio.PCM))
+        out += stage.process(AudioIn(generation=0, data=data[at : at + 960], audio_format=audio.PCM))
     return out
 
 
@@ -100,9 +102,11 @@ def test_a_pause_in_mid_sentence_does_not_end_the_turn(models):
     out = feed(vad_stage(models, SEMANTIC), silence(0.5), first, silence(1.2), second, silence(1.0))
     stopped = turns(out)
     assert len(stopped) == 1, [m for m in out if isinstance(m, (SpeechStarted, SpeechStopped))]
-    first_half_end_ms = (500 + len(first) * 1000 // 24000)
+    first_half_end_ms = 500 + len(first) * 1000 // 24000
     assert stopped[0].audio_end_ms > first_half_end_ms + 1200
-    server = feed(vad_stage(models, TurnDetection(type="server_vad")), silence(0.5), first, silence(1.2), second, silence(1.0))
+    server = feed(
+        vad_stage(models, TurnDetection(type="server_vad")), silence(0.5), first, silence(1.2), second, silence(1.0)
+    )
     assert len(turns(server)) == 2  # the fixed window answers in the pause
 
 
@@ -125,8 +129,9 @@ def listening_stage(models, readers, detection: TurnDetection = SEMANTIC) -> Vad
     """A VAD stage that sends turns ahead at 96 ms of silence and reads their words (the default pipeline)."""
     context = SessionContext()
     context.settings = replace(SessionSettings(), turn_detection=detection)
-    stage = VadStage(context, models[0], speculate_after_ms=96, turn_model=models[1], check_after_ms=200,
-                     text_model=readers[1])
+    stage = VadStage(
+        context, models[0], speculate_after_ms=96, turn_model=models[1], check_after_ms=200, text_model=readers[1]
+    )
     stage.setup()
     return stage
 
@@ -136,7 +141,7 @@ def feed_and_transcribe(stage: VadStage, whisper: WhisperEngine, *pieces: np.nda
     data = audio.encode(np.concatenate(pieces), audio.PCM)
     out: list[Message] = []
     for at in range(0, len(data), 960):
-        for message in stage.process(AudioIn(generation=0, data=data[at:at + 960], audio_format=audio.PCM)):
+        for message in stage.process(AudioIn(generation=0, data=data[at : at + 960], audio_format=audio.PCM)):
             out.append(message)
             if isinstance(message, Utterance) and message.turn:
                 stage.context.note_words(message.turn, whisper.transcribe(np.frombuffer(message.samples, np.float32)))
@@ -151,8 +156,9 @@ def test_a_pause_that_sounds_finished_after_unfinished_words_does_not_end_the_tu
     by_sound = feed(vad_stage(models, SEMANTIC), silence(0.5), first, pause, second, silence(1.0))
     assert len(turns(by_sound)) == 2
     # With its words read, it waits for the rest of the sentence: one turn, ended after the second half.
-    out = feed_and_transcribe(listening_stage(models, readers), readers[0], silence(0.5), first, pause, second,
-                              silence(1.0))
+    out = feed_and_transcribe(
+        listening_stage(models, readers), readers[0], silence(0.5), first, pause, second, silence(1.0)
+    )
     assert len(turns(out)) == 1, [m for m in out if isinstance(m, (SpeechStarted, SpeechStopped))]
     assert turns(out)[0].audio_end_ms > 500 + len(first) * 1000 // 24000 + 1200
 
@@ -172,14 +178,27 @@ def test_words_unfinished_wait_half_the_longest_wait_then_the_turn_ends(models, 
 
 
 def test_create_response_false_commits_the_turn_without_a_response(models):
-    out = feed(vad_stage(models, replace(SEMANTIC, create_response=False)), silence(0.5),
-               spoken("What time does the store close?"), silence(0.4))
+    out = feed(
+        vad_stage(models, replace(SEMANTIC, create_response=False)),
+        silence(0.5),
+        spoken("What time does the store close?"),
+        silence(0.4),
+    )
     assert [m.create_response for m in out if isinstance(m, Utterance)] == [False]
 
 
 def assistant_speaks(stage: VadStage) -> None:
-    stage.context.admit(ResponseStarted(generation=0, response_id="resp_1", item_id="item_1", output_modalities=("audio",),
-                                        output_format=audio.PCM, voice="alloy", out_of_band=False))
+    stage.context.admit(
+        ResponseStarted(
+            generation=0,
+            response_id="resp_1",
+            item_id="item_1",
+            output_modalities=("audio",),
+            output_format=audio.PCM,
+            voice="alloy",
+            out_of_band=False,
+        )
+    )
 
 
 @pytest.mark.parametrize("mode", [SEMANTIC, TurnDetection(type="server_vad")], ids=["semantic_vad", "server_vad"])
@@ -220,15 +239,22 @@ def test_a_bad_smart_turn_path_stops_the_start_with_a_clear_message(tmp_path):
 async def test_a_spoken_answer_goes_on_through_an_mm_hmm_and_stops_at_an_interruption(real_server):
     ws = await connect(real_server)
     try:
-        await ws.send(json.dumps({"type": "session.update", "session": {
-            "type": "realtime", "audio": {"input": {"turn_detection": {"type": "semantic_vad"}}},
-            "instructions": "You are a storyteller. Always answer with a long story of many sentences.",
-        }}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "session.update",
+                    "session": {
+                        "type": "realtime",
+                        "audio": {"input": {"turn_detection": {"type": "semantic_vad"}}},
+                        "instructions": "You are a storyteller. Always answer with a long story of many sentences.",
+                    },
+                }
+            )
+        )
         turn = await speak(ws, spoken("Tell me a long story about a dragon."), until="response.output_audio.delta")
         response_id = turn.events[-1]["response_id"]
         backchannel = Turn()
-        await asyncio.gather(stream(ws, spoken("Mm-hmm."), silence(0.8)),
-                             collect_for(ws, backchannel, seconds=2.0))
+        await asyncio.gather(stream(ws, spoken("Mm-hmm."), silence(0.8)), collect_for(ws, backchannel, seconds=2.0))
         assert "input_audio_buffer.speech_started" not in backchannel.types(), backchannel.types()
         assert all(e["response"]["status"] != "cancelled" for e in backchannel.events if e["type"] == "response.done")
         # The story (up to the LM's token limit) takes several seconds to generate: it is still going here.
@@ -255,5 +281,5 @@ async def collect_for(ws, turn: Turn, seconds: float) -> None:
     while (left := deadline - time.monotonic()) > 0:
         try:
             turn.events.append(json.loads(await asyncio.wait_for(ws.recv(), left)))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return

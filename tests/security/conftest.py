@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,7 +19,7 @@ def auth_on(settings) -> None:
 
 @pytest.fixture
 def api_key(auth_on) -> str:
-    from realtime import auth
+    from realtime.access import auth
 
     _, key = auth.create_api_key("tests")
     return key
@@ -30,8 +29,9 @@ def bearer(key: str) -> list[tuple[bytes, bytes]]:
     return [(b"authorization", f"Bearer {key}".encode())]
 
 
-async def connect(headers: Iterable[tuple[bytes, bytes]] = (), subprotocols: list[str] | None = None,
-                  path: str = "/v1/realtime") -> tuple[WebsocketCommunicator, str | None]:
+async def connect(
+    headers: Iterable[tuple[bytes, bytes]] = (), subprotocols: list[str] | None = None, path: str = "/v1/realtime"
+) -> tuple[WebsocketCommunicator, str | None]:
     comm = WebsocketCommunicator(application, path, headers=list(headers), subprotocols=subprotocols)
     connected, subprotocol = await comm.connect(timeout=5)
     assert connected
@@ -43,7 +43,9 @@ async def next_event(comm: WebsocketCommunicator, timeout: float = 5, beta: bool
     return decode(await comm.receive_from(timeout=timeout), beta)
 
 
-async def wait_for(comm: WebsocketCommunicator, kind: str, timeout: float = 10) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+async def wait_for(
+    comm: WebsocketCommunicator, kind: str, timeout: float = 10
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Reads until an event of ``kind``; returns it and everything read before it."""
     seen: list[dict[str, Any]] = []
     for _ in range(10_000):
@@ -66,7 +68,7 @@ async def close_code(comm: WebsocketCommunicator, timeout: float = 5) -> int:
 @pytest.fixture(autouse=True)
 def _records_written_before_teardown(request):
     """Waits for the record writer before the test database is emptied (no write races the teardown)."""
-    from realtime import runtime
+    from realtime.node import runtime
 
     marker = request.node.get_closest_marker("django_db")
     if marker is not None and marker.kwargs.get("transaction"):

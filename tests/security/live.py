@@ -15,8 +15,14 @@ Event = dict[str, Any]
 
 
 def open_session(url: str, headers: dict[str, str] | None = None) -> tuple[ClientConnection, Event]:
-    ws = connect(url, open_timeout=10, close_timeout=5, additional_headers=headers or {}, subprotocols=["realtime"],
-                 max_size=None)
+    ws = connect(
+        url,
+        open_timeout=10,
+        close_timeout=5,
+        additional_headers=headers or {},
+        subprotocols=["realtime"],
+        max_size=None,
+    )
     created = decode(ws.recv(timeout=10))
     return ws, created
 
@@ -53,8 +59,11 @@ def until(ws: ClientConnection, kind: str, timeout: float = 15) -> tuple[Event, 
 
 def ask(ws: ClientConnection, text: str) -> None:
     """A user text item and a text-only response to it (the fake LM answers "You said: <text>.")."""
-    send(ws, "conversation.item.create",
-         item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+    send(
+        ws,
+        "conversation.item.create",
+        item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+    )
     send(ws, "response.create", response={"output_modalities": ["text"]})
 
 

@@ -10,7 +10,9 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from realtime import auth, runtime
+from realtime.access import auth
+
+from realtime.node import runtime
 from realtime.models import ApiKey, ClientSecret, EndReason, RealtimeSession, RefusalCount
 from tests.security.conftest import bearer, close_code, connect, next_event
 
@@ -24,7 +26,8 @@ async def refused(comm, code="invalid_api_key") -> int:
 
 
 async def test_a_connection_without_credentials_gets_invalid_api_key_and_1008_and_never_claims_a_unit(
-        loopback_pool, auth_on):
+    loopback_pool, auth_on
+):
     runtime.current().refusals.flush()  # what earlier tests counted goes to their database, not this one
     runtime.current().writer.flush()
     await RefusalCount.objects.all().adelete()
@@ -64,8 +67,9 @@ async def test_a_bearer_key_opens_a_session_and_the_session_records_who(loopback
 
 
 async def test_the_key_subprotocol_is_accepted_and_only_realtime_is_echoed(loopback_pool, api_key):
-    comm, subprotocol = await connect(subprotocols=["realtime", f"openai-insecure-api-key.{api_key}",
-                                                    "openai-beta.realtime-v1"])
+    comm, subprotocol = await connect(
+        subprotocols=["realtime", f"openai-insecure-api-key.{api_key}", "openai-beta.realtime-v1"]
+    )
     assert subprotocol == "realtime"
     created = await next_event(comm, beta=True)  # the beta subprotocol makes it a beta session
     assert created["type"] == "session.created" and created["session"]["input_audio_format"] == "pcm16"
@@ -108,14 +112,19 @@ async def test_origin_is_checked_even_with_authentication_off(loopback_pool):
 
 def mint(key: str | None, body: dict | None = None):
     headers = {"HTTP_AUTHORIZATION": f"Bearer {key}"} if key else {}
-    return Client().post("/v1/realtime/client_secrets", data=json.dumps(body or {}), content_type="application/json",
-                         **headers)
+    return Client().post(
+        "/v1/realtime/client_secrets", data=json.dumps(body or {}), content_type="application/json", **headers
+    )
 
 
 def test_client_secrets_returns_openais_ga_shape(api_key):
-    response = mint(api_key, {"expires_after": {"anchor": "created_at", "seconds": 60},
-                              "session": {"type": "realtime", "instructions": "Be brief.",
-                                          "audio": {"output": {"voice": "marin"}}}})
+    response = mint(
+        api_key,
+        {
+            "expires_after": {"anchor": "created_at", "seconds": 60},
+            "session": {"type": "realtime", "instructions": "Be brief.", "audio": {"output": {"voice": "marin"}}},
+        },
+    )
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["value"].startswith("ek_")
@@ -170,8 +179,17 @@ async def test_a_client_secret_minted_with_a_stored_prompt_opens_a_session_with_
 async def test_a_client_secret_may_open_a_transcription_session(loopback_pool, api_key):
     from asgiref.sync import sync_to_async
 
-    minted = (await sync_to_async(mint)(api_key, {"session": {
-        "type": "transcription", "audio": {"input": {"transcription": {"model": "gpt-4o-mini-transcribe"}}}}})).json()
+    minted = (
+        await sync_to_async(mint)(
+            api_key,
+            {
+                "session": {
+                    "type": "transcription",
+                    "audio": {"input": {"transcription": {"model": "gpt-4o-mini-transcribe"}}},
+                }
+            },
+        )
+    ).json()
     assert minted["session"]["type"] == "transcription"
     comm, _ = await connect(subprotocols=["realtime", f"openai-insecure-api-key.{minted['value']}"])
     session = (await next_event(comm))["session"]
@@ -216,6 +234,7 @@ def test_a_signed_in_staff_user_mints_secrets_with_a_csrf_token(auth_on, django_
     assert client.post("/v1/realtime/client_secrets", data="{}", content_type="application/json").status_code == 403
     client.get("/")  # sets the CSRF cookie, as the browser page does
     token = client.cookies["csrftoken"].value
-    response = client.post("/v1/realtime/client_secrets", data="{}", content_type="application/json",
-                           HTTP_X_CSRFTOKEN=token)
+    response = client.post(
+        "/v1/realtime/client_secrets", data="{}", content_type="application/json", HTTP_X_CSRFTOKEN=token
+    )
     assert response.status_code == 200 and response.json()["value"].startswith("ek_")

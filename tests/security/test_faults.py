@@ -8,7 +8,8 @@ import json
 import pytest
 
 from pipelines.unit import UnitState
-from realtime import consumers, runtime
+from realtime.transports import websocket as consumers
+from realtime.node import runtime
 from realtime.models import EndReason, RealtimeSession
 from tests.security.conftest import close_code, connect, next_event, wait_for
 
@@ -16,8 +17,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def ask(comm, text: str) -> None:
-    await comm.send_to(text_data=json.dumps({"type": "conversation.item.create", "item": {
-        "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}))
+    await comm.send_to(
+        text_data=json.dumps(
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+            }
+        )
+    )
     await comm.send_to(text_data=json.dumps({"type": "response.create", "response": {"output_modalities": ["text"]}}))
 
 
@@ -122,7 +129,7 @@ async def test_a_full_send_buffer_closes_the_session_with_1008_and_frees_the_uni
 async def test_a_consumer_that_crashes_outside_any_handler_still_gives_its_unit_back(loopback_pool, monkeypatch):
     from channels.layers import get_channel_layer
 
-    from realtime import cluster
+    from realtime.node import cluster
 
     async def crash(self, message):
         raise RuntimeError("a bug in a handler")

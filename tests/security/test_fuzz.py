@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from pipelines.ids import new_id
-from realtime import runtime
-from realtime.conversation import Port
-from realtime.core import Opening, SessionCore
-from realtime.events import EventError, parse, parse_event
+from realtime.node import runtime
+from realtime.protocol.conversation import Port
+from realtime.protocol.core import Opening, SessionCore
+from realtime.protocol.events import EventError, parse, parse_event
 from tests.security.conftest import connect, next_event
 from tests.security.fuzz_events import frames
 
@@ -38,8 +38,9 @@ class Session:
     def __init__(self) -> None:
         self.submitted: list[object] = []
         opening = Opening(session_id=new_id("sess"), model="gpt-realtime")
-        self.core = SessionCore(runtime.current(), NoTransport(), opening, None,
-                                Port(1, self.submitted.append, lambda _id, _reason: None))
+        self.core = SessionCore(
+            runtime.current(), NoTransport(), opening, None, Port(1, self.submitted.append, lambda _id, _reason: None)
+        )
 
     def handle(self, frame: str) -> list[dict]:
         replies = self.core.handle(parse_event(frame, 64 * 1024))
@@ -62,11 +63,13 @@ def test_the_parser_and_the_conversation_answer_every_frame_with_events_or_an_er
 
 
 @pytest.mark.django_db(transaction=True)
-@hsettings(max_examples=50, deadline=None,
-           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
+@hsettings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
 @given(batch=st.lists(frames().filter(bool), min_size=50, max_size=50))
-async def test_the_consumer_survives_random_and_mutated_events_and_answers_invalid_ones(loopback_pool, settings,
-                                                                                        batch):
+async def test_the_consumer_survives_random_and_mutated_events_and_answers_invalid_ones(loopback_pool, settings, batch):
     settings.S2S_MAX_EVENTS_PER_SECOND = 100_000  # the fuzzer is not a flood; limits have their own tests
     settings.S2S_EVENTS_BURST = 100_000
     for _ in range(200):  # the previous example's unit may still be on its way back
@@ -83,15 +86,17 @@ async def test_the_consumer_survives_random_and_mutated_events_and_answers_inval
             invalid = True
         await comm.send_to(text_data=frame)
         probe = f"probe_{index}"
-        await comm.send_to(text_data=json.dumps({"type": "conversation.item.retrieve", "item_id": "no_such_item",
-                                                 "event_id": probe}))
+        await comm.send_to(
+            text_data=json.dumps({"type": "conversation.item.retrieve", "item_id": "no_such_item", "event_id": probe})
+        )
         errors = 0
         for _ in range(1000):
             event = await next_event(comm, timeout=10)
             if event["type"] == "error" and event["error"].get("event_id") == probe:
                 break
             assert not (event["type"] == "error" and "could not handle" in event["error"]["message"]), (
-                f"the consumer failed on {frame!r}")
+                f"the consumer failed on {frame!r}"
+            )
             errors += event["type"] == "error"
         else:
             raise AssertionError("the probe was never answered")

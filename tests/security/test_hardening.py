@@ -18,7 +18,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 from django.utils import timezone
 
-from realtime import auth, runtime, tasks
+from realtime import tasks
+
+from realtime.access import auth
+
+from realtime.node import runtime
 from realtime.models import ApiKey, ClientSecret, EndReason, RealtimeSession, RefusalCount
 from tests.security.conftest import bearer, close_code, connect, next_event, wait_for
 
@@ -106,7 +110,10 @@ async def test_16_mib_of_instructions_are_refused_not_echoed_and_the_session_goe
     await comm.send_to(text_data=json.dumps(event))
     error = await error_of(comm)
     assert (error["code"], error["param"], error["event_id"]) == (
-        "string_above_max_length", f"{where}.instructions", "evt_big")
+        "string_above_max_length",
+        f"{where}.instructions",
+        "evt_big",
+    )
     assert await comm.receive_nothing(timeout=0.3)  # no session.updated echoing 16 MiB back
     await still_usable(comm)
     await comm.disconnect()
@@ -125,22 +132,48 @@ async def test_a_100000_deep_json_frame_is_answered_invalid_json_and_the_session
 
 async def test_an_eagerness_that_is_a_list_is_invalid_value_over_the_socket(loopback_pool):
     comm = await open_session()
-    await comm.send_to(text_data=json.dumps({"type": "session.update", "event_id": "evt_e", "session": {
-        "type": "realtime", "audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": ["high"]}}}}}))
+    await comm.send_to(
+        text_data=json.dumps(
+            {
+                "type": "session.update",
+                "event_id": "evt_e",
+                "session": {
+                    "type": "realtime",
+                    "audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": ["high"]}}},
+                },
+            }
+        )
+    )
     error = await error_of(comm)
     assert (error["code"], error["param"], error["event_id"]) == (
-        "invalid_value", "session.audio.input.turn_detection.eagerness", "evt_e")
+        "invalid_value",
+        "session.audio.input.turn_detection.eagerness",
+        "evt_e",
+    )
     await comm.disconnect()
 
 
 def mint(client, key: str, body: object, **extra):
-    return client.post("/v1/realtime/client_secrets", data=json.dumps(body) if not isinstance(body, str) else body,
-                       content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}", **extra)
+    return client.post(
+        "/v1/realtime/client_secrets",
+        data=json.dumps(body) if not isinstance(body, str) else body,
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {key}",
+        **extra,
+    )
 
 
 def test_an_eagerness_that_is_a_list_and_deep_json_are_400_when_minting_a_client_secret(client, api_key):
-    answer = mint(client, api_key, {"session": {"type": "realtime", "audio": {"input": {"turn_detection": {
-        "type": "semantic_vad", "eagerness": ["high"]}}}}})
+    answer = mint(
+        client,
+        api_key,
+        {
+            "session": {
+                "type": "realtime",
+                "audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": ["high"]}}},
+            }
+        },
+    )
     assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_value"
     answer = mint(client, api_key, "[" * 100_000 + "]" * 100_000)
     assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_json"
@@ -150,13 +183,19 @@ def test_an_eagerness_that_is_a_list_and_deep_json_are_400_when_minting_a_client
 
 
 def test_a_client_secret_with_2_4_mb_of_session_settings_is_refused_and_stores_nothing(client, api_key):
-    answer = mint(client, api_key, {"session": {"type": "realtime", "tools": [{"name": "t" * 100, "description": "d"
-                                                                               * 2_400_000}]}})
+    answer = mint(
+        client,
+        api_key,
+        {"session": {"type": "realtime", "tools": [{"name": "t" * 100, "description": "d" * 2_400_000}]}},
+    )
     assert answer.status_code == 413 and answer.json()["error"]["code"] == "request_too_large"
     answer = mint(client, api_key, {"session": {"type": "realtime", "tools": [{"description": "d" * 300_000}]}})
     assert answer.status_code == 400 and answer.json()["error"] == {
-        "message": answer.json()["error"]["message"], "type": "invalid_request_error", "param": "session",
-        "code": "session_too_large"}
+        "message": answer.json()["error"]["message"],
+        "type": "invalid_request_error",
+        "param": "session",
+        "code": "session_too_large",
+    }
     assert not ClientSecret.objects.exists()
     assert mint(client, api_key, {"session": {"type": "realtime", "instructions": "Be brief."}}).status_code == 200
 
@@ -193,13 +232,22 @@ async def test_300_refused_handshakes_are_counted_in_one_row_not_stored_one_row_
 
 def test_every_exported_csv_field_is_neutralised_against_formulas(admin_client):
     now = timezone.now()
-    RealtimeSession.objects.create(id="sess_formula", node="=cmd|' /C calc'!A0", started_at=now, ended_at=now,
-                                   end_reason=EndReason.CLIENT_CLOSED, principal="+SUM(1,1)", client_addr="-1+1",
-                                   user_agent='=HYPERLINK("http://evil.example","click")', model="@SUM(A1)")
-    answer = admin_client.post("/admin/realtime/realtimesession/", {
-        "action": "export_csv", "_selected_action": ["sess_formula"]})
+    RealtimeSession.objects.create(
+        id="sess_formula",
+        node="=cmd|' /C calc'!A0",
+        started_at=now,
+        ended_at=now,
+        end_reason=EndReason.CLIENT_CLOSED,
+        principal="+SUM(1,1)",
+        client_addr="-1+1",
+        user_agent='=HYPERLINK("http://evil.example","click")',
+        model="@SUM(A1)",
+    )
+    answer = admin_client.post(
+        "/admin/realtime/realtimesession/", {"action": "export_csv", "_selected_action": ["sess_formula"]}
+    )
     rows = list(csv.DictReader(io.StringIO(answer.content.decode())))
-    assert rows[0]["user_agent"] == "'=HYPERLINK(\"http://evil.example\",\"click\")"
+    assert rows[0]["user_agent"] == '\'=HYPERLINK("http://evil.example","click")'
     assert (rows[0]["node"][0], rows[0]["principal"][0], rows[0]["client_addr"][0], rows[0]["model"][0]) == ("'",) * 4
     for value in rows[0].values():
         assert not value.startswith(("=", "+", "-", "@", "\t", "\r"))
@@ -215,13 +263,15 @@ async def ended_by_revocation(comm) -> None:
 
 
 async def test_revoking_a_key_in_the_admin_ends_its_sessions_and_those_of_its_client_secrets(
-        loopback_pool, auth_on, admin_client):
+    loopback_pool, auth_on, admin_client
+):
     key_row, key = await database_sync_to_async(auth.create_api_key)("revoked soon")
     _, secret = await database_sync_to_async(auth.create_client_secret)(key_row, {}, 600)
     by_key = await open_session(bearer(key))
     by_secret = await open_session(bearer(secret))
-    answer = await sync_to_async(admin_client.post)("/admin/realtime/apikey/", {
-        "action": "revoke", "_selected_action": [str(key_row.pk)]})
+    answer = await sync_to_async(admin_client.post)(
+        "/admin/realtime/apikey/", {"action": "revoke", "_selected_action": [str(key_row.pk)]}
+    )
     assert answer.status_code == 302
     await ended_by_revocation(by_key)
     await ended_by_revocation(by_secret)
@@ -249,15 +299,19 @@ async def test_deleting_a_key_ends_its_live_session_and_no_other(loopback_pool, 
 # --- the Origin check: scheme, host and port -----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("origin", "host", "allowed_hosts"), [
-    ("http://127.0.0.1:9999", "127.0.0.1:8000", None),  # another port of the same host
-    ("https://127.0.0.1:8000", "127.0.0.1:8000", None),  # another scheme
-    ("http://127.0.0.1", "127.0.0.1:8000", None),  # the default port is another port
-    ("https://evil.example", "127.0.0.1:8000", ["*"]),  # ALLOWED_HOSTS=* lets no foreign origin in
-    ("http://evil.example:8000", "evil.example:8000", None),  # a Host this server does not answer to
-])
-async def test_an_origin_that_differs_in_scheme_host_or_port_is_refused(loopback_pool, settings, origin, host,
-                                                                        allowed_hosts):
+@pytest.mark.parametrize(
+    ("origin", "host", "allowed_hosts"),
+    [
+        ("http://127.0.0.1:9999", "127.0.0.1:8000", None),  # another port of the same host
+        ("https://127.0.0.1:8000", "127.0.0.1:8000", None),  # another scheme
+        ("http://127.0.0.1", "127.0.0.1:8000", None),  # the default port is another port
+        ("https://evil.example", "127.0.0.1:8000", ["*"]),  # ALLOWED_HOSTS=* lets no foreign origin in
+        ("http://evil.example:8000", "evil.example:8000", None),  # a Host this server does not answer to
+    ],
+)
+async def test_an_origin_that_differs_in_scheme_host_or_port_is_refused(
+    loopback_pool, settings, origin, host, allowed_hosts
+):
     if allowed_hosts is not None:
         settings.ALLOWED_HOSTS = allowed_hosts
     comm, _ = await connect([(b"origin", origin.encode()), (b"host", host.encode())])
@@ -277,8 +331,9 @@ async def test_the_same_origin_and_a_trusted_one_connect(loopback_pool, settings
 # --- /readyz ------------------------------------------------------------------------------------------
 
 
-def test_readyz_after_a_failed_start_shows_details_only_to_callers_the_server_knows(client, admin_client, api_key,
-                                                                                   settings):
+def test_readyz_after_a_failed_start_shows_details_only_to_callers_the_server_knows(
+    client, admin_client, api_key, settings
+):
     rt = runtime.current()
     rt.install(None)
     rt.start_error = "OSError: /opt/models/secret-path/model.gguf: not found"
@@ -286,8 +341,11 @@ def test_readyz_after_a_failed_start_shows_details_only_to_callers_the_server_kn
     try:
         anonymous = client.get("/readyz")
         assert anonymous.status_code == 503 and anonymous.json() == {"status": "failed"}
-        for caller, headers in ((client, {"HTTP_AUTHORIZATION": f"Bearer {api_key}"}),
-                                (client, {"HTTP_AUTHORIZATION": "Bearer metrics-token"}), (admin_client, {})):
+        for caller, headers in (
+            (client, {"HTTP_AUTHORIZATION": f"Bearer {api_key}"}),
+            (client, {"HTTP_AUTHORIZATION": "Bearer metrics-token"}),
+            (admin_client, {}),
+        ):
             answer = caller.get("/readyz", **headers)
             assert answer.status_code == 503 and "secret-path" in answer.json()["error"]
         assert client.get("/readyz", HTTP_AUTHORIZATION="Bearer sk-s2s-wrong").json() == {"status": "failed"}
@@ -330,8 +388,18 @@ async def test_10000_items_then_a_response_and_a_client_gone_after_0_3_s_leave_a
     settings.S2S_EVENTS_BURST = 100_000
     comm = await open_session()
     for index in range(10_000):
-        await comm.send_to(text_data=json.dumps({"type": "conversation.item.create", "item": {
-            "type": "message", "role": "user", "content": [{"type": "input_text", "text": f"short item {index}"}]}}))
+        await comm.send_to(
+            text_data=json.dumps(
+                {
+                    "type": "conversation.item.create",
+                    "item": {
+                        "type": "message",
+                        "role": "user",
+                        "content": [{"type": "input_text", "text": f"short item {index}"}],
+                    },
+                }
+            )
+        )
     refused = 0
     for _ in range(2 * 10_000):
         event = await next_event(comm, timeout=60)
@@ -353,13 +421,26 @@ async def test_10000_items_then_a_response_and_a_client_gone_after_0_3_s_leave_a
 
 
 SESSION_FIELDS = [
-    ("instructions",), ("model",), ("temperature",), ("max_output_tokens",), ("output_modalities",), ("type",),
-    ("audio", "input", "format"), ("audio", "input", "format", "type"), ("audio", "input", "format", "rate"),
-    ("audio", "input", "transcription"), ("audio", "input", "noise_reduction"), ("audio", "input", "turn_detection"),
-    ("audio", "input", "turn_detection", "type"), ("audio", "input", "turn_detection", "eagerness"),
-    ("audio", "input", "turn_detection", "threshold"), ("audio", "input", "turn_detection", "idle_timeout_ms"),
-    ("audio", "input", "turn_detection", "create_response"), ("audio", "output", "voice"),
-    ("audio", "output", "voice", "id"), ("audio", "output", "format"),
+    ("instructions",),
+    ("model",),
+    ("temperature",),
+    ("max_output_tokens",),
+    ("output_modalities",),
+    ("type",),
+    ("audio", "input", "format"),
+    ("audio", "input", "format", "type"),
+    ("audio", "input", "format", "rate"),
+    ("audio", "input", "transcription"),
+    ("audio", "input", "noise_reduction"),
+    ("audio", "input", "turn_detection"),
+    ("audio", "input", "turn_detection", "type"),
+    ("audio", "input", "turn_detection", "eagerness"),
+    ("audio", "input", "turn_detection", "threshold"),
+    ("audio", "input", "turn_detection", "idle_timeout_ms"),
+    ("audio", "input", "turn_detection", "create_response"),
+    ("audio", "output", "voice"),
+    ("audio", "output", "voice", "id"),
+    ("audio", "output", "format"),
 ]
 
 

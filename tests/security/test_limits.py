@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from realtime.limits import InputBuffer, TokenBucket
+from realtime.protocol.limits import InputBuffer, TokenBucket
 from tests.security.conftest import close_code, connect, next_event, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,8 +30,16 @@ async def still_usable(comm) -> None:
 async def test_an_event_over_the_size_limit_gets_event_too_large_and_the_session_goes_on(loopback_pool, settings):
     settings.S2S_MAX_EVENT_BYTES = 4096
     comm = await open_session()
-    big = json.dumps({"type": "conversation.item.create", "item": {  # 100 kB: over 4096 * 4/3 + 64 KiB
-        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "a" * 100_000}]}})
+    big = json.dumps(
+        {
+            "type": "conversation.item.create",
+            "item": {  # 100 kB: over 4096 * 4/3 + 64 KiB
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "a" * 100_000}],
+            },
+        }
+    )
     await comm.send_to(text_data=big)
     event = await next_event(comm)
     assert event["error"]["code"] == "event_too_large"
@@ -40,7 +48,8 @@ async def test_an_event_over_the_size_limit_gets_event_too_large_and_the_session
 
 
 async def test_too_many_events_per_second_get_rate_limit_exceeded_once_a_second_and_the_session_goes_on(
-        loopback_pool, settings):
+    loopback_pool, settings
+):
     settings.S2S_MAX_EVENTS_PER_SECOND = 5
     settings.S2S_EVENTS_BURST = 5
     comm = await open_session()
@@ -58,11 +67,16 @@ async def test_too_many_events_per_second_get_rate_limit_exceeded_once_a_second_
     await comm.disconnect()
 
 
-async def test_a_manual_input_buffer_over_its_limit_drops_the_chunk_with_input_audio_buffer_full(loopback_pool, settings):
+async def test_a_manual_input_buffer_over_its_limit_drops_the_chunk_with_input_audio_buffer_full(
+    loopback_pool, settings
+):
     settings.S2S_MAX_INPUT_BUFFER_SECONDS = 1
     comm = await open_session()
-    await comm.send_to(text_data=json.dumps({"type": "session.update", "session": {
-        "type": "realtime", "audio": {"input": {"turn_detection": None}}}}))
+    await comm.send_to(
+        text_data=json.dumps(
+            {"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}}}
+        )
+    )
     await wait_for(comm, "session.updated")
     chunk = base64.b64encode(b"\x00\x10" * 12_000).decode()  # 500 ms at 24 kHz
     for _ in range(3):

@@ -41,14 +41,21 @@ async def test_the_official_openai_sdk_connects_with_its_bearer_key_and_is_refus
 
 def test_a_minted_client_secret_opens_one_browser_style_session(secured):
     server, key = secured
-    request = urllib.request.Request(f"{server.http}/v1/realtime/client_secrets", method="POST",
-                                     data=json.dumps({"session": {"type": "realtime"}}).encode(),
-                                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{server.http}/v1/realtime/client_secrets",
+        method="POST",
+        data=json.dumps({"session": {"type": "realtime"}}).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         secret = json.loads(response.read())["value"]
     headers = {"Origin": f"http://127.0.0.1:{server.port}"}
-    ws = connect(server.ws, subprotocols=["realtime", f"openai-insecure-api-key.{secret}"], open_timeout=10,
-                 additional_headers=headers)
+    ws = connect(
+        server.ws,
+        subprotocols=["realtime", f"openai-insecure-api-key.{secret}"],
+        open_timeout=10,
+        additional_headers=headers,
+    )
     assert ws.subprotocol == "realtime"
     assert decode(ws.recv(timeout=10))["type"] == "session.created"
     assert turn(ws, "hello with a secret")[0]["response"]["status"] == "completed"

@@ -66,8 +66,12 @@ def test_sigterm_ends_live_sessions_as_the_servers_doing_and_writes_their_record
         row = record(server, session_id)
         assert row["end_reason"] == "server_closed" and row["ended_at"], row
         with sqlite3.connect(server.tmp_dir / "server.sqlite3", timeout=10) as db:
-            texts = [t for (t,) in db.execute("select text from realtime_conversationitem where session_id = ? "
-                                               "order by seq", (session_id,))]
+            texts = [
+                t
+                for (t,) in db.execute(
+                    "select text from realtime_conversationitem where session_id = ? order by seq", (session_id,)
+                )
+            ]
         assert texts[0] == "remember this before the restart" and len(texts) == 2, texts
     finally:
         server.stop()
@@ -92,14 +96,18 @@ def test_sessions_a_crashed_process_left_open_are_marked_interrupted_at_restart(
     assert record(server, session_id)["end_reason"] == "active"
     restarted = LiveServer(tmp_path).start()
     try:
-        row = wait_for(lambda: (lambda r: r if r["end_reason"] == "interrupted" else None)(record(restarted, session_id)), timeout=15)
+        row = wait_for(
+            lambda: (lambda r: r if r["end_reason"] == "interrupted" else None)(record(restarted, session_id)),
+            timeout=15,
+        )
         assert row["ended_at"]
     finally:
         restarted.stop()
 
 
 def test_sessions_go_on_while_the_database_is_down_and_their_records_are_written_when_it_returns(
-        tmp_path, postgres_url):
+    tmp_path, postgres_url
+):
     import psycopg
 
     admin_url = postgres_url.replace("postgres://", "postgresql://")
@@ -110,16 +118,18 @@ def test_sessions_go_on_while_the_database_is_down_and_their_records_are_written
     target = (host_port.rsplit(":", 1)[0], int(host_port.rsplit(":", 1)[1]) if ":" in host_port else 5432)
     proxy = TcpProxy(target).start()
     user = admin_url.split("//", 1)[1].split("@", 1)[0]
-    server = LiveServer(tmp_path, env={"DATABASE_URL": f"postgres://{user}@127.0.0.1:{proxy.port}/{name}",
-                                       "S2S_POOL_SIZE": "1"})
+    server = LiveServer(
+        tmp_path, env={"DATABASE_URL": f"postgres://{user}@127.0.0.1:{proxy.port}/{name}", "S2S_POOL_SIZE": "1"}
+    )
     server.manage("migrate", "--noinput")
     server.start()
     direct = admin_url.rsplit("/", 1)[0] + f"/{name}"
 
     def db_record(session_id):
         with psycopg.connect(direct) as db:
-            return db.execute("select end_reason, ended_at, turns from realtime_realtimesession where id = %s",
-                              (session_id,)).fetchone()
+            return db.execute(
+                "select end_reason, ended_at, turns from realtime_realtimesession where id = %s", (session_id,)
+            ).fetchone()
 
     try:
         ws, created = open_session(server.ws)
@@ -134,8 +144,14 @@ def test_sessions_go_on_while_the_database_is_down_and_their_records_are_written
         ws.close()
         time.sleep(2)
         proxy.restore()
-        wait_for(lambda: (db_record(first) or [None])[0] == "client_closed" and (db_record(second) or [None])[0] == "client_closed",
-             timeout=30, interval=0.5)
+        wait_for(
+            lambda: (
+                (db_record(first) or [None])[0] == "client_closed"
+                and (db_record(second) or [None])[0] == "client_closed"
+            ),
+            timeout=30,
+            interval=0.5,
+        )
     finally:
         server.stop()
         proxy.stop()
@@ -155,13 +171,19 @@ def test_sessions_go_on_while_redis_is_down_and_readyz_says_degraded(tmp_path, r
         ws2, created = open_session(server.ws)
         assert created["type"] == "session.created"
         assert turn(ws2, "new during the outage")[0]["response"]["status"] == "completed"
-        body = wait_for(lambda: (lambda b: b if b["channel_layer"]["status"] == "degraded" else None)(
-            json.loads(server.get("/readyz")[1])), timeout=20)
+        body = wait_for(
+            lambda: (lambda b: b if b["channel_layer"]["status"] == "degraded" else None)(
+                json.loads(server.get("/readyz")[1])
+            ),
+            timeout=20,
+        )
         assert body["free_units"] == 0
         ws.close()
         ws2.close()
         proxy.restore()
-        wait_for(lambda: json.loads(server.get("/readyz")[1]).get("channel_layer", {}).get("status") == "ok", timeout=30)
+        wait_for(
+            lambda: json.loads(server.get("/readyz")[1]).get("channel_layer", {}).get("status") == "ok", timeout=30
+        )
         wait_for(lambda: json.loads(server.get("/readyz")[1])["free_units"] == 2, timeout=15)
     finally:
         server.stop()
@@ -176,13 +198,19 @@ def test_a_client_that_never_reads_is_dropped_before_its_send_buffer_passes_the_
         sock = socket.create_connection(("127.0.0.1", server.port))
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         key = "dGhlIHNhbXBsZSBub25jZQ=="
-        sock.sendall((f"GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nUpgrade: websocket\r\n"
-                      f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        sock.sendall(
+            (
+                f"GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
         wait_for(lambda: json.loads(server.get("/readyz")[1])["free_units"] == 0, timeout=10)  # it holds the unit
         text = "x" * 60_000
-        for i in range(300):  # each comes back twice (conversation.item.added and .done): 36 MB the client never reads
-            event = {"type": "conversation.item.create", "item": {"type": "message", "role": "user",
-                     "content": [{"type": "input_text", "text": text}]}}
+        for _ in range(300):  # each comes back twice (conversation.item.added and .done): 36 MB the client never reads
+            event = {
+                "type": "conversation.item.create",
+                "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+            }
             try:
                 sock.sendall(masked_text_frame(json.dumps(event)))
             except OSError:

@@ -50,11 +50,15 @@ def trickle(port: int, request: bytes, every_s: float, limit_s: float) -> tuple[
     return time.monotonic() - started, answer
 
 
-@pytest.mark.parametrize("request_bytes", [
-    b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 200,
-    b"GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-    b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Padding: " + b"a" * 200,
-], ids=["http", "websocket-upgrade"])
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 200,
+        b"GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Padding: " + b"a" * 200,
+    ],
+    ids=["http", "websocket-upgrade"],
+)
 def test_a_request_trickled_a_byte_at_a_time_is_closed_with_408_at_the_deadline(server, request_bytes):
     """Before: every byte reset a 60 s idle timeout (one byte every 5 s kept a socket past 100 s)."""
     took, answer = trickle(server.port, request_bytes, every_s=0.5, limit_s=4 * DEADLINE_S)
@@ -145,7 +149,13 @@ def _open(sock: socket.socket) -> bool:
 
 def test_serve_on_a_public_address_without_a_secret_key_refuses_to_start(tmp_path):
     env = {key: value for key, value in LiveServer(tmp_path).env.items() if key != "DJANGO_SECRET_KEY"}
-    result = subprocess.run([sys.executable, "manage.py", "serve", "--host", "0.0.0.0", "--port", str(free_port())],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "serve", "--host", "0.0.0.0", "--port", str(free_port())],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0
     assert "Refusing to serve on 0.0.0.0: DJANGO_SECRET_KEY is not set" in result.stderr

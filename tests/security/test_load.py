@@ -61,8 +61,11 @@ def tcp_counters() -> dict[str, int]:
 
 
 def counters_moved(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    return {key: after[key] - before.get(key, 0) for key in after
-            if after[key] != before.get(key, 0) and ("Tcp" in key or "Listen" in key)}
+    return {
+        key: after[key] - before.get(key, 0)
+        for key in after
+        if after[key] != before.get(key, 0) and ("Tcp" in key or "Listen" in key)
+    }
 
 
 async def attempt(url: str, opened: asyncio.Event, release: asyncio.Event) -> tuple[str, int | None]:
@@ -131,7 +134,8 @@ def test_200_concurrent_connections_on_a_pool_of_4_make_4_sessions_and_196_rejec
         assert unexplained <= 2, (
             f"{len(DROPPED_BEFORE_HANDSHAKE)} of 200 dropped before the handshake, {unexplained} of them "
             f"unexplained (storm from {started:.3f}, {took:.1f}s): {DROPPED_BEFORE_HANDSHAKE}\n"
-            f"kernel: {counters_moved(kernel, tcp_counters())}\nserver log: {server.log()}")
+            f"kernel: {counters_moved(kernel, tcp_counters())}\nserver log: {server.log()}"
+        )
         sessions = [o for o in outcomes if o[0] == "session"]
         rejected = [o for o in outcomes if o[0] == "rejected"]
         assert len(sessions) == 4 and len(rejected) == 196
@@ -139,10 +143,12 @@ def test_200_concurrent_connections_on_a_pool_of_4_make_4_sessions_and_196_rejec
         wait_free(server, 4)
         time.sleep(1)
         after = rss_mb(server)
-        print(f"\nLOAD: 200 attempts in {took:.1f}s: 4 sessions, 196 rejected with 1008 "
-              f"({len(DROPPED_BEFORE_HANDSHAKE)} retried after a drop before the handshake, for want of file "
-              f"descriptors); "
-              f"RSS {before:.1f} MiB before, {after:.1f} MiB after ({after - before:+.1f} MiB)")
+        print(
+            f"\nLOAD: 200 attempts in {took:.1f}s: 4 sessions, 196 rejected with 1008 "
+            f"({len(DROPPED_BEFORE_HANDSHAKE)} retried after a drop before the handshake, for want of file "
+            f"descriptors); "
+            f"RSS {before:.1f} MiB before, {after:.1f} MiB after ({after - before:+.1f} MiB)"
+        )
         assert after - before < 40, (before, after)
     finally:
         server.stop()
@@ -162,8 +168,15 @@ def test_100_sessions_in_a_row_on_one_unit_half_cut_off_leak_nothing_and_never_c
             assert created["type"] == "session.created", created
             received = [created]
             cut = i % 2 == 1
-            send(ws, "conversation.item.create", item={"type": "message", "role": "user", "content": [
-                {"type": "input_text", "text": f"{'slow ' if cut else ''}{marker} says hello"}]})
+            send(
+                ws,
+                "conversation.item.create",
+                item={
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": f"{'slow ' if cut else ''}{marker} says hello"}],
+                },
+            )
             send(ws, "response.create")
             if cut:  # hang up in the middle of a long, slow spoken answer
                 for _ in range(20):
@@ -181,8 +194,10 @@ def test_100_sessions_in_a_row_on_one_unit_half_cut_off_leak_nothing_and_never_c
                 wait_free(server, 1)
                 rss.append(rss_mb(server))
         wait_free(server, 1)
-        print(f"\nSOAK: 100 sessions (50 cut off mid-response) in {time.monotonic() - started:.1f}s; "
-              f"RSS after 10: {rss[0]:.1f} MiB, after 100: {rss[1]:.1f} MiB ({rss[1] - rss[0]:+.1f} MiB)")
+        print(
+            f"\nSOAK: 100 sessions (50 cut off mid-response) in {time.monotonic() - started:.1f}s; "
+            f"RSS after 10: {rss[0]:.1f} MiB, after 100: {rss[1]:.1f} MiB ({rss[1] - rss[0]:+.1f} MiB)"
+        )
         assert rss[1] - rss[0] < 40, rss
     finally:
         server.stop()

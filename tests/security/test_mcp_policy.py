@@ -4,28 +4,31 @@ from __future__ import annotations
 
 import pytest
 
-from realtime.events import EventError
-from realtime.mcp_config import McpPolicy, parse_server
+from realtime.protocol.events import EventError
+from realtime.protocol.mcp.config import McpPolicy, parse_server
 
 POLICY = McpPolicy(("https://mcp.internal/tools", "http://127.0.0.1:8080"))
 
 
-@pytest.mark.parametrize("url, allowed", [
-    ("https://mcp.internal/tools", True),
-    ("https://mcp.internal/tools/weather/mcp", True),
-    ("https://mcp.internal:443/tools/mcp", True),  # the default port, written out
-    ("https://mcp.internal/toolsmith", False),  # a prefix of the path, not a folder under it
-    ("https://mcp.internal/", False),
-    ("http://mcp.internal/tools", False),  # another scheme
-    ("https://mcp.internal.evil.example/tools", False),  # a host that only starts the same
-    ("https://user:secret@mcp.internal/tools", False),  # credentials in the URL
-    ("https://mcp.internal:8443/tools", False),
-    ("http://127.0.0.1:8080/anything", True),
-    ("http://127.0.0.1:8081/", False),
-    ("http://127.0.0.1/", False),
-    ("file:///etc/passwd", False),
-    ("http://[::1:bad/", False),
-])
+@pytest.mark.parametrize(
+    "url, allowed",
+    [
+        ("https://mcp.internal/tools", True),
+        ("https://mcp.internal/tools/weather/mcp", True),
+        ("https://mcp.internal:443/tools/mcp", True),  # the default port, written out
+        ("https://mcp.internal/toolsmith", False),  # a prefix of the path, not a folder under it
+        ("https://mcp.internal/", False),
+        ("http://mcp.internal/tools", False),  # another scheme
+        ("https://mcp.internal.evil.example/tools", False),  # a host that only starts the same
+        ("https://user:secret@mcp.internal/tools", False),  # credentials in the URL
+        ("https://mcp.internal:8443/tools", False),
+        ("http://127.0.0.1:8080/anything", True),
+        ("http://127.0.0.1:8081/", False),
+        ("http://127.0.0.1/", False),
+        ("file:///etc/passwd", False),
+        ("http://[::1:bad/", False),
+    ],
+)
 def test_a_url_is_allowed_only_under_a_prefix_with_the_same_scheme_host_and_port(url, allowed):
     assert POLICY.allows(url) is allowed
 
@@ -35,10 +38,15 @@ def test_no_prefixes_turn_mcp_off():
 
 
 def test_filters_and_approvals_follow_the_ga_shapes():
-    entry = {"type": "mcp", "server_label": "s", "server_url": "http://127.0.0.1:8080/mcp",
-             "allowed_tools": {"tool_names": ["a", "b"], "read_only": True},
-             "require_approval": {"never": {"tool_names": ["a"]}, "always": {"tool_names": ["b"]}},
-             "headers": {"X-Key": "k"}, "authorization": "token"}
+    entry = {
+        "type": "mcp",
+        "server_label": "s",
+        "server_url": "http://127.0.0.1:8080/mcp",
+        "allowed_tools": {"tool_names": ["a", "b"], "read_only": True},
+        "require_approval": {"never": {"tool_names": ["a"]}, "always": {"tool_names": ["b"]}},
+        "headers": {"X-Key": "k"},
+        "authorization": "token",
+    }
     server = parse_server(entry, "session.tools[0]", POLICY)
     assert server.allows("a", True) and not server.allows("a", False) and not server.allows("c", True)
     assert not server.approval.needed("a", None) and server.approval.needed("b", None)
@@ -48,16 +56,19 @@ def test_filters_and_approvals_follow_the_ga_shapes():
     assert parse_server({**entry, "require_approval": None}, "t", POLICY).approval.needed("a", True)
 
 
-@pytest.mark.parametrize("change, param", [
-    ({"server_label": "no spaces"}, "t.server_label"),
-    ({"server_url": None}, "t.server_url"),
-    ({"allowed_tools": "get_weather"}, "t.allowed_tools"),
-    ({"require_approval": "sometimes"}, "t.require_approval"),
-    ({"require_approval": {"maybe": {}}}, "t.require_approval.maybe"),
-    ({"headers": {"X": 1}}, "t.headers.X"),
-    ({"tunnel_id": "tun_1"}, "t.tunnel_id"),
-    ({"extra": 1}, "t.extra"),
-])
+@pytest.mark.parametrize(
+    "change, param",
+    [
+        ({"server_label": "no spaces"}, "t.server_label"),
+        ({"server_url": None}, "t.server_url"),
+        ({"allowed_tools": "get_weather"}, "t.allowed_tools"),
+        ({"require_approval": "sometimes"}, "t.require_approval"),
+        ({"require_approval": {"maybe": {}}}, "t.require_approval.maybe"),
+        ({"headers": {"X": 1}}, "t.headers.X"),
+        ({"tunnel_id": "tun_1"}, "t.tunnel_id"),
+        ({"extra": 1}, "t.extra"),
+    ],
+)
 def test_a_bad_entry_is_refused_naming_its_field(change, param):
     entry = {"type": "mcp", "server_label": "s", "server_url": "http://127.0.0.1:8080/mcp", **change}
     with pytest.raises(EventError) as caught:

@@ -49,8 +49,9 @@ class RealtimeClient:
     received is validated against the openai SDK's types (``beta``: the beta ones).
     """
 
-    def __init__(self, recv: Callable[[float], Awaitable[str | None]], send: Callable[[str], Awaitable[None]],
-                 beta: bool = False) -> None:
+    def __init__(
+        self, recv: Callable[[float], Awaitable[str | None]], send: Callable[[str], Awaitable[None]], beta: bool = False
+    ) -> None:
         self._recv, self._send = recv, send
         self.beta = beta
         self.received: list[Event] = []  # everything, in order, for checks over the whole session
@@ -74,8 +75,9 @@ class RealtimeClient:
                     if left <= 0:
                         return None
                     getter = asyncio.ensure_future(comm.output_queue.get())
-                    done, _ = await asyncio.wait({getter, comm.future}, timeout=left,
-                                                 return_when=asyncio.FIRST_COMPLETED)
+                    done, _ = await asyncio.wait(
+                        {getter, comm.future}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                    )
                     if getter not in done:
                         getter.cancel()
                         try:
@@ -147,12 +149,14 @@ class RealtimeClient:
 
     async def append_bytes(self, data: bytes, chunk_bytes: int) -> None:
         for at in range(0, len(data), chunk_bytes):
-            await self.send("input_audio_buffer.append", audio=base64.b64encode(data[at:at + chunk_bytes]).decode())
+            await self.send("input_audio_buffer.append", audio=base64.b64encode(data[at : at + chunk_bytes]).decode())
 
     async def say_text(self, text: str, **response: Any) -> None:
         """Adds a user text item and asks for a response."""
-        await self.send("conversation.item.create",
-                        item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+        await self.send(
+            "conversation.item.create",
+            item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+        )
         await self.send("response.create", **({"response": response} if response else {}))
 
     # --- receiving ----------------------------------------------------------

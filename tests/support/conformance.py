@@ -46,15 +46,19 @@ def check(event: Event, beta: bool = False) -> Event:
     """Validates one server event (a decoded dict); raises :class:`NonConforming` naming what is wrong."""
     known = BETA_TYPES if beta else GA_TYPES
     if event.get("type") not in known:
-        raise NonConforming(f"{'beta' if beta else 'GA'} server event type {event.get('type')!r} is not one the "
-                            f"openai SDK knows: {json.dumps(event)[:300]}")
+        raise NonConforming(
+            f"{'beta' if beta else 'GA'} server event type {event.get('type')!r} is not one the "
+            f"openai SDK knows: {json.dumps(event)[:300]}"
+        )
     try:
         known[event["type"]].validate_python(event)
         (BETA if beta else GA).validate_python(event)
     except ValidationError as exc:
         shown = json.dumps(event)[:600]
-        raise NonConforming(f"{'beta' if beta else 'GA'} event {event.get('type')!r} does not validate against "
-                            f"the openai SDK's types: {exc}\nevent: {shown}") from None
+        raise NonConforming(
+            f"{'beta' if beta else 'GA'} event {event.get('type')!r} does not validate against "
+            f"the openai SDK's types: {exc}\nevent: {shown}"
+        ) from None
     return event
 
 

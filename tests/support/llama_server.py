@@ -28,8 +28,23 @@ def packaged_gguf() -> Path:
 def llama_server(log_path: Path, chat_format: str = "chatml-function-calling") -> Iterator[str]:
     """Starts ``python -m llama_cpp.server`` and yields its base URL (``.../v1``) once it answers."""
     port = free_port()
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(packaged_gguf()), "--host", "127.0.0.1",
-               "--port", str(port), "--n_ctx", "2048", "--n_threads", "2", "--chat_format", chat_format]
+    command = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(packaged_gguf()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "2048",
+        "--n_threads",
+        "2",
+        "--chat_format",
+        chat_format,
+    ]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:

@@ -36,8 +36,14 @@ class LiveServer:
     """Starts ``manage.py serve`` (or uvicorn, ``launcher="uvicorn"``) on 127.0.0.1 with its own SQLite file
     and environment."""
 
-    def __init__(self, tmp_dir: Path, env: dict[str, str] | None = None, port: int | None = None,
-                 launcher: str = "daphne", open_files: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        tmp_dir: Path,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        launcher: str = "daphne",
+        open_files: tuple[int, int] | None = None,
+    ) -> None:
         """``open_files``: the (soft, hard) limit on open files the server process starts with."""
         self.launcher = launcher
         self.open_files = open_files
@@ -64,8 +70,15 @@ class LiveServer:
         return f"ws://127.0.0.1:{self.port}/v1/realtime"
 
     def manage(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True,
-                              text=True, timeout=timeout, check=True)
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        )
 
     def start(self, ready_timeout: float = 600) -> LiveServer:
         if self.env["DATABASE_URL"].startswith("sqlite"):
@@ -73,13 +86,26 @@ class LiveServer:
         log = open(self.log_path, "wb")
         command = {
             "daphne": [sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            "uvicorn": [sys.executable, "-m", "uvicorn", "s2s_project.asgi:application", "--host", "127.0.0.1",
-                        "--port", str(self.port)],
+            "uvicorn": [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "s2s_project.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
         }[self.launcher]
         limits = self.open_files
         self.process = subprocess.Popen(
-            command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-            preexec_fn=None if limits is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limits))
+            command,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=None if limits is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limits),
+        )
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -103,9 +129,12 @@ class LiveServer:
 
     def mint_client_secret(self, key: str) -> str:
         """An ``ek_`` client secret for a realtime session, minted with the API key ``key``."""
-        request = urllib.request.Request(f"{self.http}/v1/realtime/client_secrets", method="POST",
-                                         data=json.dumps({"session": {"type": "realtime"}}).encode(),
-                                         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.http}/v1/realtime/client_secrets",
+            method="POST",
+            data=json.dumps({"session": {"type": "realtime"}}).encode(),
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())["value"]
 

@@ -37,8 +37,10 @@ def redis_url() -> str:
 
 def postgres_url() -> str:
     """The test PostgreSQL server, after a connection."""
-    url = need_service("database", os.environ.get("S2S_TEST_DATABASE_URL")
-                       or (None if IN_CI else "postgres://postgres@127.0.0.1:5432/test"))
+    url = need_service(
+        "database",
+        os.environ.get("S2S_TEST_DATABASE_URL") or (None if IN_CI else "postgres://postgres@127.0.0.1:5432/test"),
+    )
     import psycopg
 
     try:

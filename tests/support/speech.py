@@ -23,7 +23,7 @@ def pcm16_chunks(samples: np.ndarray, chunk_ms: int = 20, rate: int = 24000) -> 
     """24 kHz float samples -> base64 PCM16 chunks, as ``input_audio_buffer.append`` carries them."""
     data = audio.encode(samples, audio.PCM)
     step = rate * chunk_ms // 1000 * 2
-    return [base64.b64encode(data[i:i + step]).decode() for i in range(0, len(data), step)]
+    return [base64.b64encode(data[i : i + step]).decode() for i in range(0, len(data), step)]
 
 
 @functools.lru_cache(maxsize=32)
@@ -35,7 +35,9 @@ def spoken(text: str, rate: int = 24000, steady: bool = True) -> np.ndarray:
     renderings (``steady=False``, a new one after ``spoken.cache_clear()``).
     """
     voice = _aligned_piper()
-    samples = np.concatenate([c.audio_float_array for c in voice.synthesize(text, syn_config=_steady() if steady else None)])
+    samples = np.concatenate(
+        [c.audio_float_array for c in voice.synthesize(text, syn_config=_steady() if steady else None)]
+    )
     return audio.resample(samples.astype(np.float32), voice.config.sample_rate, rate)
 
 
@@ -52,8 +54,11 @@ def spoken_halves(text: str, rate: int = 24000, steady: bool = False) -> tuple[n
     if not after:
         raise ValueError("mark the pause with '|'")
     voice = _aligned_piper()
-    (chunk,) = list(voice.synthesize(f"{before.strip()} {after.strip()}", syn_config=_steady() if steady else None,
-                                     include_alignments=True))
+    (chunk,) = list(
+        voice.synthesize(
+            f"{before.strip()} {after.strip()}", syn_config=_steady() if steady else None, include_alignments=True
+        )
+    )
     if chunk.phoneme_alignments is None:
         raise RuntimeError("the Piper voice gave no alignments")
     words, seen, cut = len(before.split()), 0, 0
@@ -87,6 +92,7 @@ def _steady():
 def word_errors(heard: str, said: str) -> int:
     """Words substituted, dropped or added between what was said and what was heard (case and punctuation
     ignored): the numerator of a word error rate."""
+
     def words(text: str) -> list[str]:
         return "".join(c if c.isalnum() else " " for c in text.lower()).split()
 

@@ -83,8 +83,9 @@ class Answer:
         return json.loads(self.body)
 
 
-def post(url: str, body: bytes, content_type: str, token: str | None = None, method: str = "POST",
-         timeout: float = 30) -> Answer:
+def post(
+    url: str, body: bytes, content_type: str, token: str | None = None, method: str = "POST", timeout: float = 30
+) -> Answer:
     headers = {"Content-Type": content_type} if content_type else {}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -98,8 +99,10 @@ def post(url: str, body: bytes, content_type: str, token: str | None = None, met
 
 def multipart(fields: dict[str, str]) -> tuple[bytes, str]:
     boundary = uuid.uuid4().hex
-    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
-             for name, value in fields.items()]
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+        for name, value in fields.items()
+    ]
     return ("".join(parts) + f"--{boundary}--\r\n").encode(), f"multipart/form-data; boundary={boundary}"
 
 

@@ -30,9 +30,18 @@ WEATHER = FunctionTool("get_weather", "", {"type": "object", "properties": {"cit
 
 
 def request(**fields) -> ResponseRequest:
-    return ResponseRequest(generation=0, response_id="resp_1", instructions="", output_modalities=("audio",),
-                           max_output_tokens=None, voice="alloy", output_format="audio/pcm", temperature=0.0,
-                           tools=(WEATHER,), **{"hosted": frozenset({"get_weather"}), **fields})
+    return ResponseRequest(
+        generation=0,
+        response_id="resp_1",
+        instructions="",
+        output_modalities=("audio",),
+        max_output_tokens=None,
+        voice="alloy",
+        output_format="audio/pcm",
+        temperature=0.0,
+        tools=(WEATHER,),
+        **{"hosted": frozenset({"get_weather"}), **fields},
+    )
 
 
 def paused(user_text: str = 'call get_weather {"city": "Paris"}', **fields) -> tuple[LmStage, list]:
@@ -53,8 +62,9 @@ def test_a_hosted_call_pauses_the_response_and_its_result_is_answered_in_the_sam
     (call,) = pending.calls
     assert (call.name, call.arguments, call.output) == ("get_weather", '{"city": "Paris"}', None)
 
-    out = list(stage.process(ResponseResume(generation=0, response_id="resp_1",
-                                            results=(replace(call, output="sunny"),))))
+    out = list(
+        stage.process(ResponseResume(generation=0, response_id="resp_1", results=(replace(call, output="sunny"),)))
+    )
     assert spoken(out) == "The tool said: sunny."
     end = out[-1]
     assert isinstance(end, ResponseEnd) and (end.response_id, end.status) == ("resp_1", "completed")
@@ -79,8 +89,9 @@ def test_a_response_cancelled_while_paused_ends_cancelled_when_resumed():
     stage, out = paused()
     stage.context.cancel("resp_1", "client_cancelled")
     call = out[-1].calls[0]
-    out = list(stage.process(ResponseResume(generation=0, response_id="resp_1",
-                                            results=(replace(call, output="sunny"),))))
+    out = list(
+        stage.process(ResponseResume(generation=0, response_id="resp_1", results=(replace(call, output="sunny"),)))
+    )
     assert [type(m) for m in out] == [ResponseEnd]
     assert (out[0].status, out[0].reason) == ("cancelled", "client_cancelled")
 
@@ -91,23 +102,30 @@ def test_an_awaiting_request_starts_paused_and_an_approved_result_is_answered():
         list(stage.process(AddItem(generation=0, item=entry)))
     out = list(stage.process(request(awaiting=True)))
     assert [type(m) for m in out] == [ResponseStarted, ToolsPending] and out[1].calls == ()
-    out = list(stage.process(ResponseResume(generation=0, response_id="resp_1", results=(
-        FunctionCallOutputItem("item_o", "call_1", "rainy"),))))
+    out = list(
+        stage.process(
+            ResponseResume(
+                generation=0, response_id="resp_1", results=(FunctionCallOutputItem("item_o", "call_1", "rainy"),)
+            )
+        )
+    )
     assert spoken(out) == "The tool said: rainy." and isinstance(out[-1], ResponseEnd)
 
 
 def test_a_required_call_is_required_once_and_the_rounds_are_bounded():
     stage, out = paused(tool_choice=ToolChoice("required"))
     call = out[-1].calls[0]
-    out = list(stage.process(ResponseResume(generation=0, response_id="resp_1",
-                                            results=(replace(call, output="sunny"),))))
+    out = list(
+        stage.process(ResponseResume(generation=0, response_id="resp_1", results=(replace(call, output="sunny"),)))
+    )
     assert spoken(out) == "The tool said: sunny."  # auto after the call: it answers
 
     class Insistent(FakeLanguageModel):  # a FAKE model that calls again whatever it is told
         def generate_stream(self, messages, max_new_tokens, temperature, cancel=None, tools=(), **options):
             messages = [*messages, {"role": "user", "content": 'call get_weather {"city": "Oslo"}'}]
-            return super().generate_stream(messages, max_new_tokens, temperature, cancel, tools=tools,
-                                           tool_choice=ToolChoice("required"))
+            return super().generate_stream(
+                messages, max_new_tokens, temperature, cancel, tools=tools, tool_choice=ToolChoice("required")
+            )
 
     stage = LmStage(SessionContext(), Insistent())
     out = list(stage.process(request()))
@@ -115,8 +133,9 @@ def test_a_required_call_is_required_once_and_the_rounds_are_bounded():
         if isinstance(out[-1], ResponseEnd):
             break
         call = out[-1].calls[0]
-        out = list(stage.process(ResponseResume(generation=0, response_id="resp_1",
-                                                results=(replace(call, output="x"),))))
+        out = list(
+            stage.process(ResponseResume(generation=0, response_id="resp_1", results=(replace(call, output="x"),)))
+        )
     assert isinstance(out[-1], ResponseEnd)
 
 

@@ -31,8 +31,10 @@ from pipelines.tools import parse_tools
 
 pytestmark = pytest.mark.real_models
 
-INSTRUCTIONS = ("You are a helpful voice assistant. Answer briefly, in one or two short sentences, "
-                "in plain spoken English without lists or markup.")
+INSTRUCTIONS = (
+    "You are a helpful voice assistant. Answer briefly, in one or two short sentences, "
+    "in plain spoken English without lists or markup."
+)
 ALL_TOOLS = parse_tools(TOOLS)
 SCHEMAS = {tool.name: tool.parameters for tool in ALL_TOOLS}
 
@@ -40,10 +42,21 @@ SCHEMAS = {tool.name: tool.parameters for tool in ALL_TOOLS}
 FEW_TOOLS = tuple(tool for tool in ALL_TOOLS if tool.name in ("get_weather", "book_table"))
 
 
-def request(choice: ToolChoice, temperature: float = 0.8, tools=ALL_TOOLS, max_tokens: int | None = None) -> ResponseRequest:
-    return ResponseRequest(generation=0, response_id="resp_1", instructions=INSTRUCTIONS, output_modalities=("audio",),
-                           max_output_tokens=max_tokens, voice="alloy", output_format="audio/pcm",
-                           temperature=temperature, tools=tools, tool_choice=choice)
+def request(
+    choice: ToolChoice, temperature: float = 0.8, tools=ALL_TOOLS, max_tokens: int | None = None
+) -> ResponseRequest:
+    return ResponseRequest(
+        generation=0,
+        response_id="resp_1",
+        instructions=INSTRUCTIONS,
+        output_modalities=("audio",),
+        max_output_tokens=max_tokens,
+        voice="alloy",
+        output_format="audio/pcm",
+        temperature=temperature,
+        tools=tools,
+        tool_choice=choice,
+    )
 
 
 def respond(lm, history: list, req: ResponseRequest) -> tuple[LmStage, list]:
@@ -74,11 +87,14 @@ def user(text: str) -> HistoryItem:
     return HistoryItem("item_user", "user", text)
 
 
-@pytest.mark.parametrize(("name", "text"), [
-    ("set_timer", "Set a timer for 10 minutes for the pasta."),
-    ("book_table", "Book a table for four at Luigi's at 19:30."),
-    ("add_to_shopping_list", "Add two bottles of milk to my shopping list."),
-])
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("set_timer", "Set a timer for 10 minutes for the pasta."),
+        ("book_table", "Book a table for four at Luigi's at 19:30."),
+        ("add_to_shopping_list", "Add two bottles of milk to my shopping list."),
+    ],
+)
 def test_a_named_function_is_called_with_schema_valid_arguments_and_nothing_is_spoken(lm, name, text):
     stage, messages = respond(lm, [user(text)], request(ToolChoice("function", name)))
     done = the_call(messages)
@@ -96,7 +112,9 @@ def test_required_makes_the_model_call_one_of_the_tools(lm):
 
 
 def test_auto_speaks_when_the_request_needs_no_tool(lm):
-    stage, messages = respond(lm, [user("What is the capital of France?")], request(ToolChoice("auto"), 0.0, FEW_TOOLS, 24))
+    stage, messages = respond(
+        lm, [user("What is the capital of France?")], request(ToolChoice("auto"), 0.0, FEW_TOOLS, 24)
+    )
     assert of(FunctionCallStarted, messages) == []
     text = spoken(messages)
     assert "Paris" in text and "<" not in text
@@ -104,16 +122,21 @@ def test_auto_speaks_when_the_request_needs_no_tool(lm):
 
 
 def test_tool_choice_none_speaks_even_for_a_tool_shaped_request(lm):
-    _, messages = respond(lm, [user("Please reserve a table at Sakura for two people at 20:00.")],
-                          request(ToolChoice("none"), 0.0, FEW_TOOLS, 24))
+    _, messages = respond(
+        lm,
+        [user("Please reserve a table at Sakura for two people at 20:00.")],
+        request(ToolChoice("none"), 0.0, FEW_TOOLS, 24),
+    )
     assert of(FunctionCallStarted, messages) == []
     assert spoken(messages) and "tool_call" not in spoken(messages)
 
 
 def test_a_function_result_in_the_history_leads_to_a_spoken_answer(lm):
-    history = [user("What's the weather in Paris?"),
-               FunctionCallItem("item_call", "call_1", "get_weather", '{"city": "Paris"}'),
-               FunctionCallOutputItem("item_out", "call_1", '{"city": "Paris", "sky": "sunny", "temperature_c": 24}')]
+    history = [
+        user("What's the weather in Paris?"),
+        FunctionCallItem("item_call", "call_1", "get_weather", '{"city": "Paris"}'),
+        FunctionCallOutputItem("item_out", "call_1", '{"city": "Paris", "sky": "sunny", "temperature_c": 24}'),
+    ]
     stage, messages = respond(lm, history, request(ToolChoice("auto"), 0.0, FEW_TOOLS, 32))
     assert of(FunctionCallStarted, messages) == []
     text = spoken(messages)

@@ -35,9 +35,18 @@ def run(user_text: str, tools=(WEATHER,), choice=ToolChoice("auto"), history=(),
     stage = LmStage(SessionContext(), model or FakeLanguageModel())
     for entry in [HistoryItem("item_u", "user", user_text), *history]:
         list(stage.process(AddItem(generation=0, item=entry)))
-    req = ResponseRequest(generation=0, response_id="resp_1", instructions="", output_modalities=("audio",),
-                          max_output_tokens=None, voice="alloy", output_format="audio/pcm", temperature=0.8,
-                          tools=tuple(tools), tool_choice=choice)
+    req = ResponseRequest(
+        generation=0,
+        response_id="resp_1",
+        instructions="",
+        output_modalities=("audio",),
+        max_output_tokens=None,
+        voice="alloy",
+        output_format="audio/pcm",
+        temperature=0.8,
+        tools=tuple(tools),
+        tool_choice=choice,
+    )
     return stage, list(stage.process(req))
 
 
@@ -47,7 +56,9 @@ def test_a_call_becomes_call_messages_and_a_history_entry_and_speaks_nothing():
     assert done.arguments == '{"city": "Paris"}'
     assert [m for m in out if isinstance(m, TextForSpeech)] == []
     assert isinstance(out[-1], ResponseEnd) and out[-1].status == "completed"
-    assert list(stage.history.values())[-1] == FunctionCallItem(done.item_id, done.call_id, "get_weather", done.arguments)
+    assert list(stage.history.values())[-1] == FunctionCallItem(
+        done.item_id, done.call_id, "get_weather", done.arguments
+    )
 
 
 def test_a_call_of_a_function_not_offered_is_dropped_and_not_spoken():
@@ -58,7 +69,9 @@ def test_a_call_of_a_function_not_offered_is_dropped_and_not_spoken():
 
 
 def test_a_tool_result_reaches_the_model_as_a_tool_message():
-    history = (FunctionCallItem("item_c", "call_1", "get_weather", '{"city": "Paris"}'),
-               FunctionCallOutputItem("item_o", "call_1", "sunny"))
+    history = (
+        FunctionCallItem("item_c", "call_1", "get_weather", '{"city": "Paris"}'),
+        FunctionCallOutputItem("item_o", "call_1", "sunny"),
+    )
     _, out = run("weather?", history=history)
     assert " ".join(m.text for m in out if isinstance(m, TextForSpeech)) == "The tool said: sunny."

@@ -11,14 +11,16 @@ NAMES = [tool["name"] for tool in TOOLS]
 WEATHER = tool_result("get_weather", {"city": "Paris"})
 
 
-@pytest.mark.parametrize("text", ["It is 21 degrees.", "Twenty-one degrees and clear.", "twenty one degrees",
-                                  "About 21.0 degrees"])
+@pytest.mark.parametrize(
+    "text", ["It is 21 degrees.", "Twenty-one degrees and clear.", "twenty one degrees", "About 21.0 degrees"]
+)
 def test_a_number_counts_as_digits_or_words(text):
     assert says_fact(text, 21)
 
 
-@pytest.mark.parametrize("text", ["615 minutes", "six hundred and fifteen minutes", "six hundred fifteen minutes",
-                                  "Six-hundred fifteen"])
+@pytest.mark.parametrize(
+    "text", ["615 minutes", "six hundred and fifteen minutes", "six hundred fifteen minutes", "Six-hundred fifteen"]
+)
 def test_a_larger_number_counts_with_or_without_and(text):
     assert says_fact(text, 615)
 
@@ -34,11 +36,16 @@ def test_an_answer_in_words_carries_a_fact_of_the_result():
     assert not in_words("   ", WEATHER, NAMES)
 
 
-@pytest.mark.parametrize("text, marker", [
-    ('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>', "<tool_call>"),
-    ('{"conditions": "sunny", "temperature": 21}', "{"), ("It is sunny, says get_weather.", "get_weather"),
-    ("```json sunny 21```", "`"), ("Sunny [21 degrees].", "["),
-])
+@pytest.mark.parametrize(
+    "text, marker",
+    [
+        ('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>', "<tool_call>"),
+        ('{"conditions": "sunny", "temperature": 21}', "{"),
+        ("It is sunny, says get_weather.", "get_weather"),
+        ("```json sunny 21```", "`"),
+        ("Sunny [21 degrees].", "["),
+    ],
+)
 def test_call_markup_is_caught_even_when_the_facts_are_there(text, marker):
     assert marker in call_markup(text, NAMES)
     assert not in_words(text, WEATHER, NAMES)

@@ -43,13 +43,13 @@ async def bad_offers() -> list[tuple[str, bytes, str]]:
         cases.append((f"random text {n}", text.encode(), SDP))
     for n in range(10):
         cases.append((f"no audio m-line {n}", (await offer(audio=False)).encode(), SDP))
-    for n in range(10):  # cut before the audio section's credentials
+    for _ in range(10):  # cut before the audio section's credentials
         cut = rng.randint(10, good.index("a=ice-ufrag"))
         cases.append((f"truncated at {cut}", good[:cut].encode(), SDP))
     for prefix in ("a=fingerprint", "a=ice-ufrag", "a=ice-pwd", "a=rtpmap", "m=audio", "v=0"):
         cases.append((f"without {prefix}", without(good, prefix).encode(), SDP))
     for codec in ("telephone-event/8000", "foo/48000/2", "VP8/90000"):
-        only = re.sub(r"a=rtpmap:(\d+) [^\r]+", lambda m: f"a=rtpmap:{m.group(1)} {codec}", good)
+        only = re.sub(r"a=rtpmap:(\d+) [^\r]+", lambda m, codec=codec: f"a=rtpmap:{m.group(1)} {codec}", good)
         cases.append((f"audio with only {codec}", only.encode(), SDP))
     cases += [
         ("empty body", b"", SDP),
@@ -61,14 +61,25 @@ async def bad_offers() -> list[tuple[str, bytes, str]]:
         ("form with garbage sdp", *multipart({"sdp": "hello"})),
         ("form with session not JSON", *multipart({"sdp": good, "session": "{not json"})),
         ("form with session a list", *multipart({"sdp": good, "session": "[1, 2]"})),
-        ("form with a bad voice", *multipart({"sdp": good, "session": json.dumps(
-            {"audio": {"output": {"voice": 5}}})})),
-        ("form with a bad format", *multipart({"sdp": good, "session": json.dumps(
-            {"audio": {"input": {"format": {"type": "audio/mp3"}}}})})),
-        ("form with a bad turn detection", *multipart({"sdp": good, "session": json.dumps(
-            {"audio": {"input": {"turn_detection": {"type": "shouting"}}}})})),
-        ("broken multipart", b"--x\r\nContent-Disposition: form-data; name=sdp\r\n\r\nv=0",
-         "multipart/form-data; boundary=x"),
+        (
+            "form with a bad voice",
+            *multipart({"sdp": good, "session": json.dumps({"audio": {"output": {"voice": 5}}})}),
+        ),
+        (
+            "form with a bad format",
+            *multipart({"sdp": good, "session": json.dumps({"audio": {"input": {"format": {"type": "audio/mp3"}}}})}),
+        ),
+        (
+            "form with a bad turn detection",
+            *multipart(
+                {"sdp": good, "session": json.dumps({"audio": {"input": {"turn_detection": {"type": "shouting"}}}})}
+            ),
+        ),
+        (
+            "broken multipart",
+            b"--x\r\nContent-Disposition: form-data; name=sdp\r\n\r\nv=0",
+            "multipart/form-data; boundary=x",
+        ),
         ("a url-encoded form with garbage sdp", b"sdp=v%3D0%0D%0Ahello", "application/x-www-form-urlencoded"),
     ]
     while len(cases) < 100:

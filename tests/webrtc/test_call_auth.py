@@ -38,8 +38,9 @@ async def test_a_call_needs_credentials_and_a_secret_opens_exactly_one(secured, 
 async def test_a_refused_or_bad_offer_gives_the_secret_back(secured, calls):
     server, key = secured
     secret = server.mint_client_secret(key)
-    bad = await asyncio.to_thread(post, f"{server.http}/v1/realtime/calls", b"v=0\r\nnonsense", "application/sdp",
-                                  secret)
+    bad = await asyncio.to_thread(
+        post, f"{server.http}/v1/realtime/calls", b"v=0\r\nnonsense", "application/sdp", secret
+    )
     assert bad.status == 400
     call = calls(server)
     assert (await call.connect(token=secret)).status == 201  # still good for one session
@@ -57,7 +58,8 @@ async def test_the_official_openai_sdk_creates_and_hangs_up_a_call(secured):
     try:
         await peer.pc.setLocalDescription(await peer.pc.createOffer())
         response = await client.realtime.calls.with_raw_response.create(
-            sdp=peer.pc.localDescription.sdp, session={"type": "realtime", "instructions": "Be brief."})
+            sdp=peer.pc.localDescription.sdp, session={"type": "realtime", "instructions": "Be brief."}
+        )
         assert response.status_code == 201
         call_id = response.headers["location"].rsplit("/", 1)[-1]
         from aiortc import RTCSessionDescription

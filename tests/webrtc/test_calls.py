@@ -33,9 +33,16 @@ async def spoken_turn(call, seconds: float = 1.5) -> list[dict]:
 
 def check_turn(events: list[dict]) -> None:
     types = [event["type"] for event in events]
-    for expected in ("input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
-                     "input_audio_buffer.committed", "conversation.item.input_audio_transcription.completed",
-                     "response.created", "response.done", "output_audio_buffer.started", "output_audio_buffer.stopped"):
+    for expected in (
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.completed",
+        "response.created",
+        "response.done",
+        "output_audio_buffer.started",
+        "output_audio_buffer.stopped",
+    ):
         assert expected in types, (expected, " ".join(types))
     assert "response.output_audio.delta" not in types  # the audio rides the track
     assert "output_audio_buffer.cleared" not in types  # nothing was playing when the user spoke
@@ -64,8 +71,7 @@ def uvicorn_server(tmp_path_factory):
 
 
 @pytest.mark.parametrize("launcher", ["daphne", "uvicorn"])
-async def test_a_spoken_turn_over_webrtc_gets_its_reply_on_the_audio_track_in_real_time(
-        launcher, request, calls):
+async def test_a_spoken_turn_over_webrtc_gets_its_reply_on_the_audio_track_in_real_time(launcher, request, calls):
     live = request.getfixturevalue("server" if launcher == "daphne" else "uvicorn_server")
     call = calls(live)
     answer = await call.connect()
@@ -87,8 +93,11 @@ async def test_a_spoken_turn_over_webrtc_gets_its_reply_on_the_audio_track_in_re
 
 
 async def test_the_session_of_a_multipart_offer_applies_before_the_first_event_and_a_bad_one_is_refused(server, calls):
-    session = {"type": "realtime", "instructions": "Answer in French.",
-               "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 300}}}}
+    session = {
+        "type": "realtime",
+        "instructions": "Answer in French.",
+        "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 300}}},
+    }
     call = calls(server)
     assert (await call.connect(session=session)).status == 201
     created = (await call.events.until("session.created"))["session"]
@@ -182,8 +191,9 @@ async def test_a_silent_peer_is_hung_up_a_typing_only_one_is_not_and_both_are_re
     try:
         ghost = calls(live)  # offers, gets its answer, and is never heard from again (no ICE, no media)
         await ghost.pc.setLocalDescription(await ghost.pc.createOffer())
-        answer = await asyncio.to_thread(post, f"{live.http}/v1/realtime/calls", ghost.pc.localDescription.sdp.encode(),
-                                         "application/sdp")
+        answer = await asyncio.to_thread(
+            post, f"{live.http}/v1/realtime/calls", ghost.pc.localDescription.sdp.encode(), "application/sdp"
+        )
         assert answer.status == 201
         typist = WebRTCClient(live.http, microphone=False)  # receives the reply track, sends no media
         try:
@@ -199,8 +209,11 @@ async def test_a_silent_peer_is_hung_up_a_typing_only_one_is_not_and_both_are_re
             await typist.close()
         assert await wait_free(live, 2) == 2
         await asyncio.sleep(0.5)
-        rows = sqlite3.connect(tmp_path / "server.sqlite3").execute(
-            "select transport, end_reason from realtime_realtimesession order by started_at").fetchall()
+        rows = (
+            sqlite3.connect(tmp_path / "server.sqlite3")
+            .execute("select transport, end_reason from realtime_realtimesession order by started_at")
+            .fetchall()
+        )
         assert rows == [("webrtc", "client_closed"), ("webrtc", "client_closed")]
     finally:
         live.stop()

@@ -7,7 +7,7 @@ import json
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from realtime.webrtc import ice_servers
+from realtime.transports.webrtc import ice_servers
 from s2s_project.env import envicelist
 
 TURN = {"urls": ["turn:turn.example.org:3478"], "username": "s2s", "credential": "secret"}
@@ -22,13 +22,16 @@ def test_ice_servers_are_a_json_list_or_plain_stun_urls(monkeypatch):
     assert envicelist("S2S_ICE_SERVERS") == ()
 
 
-@pytest.mark.parametrize("value, says", [
-    ("[{", "not valid JSON"),
-    ('{"urls": "stun:x"}', "must be a JSON list"),
-    ('[{"urls": "http://x"}]', "stun:, stuns:, turn: or turns:"),
-    ('[{"urls": ["turn:x:3478"]}]', "needs a 'username' and a 'credential'"),
-    ("turn:x:3478", "needs a 'username' and a 'credential'"),
-])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("[{", "not valid JSON"),
+        ('{"urls": "stun:x"}', "must be a JSON list"),
+        ('[{"urls": "http://x"}]', "stun:, stuns:, turn: or turns:"),
+        ('[{"urls": ["turn:x:3478"]}]', "needs a 'username' and a 'credential'"),
+        ("turn:x:3478", "needs a 'username' and a 'credential'"),
+    ],
+)
 def test_a_bad_ice_server_stops_the_start_with_a_clear_message(monkeypatch, value, says):
     monkeypatch.setenv("S2S_ICE_SERVERS", value)
     with pytest.raises(ImproperlyConfigured, match=says):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from realtime import auth
+from realtime.access import auth
 
 
 class Command(BaseCommand):
@@ -16,7 +16,9 @@ class Command(BaseCommand):
     def handle(self, *args: object, **options: object) -> None:
         key = self.create(str(options["name"]))
         self.stdout.write(key)
-        self.stderr.write("Store this key now: it cannot be shown again. Clients send it as 'Authorization: Bearer KEY'.")
+        self.stderr.write(
+            "Store this key now: it cannot be shown again. Clients send it as 'Authorization: Bearer KEY'."
+        )
 
     def create(self, name: str) -> str:
         _, key = auth.create_api_key(name)

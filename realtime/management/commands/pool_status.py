@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from realtime import cluster
+from realtime.node import cluster
 
 COLUMNS = ("node", "status", "unit", "state", "session", "for_s", "served", "rebuilds")
 
@@ -29,10 +29,18 @@ class Command(BaseCommand):
         rows = [COLUMNS]
         for node in nodes:
             for slot in node["slots"] or [{"index": "-", "state": "-", "sessions_served": "", "rebuilds": ""}]:
-                rows.append((node["name"], node["status"], str(slot["index"]), slot["state"],
-                             slot.get("session_id") or "" if slot["state"] != "idle" else "",
-                             "" if slot.get("for_s") is None else f"{slot['for_s']:.1f}",
-                             str(slot.get("sessions_served", "")), str(slot.get("rebuilds", ""))))
+                rows.append(
+                    (
+                        node["name"],
+                        node["status"],
+                        str(slot["index"]),
+                        slot["state"],
+                        slot.get("session_id") or "" if slot["state"] != "idle" else "",
+                        "" if slot.get("for_s") is None else f"{slot['for_s']:.1f}",
+                        str(slot.get("sessions_served", "")),
+                        str(slot.get("rebuilds", "")),
+                    )
+                )
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
         lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
         free = sum(node["free_units"] for node in nodes)

@@ -21,4 +21,9 @@ class Command(BaseCommand):
             refuse_public_development_key(str(options["host"]))
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
-        serve(str(options["host"]), int(options["port"]), warm=not options["no_warmup"], verbosity=int(options["verbosity"]))
+        serve(
+            str(options["host"]),
+            int(options["port"]),
+            warm=not options["no_warmup"],
+            verbosity=int(options["verbosity"]),
+        )

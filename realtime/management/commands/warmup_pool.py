@@ -42,7 +42,9 @@ class Command(BaseCommand):
         finally:
             pool.shutdown()
         for index, timings in units.items():
-            line = ", ".join(f"{name.removesuffix('_s')}={value * 1000:.0f}ms" for name, value in sorted(timings.items()))
+            line = ", ".join(
+                f"{name.removesuffix('_s')}={value * 1000:.0f}ms" for name, value in sorted(timings.items())
+            )
             self.stdout.write(f"unit {index}: {line}")
         return {"load_s": load_s, "units": units, "total_s": time.perf_counter() - started}
 

@@ -1,0 +1,259 @@
+"""The operators' view: the session audit (read-only), the live slot board of every node, and ending a live session."""
+
+from __future__ import annotations
+
+import csv
+from typing import Any
+
+from django.conf import settings
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.db.models import QuerySet
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+
+from realtime.node import cluster
+from realtime.admin.detail import session_detail
+from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, Recording, RefusalCount, ResponseRecord
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (``=HYPERLINK(...)``) gets a leading ``'`` (OWASP)."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+CSV_FIELDS = (
+    "id",
+    "node",
+    "unit_index",
+    "principal",
+    "client_addr",
+    "user_agent",
+    "model",
+    "started_at",
+    "ended_at",
+    "end_reason",
+    "close_code",
+    "turns",
+    "errors",
+    "audio_in_seconds",
+    "audio_out_seconds",
+)
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ConversationItemInline(ReadOnlyInline):
+    model = ConversationItem
+    verbose_name_plural = "Transcript"
+    fields = ("seq", "created_at", "role", "text", "audio_ms", "item_id")
+    readonly_fields = fields
+    ordering = ("seq",)
+
+
+class ResponseRecordInline(ReadOnlyInline):
+    model = ResponseRecord
+    verbose_name_plural = "Responses and latencies (seconds)"
+    fields = (
+        "finished_at",
+        "response_id",
+        "status",
+        "reason",
+        "input_tokens",
+        "output_tokens",
+        "audio_ms",
+        "stt_s",
+        "lm_first_token_s",
+        "tts_first_audio_s",
+        "voice_to_voice_s",
+    )
+    readonly_fields = fields
+    ordering = ("finished_at",)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """History and live state are shown, never edited: no add, change or delete, for anyone."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(RealtimeSession)
+class RealtimeSessionAdmin(ReadOnlyAdmin):
+    """The audit: history is never edited here (retention deletes it); live sessions can be ended."""
+
+    list_display = ("started", "duration", "turns", "voice_to_voice_p50", "end_reason", "transport", "principal")
+    list_display_links = ("started",)
+    list_filter = ("started_at", "end_reason", "transport", "node", "principal")
+    search_fields = ("id", "principal", "client_addr", "items__text")
+    date_hierarchy = "started_at"
+    readonly_fields = [f.name for f in RealtimeSession._meta.fields]
+    inlines = [ConversationItemInline, ResponseRecordInline]
+    actions = ["export_csv", "end_live_sessions"]
+    list_per_page = 50
+
+    def has_end_live_session_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("realtime.end_live_session")
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: RealtimeSession) -> str:
+        return timezone.localtime(obj.started_at).strftime("%Y-%m-%d %H:%M:%S")
+
+    @admin.display(description="duration")
+    def duration(self, obj: RealtimeSession) -> str:
+        return "live" if obj.duration_s is None else f"{obj.duration_s:.1f} s"
+
+    @admin.display(description="speech end to audio, p50")
+    def voice_to_voice_p50(self, obj: RealtimeSession) -> str:
+        p50 = ((obj.summary or {}).get("latency_s", {}).get("voice_to_voice") or {}).get("p50")
+        return "–" if p50 is None else f"{p50 * 1000:.0f} ms"
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [
+            path("<str:session_id>/recording/<int:pk>/", wrap(self.recording_view), name="realtime_recording"),
+            *super().get_urls(),
+        ]
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The session read as a report: facts, summary, chart, and the transcript with each turn's timings."""
+        if request.method != "GET":
+            return super().change_view(request, object_id, form_url, extra_context)  # refused: read-only
+        session = RealtimeSession.objects.filter(id=unquote(object_id)).first()
+        if session is None or not self.has_view_permission(request, session):
+            return super().change_view(request, object_id, form_url, extra_context)  # 404 / 403 as usual
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Session {session.id}",
+            "original": session,
+            "has_view_permission": True,
+            **session_detail(session),
+        }
+        return TemplateResponse(request, "admin/realtime/realtimesession/detail.html", context)
+
+    def recording_view(self, request: HttpRequest, session_id: str, pk: int) -> HttpResponse:
+        """Streams one turn's recording to someone who may read the session (never through a public URL)."""
+        recording = Recording.objects.filter(session_id=session_id, pk=pk).first()
+        if recording is None or not self.has_view_permission(request, recording.session):
+            raise Http404("No such recording.")
+        return FileResponse(recording.audio.open("rb"), content_type="audio/wav")
+
+    @admin.action(description="Export the selected sessions as CSV", permissions=["view"])
+    def export_csv(self, request: HttpRequest, queryset: QuerySet[RealtimeSession]) -> HttpResponse:
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="sessions.csv"'
+        out = csv.writer(response)
+        out.writerow([*CSV_FIELDS, "user_words", "assistant_words", "voice_to_voice_p50_s", "voice_to_voice_p90_s"])
+        for session in queryset.order_by("started_at"):
+            summary = session.summary or {}
+            v2v = summary.get("latency_s", {}).get("voice_to_voice") or {}
+            words = summary.get("words", {})
+            out.writerow(
+                [
+                    csv_safe(value)
+                    for value in (
+                        *(getattr(session, name) for name in CSV_FIELDS),
+                        words.get("user", ""),
+                        words.get("assistant", ""),
+                        v2v.get("p50", ""),
+                        v2v.get("p90", ""),
+                    )
+                ]
+            )
+        return response
+
+    @admin.action(description="End the selected live sessions", permissions=["end_live_session"])
+    def end_live_sessions(self, request: HttpRequest, queryset: QuerySet[RealtimeSession]) -> None:
+        live = list(queryset.filter(end_reason=EndReason.ACTIVE).values_list("id", flat=True))
+        for session_id in live:
+            cluster.end_session(session_id, reason=f"admin {request.user.get_username()}")
+        skipped = queryset.count() - len(live)
+        self.message_user(
+            request,
+            f"Asked {len(live)} live session(s) to end." + (f" {skipped} had already ended." if skipped else ""),
+            messages.SUCCESS,
+        )
+
+
+@admin.register(RefusalCount)
+class RefusalCountAdmin(ReadOnlyAdmin):
+    """Connections that never became a session, per minute and reason."""
+
+    list_display = ("minute", "node", "reason", "close_code", "count")
+    list_filter = ("reason", "node")
+    date_hierarchy = "minute"
+
+
+@admin.register(Node)
+class NodeAdmin(ReadOnlyAdmin):
+    """The slot board: every node's units, refreshed by short polling of the published snapshots."""
+
+    list_display = ("name", "heartbeat_at", "gone", "free_units", "rejections")
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [
+            path("board.json", wrap(self.board_json), name="realtime_node_board"),
+            path("end/<str:session_id>/", wrap(self.end_session_view), name="realtime_node_end_session"),
+            *super().get_urls(),
+        ]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            return super().changelist_view(request, extra_context)  # raises PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Slot board",
+            "opts": self.model._meta,
+            "nodes": cluster.board(),
+            "board_url": reverse("admin:realtime_node_board"),
+            "end_url": reverse("admin:realtime_node_end_session", args=["SESSION_ID"]),
+            "sessions_url": reverse("admin:realtime_realtimesession_changelist"),
+            "refresh_ms": int(settings.S2S_SLOT_BOARD_REFRESH_S * 1000),
+            "can_end": request.user.has_perm("realtime.end_live_session"),
+        }
+        return TemplateResponse(request, "admin/realtime/node/slot_board.html", context)
+
+    def board_json(self, request: HttpRequest) -> JsonResponse:
+        if not self.has_view_permission(request):
+            return JsonResponse({"error": "permission denied"}, status=403)
+        return JsonResponse({"nodes": cluster.board()})
+
+    def end_session_view(self, request: HttpRequest, session_id: str) -> JsonResponse:
+        """POST: ends a live session wherever it runs (the channel layer carries the message)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])  # type: ignore[return-value]
+        if not request.user.has_perm("realtime.end_live_session"):
+            return JsonResponse({"error": "permission denied"}, status=403)
+        if not RealtimeSession.objects.filter(id=session_id, end_reason=EndReason.ACTIVE).exists():
+            return JsonResponse({"error": f"no live session {session_id}"}, status=404)
+        cluster.end_session(session_id, reason=f"admin {request.user.get_username()}")
+        return JsonResponse({"status": "ending", "session_id": session_id})
+
+
+from realtime.admin import keys, prompts  # noqa: E402,F401  (register the API key, client secret and prompt admins)

@@ -1,0 +1,138 @@
+"""What the admin's session page shows: facts, the summary in words, a latency chart, and each turn's timings."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from django.urls import reverse
+from django.utils import timezone
+
+from realtime.models import RealtimeSession, Recording, ResponseRecord
+
+STAGES = (
+    ("voice_to_voice", "End of speech to first audio"),
+    ("stt", "Speech to text"),
+    ("lm_first_token", "LM first token"),
+    ("tts_first_audio", "TTS first audio"),
+)
+CHART_W, CHART_H, CHART_PAD = 640, 160, 28
+
+
+def when(moment: Any) -> str:
+    return "" if moment is None else timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def session_detail(session: RealtimeSession) -> dict[str, Any]:
+    responses = list(session.responses.order_by("finished_at"))
+    return {
+        "facts": facts(session),
+        "summary_rows": summary_rows(session.summary),
+        "summary": session.summary or {},
+        "turns": turns(session, responses),
+        "chart": chart(responses),
+    }
+
+
+def facts(session: RealtimeSession) -> list[tuple[str, str]]:
+    duration = "still live" if session.duration_s is None else f"{session.duration_s:.1f} s"
+    close = "" if session.close_code is None else f" (close code {session.close_code})"
+    return [
+        ("Started", when(session.started_at)),
+        ("Ended", when(session.ended_at) or "–"),
+        ("Duration", duration),
+        ("Ended how", f"{session.get_end_reason_display()}{close}"),
+        ("Turns", str(session.turns)),
+        ("Errors", str(session.errors)),
+        ("Who", session.principal or "–"),
+        ("Client", f"{session.client_addr or '–'} · {session.user_agent or '–'}"),
+        ("Transport", session.get_transport_display()),
+        ("Node and unit", f"{session.node} · unit {session.unit_index if session.unit_index is not None else '–'}"),
+        ("Model", session.model or "–"),
+        ("Audio", f"{session.audio_in_seconds:.1f} s in · {session.audio_out_seconds:.1f} s out"),
+    ]
+
+
+def summary_rows(summary: dict[str, Any] | None) -> list[dict[str, str]]:
+    """One row per stage with its percentiles in milliseconds."""
+    latency = (summary or {}).get("latency_s", {})
+    rows = []
+    for key, label in STAGES:
+        values = latency.get(key) or {}
+        rows.append(
+            {
+                "label": label,
+                "count": str(values.get("count", 0)),
+                **{q: ms(values.get(q)) for q in ("p50", "p90", "p99", "max")},
+            }
+        )
+    return rows
+
+
+def turns(session: RealtimeSession, responses: list[ResponseRecord]) -> list[dict[str, Any]]:
+    """The transcript, each assistant item with its response's timings, each item with its recording."""
+    by_item = {r.item_id: r for r in responses if r.item_id}
+    audio = {r.item_id: r for r in Recording.objects.filter(session=session)}
+    rows = []
+    for item in session.items.order_by("seq"):
+        response = by_item.get(item.item_id)
+        recording = audio.get(item.item_id)
+        rows.append(
+            {
+                "item": item,
+                "time": timezone.localtime(item.created_at).strftime("%H:%M:%S"),
+                "response": response,
+                "timings": None
+                if response is None
+                else [(label, ms(getattr(response, f"{key}_s"))) for key, label in STAGES],
+                "recording_url": None
+                if recording is None
+                else reverse("admin:realtime_recording", args=[session.id, recording.pk]),
+                "recording_ms": None if recording is None else recording.duration_ms,
+            }
+        )
+    return rows
+
+
+def chart(responses: list[ResponseRecord]) -> dict[str, Any] | None:
+    """Bars of end-of-speech-to-audio per turn, as SVG coordinates (drawn by the template)."""
+    values = [(n, r.voice_to_voice_s) for n, r in enumerate(responses, 1) if r.voice_to_voice_s is not None]
+    if not values:
+        return None
+    top = max(v for _, v in values) * 1.15 or 1.0
+    inner_w, inner_h = CHART_W - 2 * CHART_PAD, CHART_H - 2 * CHART_PAD
+    step = inner_w / len(values)
+    bar_w = max(2.0, min(40.0, step * 0.7))
+    bars = []
+    for index, (turn, value) in enumerate(values):
+        height = inner_h * value / top
+        x = CHART_PAD + index * step + (step - bar_w) / 2
+        bars.append(
+            {
+                "x": round(x, 1),
+                "y": round(CHART_PAD + inner_h - height, 1),
+                "w": round(bar_w, 1),
+                "h": round(height, 1),
+                "label": f"turn {turn}: {value * 1000:.0f} ms",
+                "turn": turn,
+                "cx": round(x + bar_w / 2, 1),
+            }
+        )
+    median = statistics.median(v for _, v in values)
+    median_y = round(CHART_PAD + inner_h - inner_h * median / top, 1)
+    return {
+        "width": CHART_W,
+        "height": CHART_H,
+        "pad": CHART_PAD,
+        "bars": bars,
+        "base_y": CHART_PAD + inner_h,
+        "right": CHART_W - CHART_PAD,
+        "top_label": f"{top * 1000:.0f} ms",
+        "median_y": median_y,
+        "median_label": f"median {median * 1000:.0f} ms",
+        "label_y": CHART_H - 8,
+    }

@@ -1,0 +1,122 @@
+"""This process's metrics for Prometheus (``/metrics``), with ``prometheus_client``.
+
+Each server process serves its own figures; Prometheus scrapes every node and
+sums. Latency histograms and response counts are fed by the session recorder
+from the event loop (``prometheus_client`` takes its own locks, never the
+database); the pool and record-writer figures are read at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from pipelines.pool import PipelinePool
+
+disable_created_metrics()  # no "*_created" series: nothing here needs them and they double the output
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+STAGES = ("stt", "lm_first_token", "tts_first_audio", "voice_to_voice")
+UNIT_STATES = ("warming", "idle", "busy", "draining", "quarantined")
+
+
+class WriterFigures(Protocol):
+    backlog: int
+    dropped: int
+    overflowed: int
+
+
+class Metrics:
+    """The figures of one process: what sessions observed, and a view of the pool and the record writer."""
+
+    def __init__(self, node: str, pool: Callable[[], PipelinePool | None], writer: WriterFigures) -> None:
+        self.registry = CollectorRegistry()
+        self.latency = Histogram(
+            "s2s_latency_seconds",
+            "Per-stage latency: STT, LM to first token, TTS to first "
+            "audio, and voice to voice (end of the user's speech to the first reply audio).",
+            ["stage"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        for stage in STAGES:
+            self.latency.labels(stage=stage)  # every stage shows, observed or not
+        self.responses = Counter("s2s_responses", "Responses finished, by status.", ["status"], registry=self.registry)
+        self.refusals = Counter(
+            "s2s_connections_refused",
+            "Connections that never became a session, by the error code they were sent.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.registry.register(_ProcessCollector(node, pool, writer))
+
+    def observe(self, stage: str, seconds: float) -> None:
+        self.latency.labels(stage=stage).observe(seconds)
+
+    def count_response(self, status: str) -> None:
+        self.responses.labels(status=status).inc()
+
+    def count_refusal(self, reason: str) -> None:
+        self.refusals.labels(reason=reason).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _ProcessCollector(Collector):
+    """Pool gauges and record-writer counters, read when Prometheus scrapes."""
+
+    def __init__(self, node: str, pool: Callable[[], PipelinePool | None], writer: WriterFigures) -> None:
+        self.node, self.pool, self.writer = node, pool, writer
+
+    def collect(self) -> Iterator[Metric]:
+        pool = self.pool()
+        snapshot = pool.snapshot() if pool is not None else []
+        states = dict.fromkeys(UNIT_STATES, 0)
+        for unit in snapshot:
+            states[str(unit["state"])] = states.get(str(unit["state"]), 0) + 1
+        info = GaugeMetricFamily("s2s_node_info", "The node this process publishes as.", labels=["node"])
+        info.add_metric([self.node], 1)
+        yield info
+        yield GaugeMetricFamily(
+            "s2s_pool_ready",
+            "1 while the pool is warm and admitting sessions.",
+            value=int(pool is not None and pool.admitting),
+        )
+        units = GaugeMetricFamily("s2s_units", "Pipeline units by state.", labels=["state"])
+        for state, count in states.items():
+            units.add_metric([state], count)
+        yield units
+        yield GaugeMetricFamily("s2s_units_free", "Units free for a new session.", value=states["idle"])
+        yield GaugeMetricFamily(
+            "s2s_sessions_active", "Sessions holding a unit.", value=sum(1 for unit in snapshot if unit["session_id"])
+        )
+        yield CounterMetricFamily(
+            "s2s_sessions_rejected",
+            "Connections turned away because every unit was in use.",
+            value=pool.rejections if pool is not None else 0,
+        )
+        yield CounterMetricFamily(
+            "s2s_sessions_served",
+            "Sessions the units have served.",
+            value=sum(int(unit["sessions_served"]) for unit in snapshot),
+        )
+        yield GaugeMetricFamily(
+            "s2s_record_writes_pending",
+            "Record writes waiting for the database (grows while it is slow or down).",
+            value=self.writer.backlog,
+        )
+        dropped = CounterMetricFamily(
+            "s2s_record_writes_dropped",
+            "Record writes lost: refused by the database, or over the backlog.",
+            labels=["reason"],
+        )
+        dropped.add_metric(["refused"], self.writer.dropped)
+        dropped.add_metric(["backlog_full"], self.writer.overflowed)
+        yield dropped

@@ -1,9 +1,0 @@
-from __future__ import annotations
-
-from django.urls import path
-
-from realtime.consumers import RealtimeConsumer
-
-websocket_urlpatterns = [
-    path("v1/realtime", RealtimeConsumer.as_asgi()),
-]
