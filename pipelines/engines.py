@@ -164,7 +164,13 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
     )
     whisper = _timed(
         "stt (faster-whisper)",
-        lambda: WhisperEngine(config.stt_model, device=device, cpu_threads=stt_threads, num_workers=max(1, pool_size)),
+        lambda: WhisperEngine(
+            config.stt_model,
+            device=device,
+            cpu_threads=stt_threads,
+            num_workers=max(1, pool_size),
+            window_s=config.stt_window_s,
+        ),
         timings,
         progress,
     )

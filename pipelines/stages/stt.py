@@ -106,6 +106,8 @@ class SttStage(Stage):
             )
             return
         elapsed = time.perf_counter() - started
+        if msg.timeline is not None:
+            msg.timeline.mark("stt_end")
         said = self._said if msg.item_id == self._partial_item else []
         words = text.split()
         if len(words) > len(said) and _common_prefix(said, words) == len(said):
@@ -137,6 +139,7 @@ class SttStage(Stage):
             create_response=msg.create_response and bool(text),
             response=msg.response,
             turn=msg.turn,
+            timeline=msg.timeline,
         )
 
 

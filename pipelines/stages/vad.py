@@ -31,6 +31,7 @@ from pipelines.messages import (
     Utterance,
 )
 from pipelines.stages.base import SessionContext, Stage
+from pipelines.timeline import Timeline
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ class VadStage(Stage):
         self._start_ms = 0
         self._since_partial_ms = 0
         self._speculation = ""  # the turn sent ahead while the silence window is still open
+        self._timeline: Timeline | None = None  # the speculation's
         self._speech_end_at = 0.0
         self._rounds = 0
         self._verdict = ""  # of the current pause: "" (not asked), "unfinished", "sounds finished", "words unfinished"
@@ -206,12 +208,15 @@ class VadStage(Stage):
             # Start STT, LM and TTS now; their output is held until the turn ends.
             self._rounds += 1
             self._speculation = f"{self._item_id}#{self._rounds}"
+            self._timeline = Timeline(self._speech_end_at)
+            self._timeline.mark("speculation")
             yield Utterance(
                 generation=generation,
                 item_id=self._item_id,
                 samples=self._samples(),
                 create_response=detection.create_response,
                 turn=self._speculation,
+                timeline=self._timeline,
             )
         elif self.partial_every_ms and self._since_partial_ms >= self.partial_every_ms and not self._silence_ms:
             self._since_partial_ms = 0
@@ -329,6 +334,9 @@ class VadStage(Stage):
         self._stop_speaking()
         self._buffer = []
         speculation, self._speculation = self._speculation, ""
+        timeline = self._timeline if speculation and self._timeline is not None else Timeline(self._speech_end_at)
+        self._timeline = None
+        timeline.mark("decision")
         yield SpeechStopped(
             generation=generation, item_id=item_id, audio_end_ms=end_ms, speech_end_at=self._speech_end_at
         )
@@ -342,7 +350,11 @@ class VadStage(Stage):
             yield TurnConfirmed(generation=generation, turn=speculation)
         else:
             yield Utterance(
-                generation=generation, item_id=item_id, samples=samples, create_response=detection.create_response
+                generation=generation,
+                item_id=item_id,
+                samples=samples,
+                create_response=detection.create_response,
+                timeline=timeline,
             )
 
     def _commit(self, msg: CommitAudio) -> Iterator[Message]:
@@ -368,12 +380,15 @@ class VadStage(Stage):
             yield TurnAbandoned(generation=msg.generation, turn=self._speculation)
             self._speculation = ""
         yield AudioCommitted(generation=msg.generation, item_id=msg.item_id, duration_ms=duration, samples=samples)
+        timeline = Timeline()  # the commit ends the turn
+        timeline.mark("decision")
         yield Utterance(
             generation=msg.generation,
             item_id=msg.item_id,
             samples=samples,
             create_response=False,
             response=msg.response,
+            timeline=timeline,
         )
 
     def _samples(self) -> bytes:

@@ -8,6 +8,7 @@ from typing import Any
 from django.urls import reverse
 from django.utils import timezone
 
+from pipelines.timeline import spans
 from realtime.models import RealtimeSession, Recording, ResponseRecord
 
 STAGES = (
@@ -16,6 +17,21 @@ STAGES = (
     ("lm_first_token", "LM first token"),
     ("tts_first_audio", "TTS first audio"),
 )
+# A turn's breakdown (pipelines/timeline.py): each span named by the moment that ends it.
+SPANS = {
+    "speculation": "sent ahead to STT",
+    "stt_start": "STT thread took it",
+    "stt_end": "transcribed",
+    "lm_start": "LM thread took it",
+    "lm_first_token": "first token",
+    "lm_first_piece": "first words",
+    "tts_start": "TTS thread took them",
+    "tts_first_audio": "first audio made",
+    "decision": "turn over (speech_stopped)",
+    "emitted": "released to the session",
+    "sent": "sent to the client",
+}
+WAITS = (("tts_order_wait_s", "of which waiting for a TTS slot"), ("core_wait_s", "threads waiting for a core"))
 CHART_W, CHART_H, CHART_PAD = 640, 160, 28
 
 
@@ -86,15 +102,24 @@ def turns(session: RealtimeSession, responses: list[ResponseRecord]) -> list[dic
                 "item": item,
                 "time": timezone.localtime(item.created_at).strftime("%H:%M:%S"),
                 "response": response,
-                "timings": None
-                if response is None
-                else [(label, ms(getattr(response, f"{key}_s"))) for key, label in STAGES],
+                "timings": None if response is None else timings(response),
                 "recording_url": None
                 if recording is None
                 else reverse("admin:realtime_recording", args=[session.id, recording.pk]),
                 "recording_ms": None if recording is None else recording.duration_ms,
             }
         )
+    return rows
+
+
+def timings(response: ResponseRecord) -> list[tuple[str, str]]:
+    """A response's stage figures, then its turn's breakdown: the spans as they happened (they add up to the
+    last), and what the turn waited for."""
+    rows = [(label, ms(getattr(response, f"{key}_s"))) for key, label in STAGES]
+    marks = response.breakdown or {}
+    for name, span, at in spans(marks):
+        rows.append((f"+ {SPANS.get(name, name)}", f"{ms(span)} (at {ms(at)})"))
+    rows += [(label, ms(marks[key])) for key, label in WAITS if key in marks]
     return rows
 
 
