@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('realtime', '0007_prompts'),
+        ("realtime", "0007_prompts"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='responserecord',
-            name='breakdown',
-            field=models.JSONField(blank=True, default=dict, help_text="Where the turn's time went, span by span (seconds; pipelines/timeline.py)."),
+            model_name="responserecord",
+            name="breakdown",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text="Where the turn's time went, span by span (seconds; pipelines/timeline.py).",
+            ),
         ),
     ]
