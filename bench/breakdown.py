@@ -20,6 +20,11 @@ the VAD's last speech frame: Silero's decay) and the last (sent to received).
 
 Run: ``python bench/breakdown.py --turns 5 --compare 'S2S_STT_WINDOW_S=30'`` (``--help``); prints
 markdown and rewrites its section of docs/benchmarks.md and docs/breakdown.png.
+
+``--capacity 4,8,16,32,64 --env '...'`` instead finds how many sessions one server holds with first
+audio p90 under 1 s: that many WebSocket talkers at once, for each count in turn. On a GPU machine:
+``--env 'S2S_DEVICE=cuda S2S_LM_BACKEND=transformers S2S_LM_BATCHING=1 S2S_STT_BATCH_WINDOW_MS=30
+S2S_TTS_SLOTS=4'`` (the LM batched across sessions by continuous batching, Whisper's utterances batched).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from tests.support.speech import pcm16_chunks, silence  # noqa: E402
 from tests.support.webrtc_client import WebRTCClient  # noqa: E402
 
 BEGIN, END = "<!-- breakdown:begin -->", "<!-- breakdown:end -->"
+CAPACITY_BEGIN, CAPACITY_END = "<!-- capacity:begin -->", "<!-- capacity:end -->"
 PLOT = "breakdown.png"
 RATE = 24000
 CHUNK_MS = 20
@@ -257,6 +263,57 @@ async def talkers_block(urls: dict[str, tuple[str, str]], turns: int, timeout: f
     return results
 
 
+async def capacity_block(url: str, counts: list[int], turns: int, timeout: float) -> dict[int, list[Turn]]:
+    """``--capacity``: ``count`` WebSocket talkers at once, ``turns`` rounds each, for every count in turn."""
+    results: dict[int, list[Turn]] = {}
+    for count in counts:
+        talkers = [WsTalker(url) for _ in range(count)]
+        try:
+            for talker in talkers:
+                await talker.open()
+            for n in range(turns + 1):
+                questions = [trimmed(QUESTIONS[(n + i) % len(QUESTIONS)]) for i in range(count)]
+                now = await asyncio.gather(*(t.turn(q, timeout) for t, q in zip(talkers, questions)))
+                if n:
+                    results.setdefault(count, []).extend(now)
+                heard = sorted((t["audio"] - t["end"]) * 1000 for t in now if "audio" in t)
+                print(f"{count} talkers, round {n}: {len(heard)} heard, p90 {pct(heard, 90):.0f} ms", flush=True)
+        finally:
+            for talker in talkers:
+                await talker.close()
+    return results
+
+
+def capacity(env: dict[str, str], counts: list[int], turns: int, timeout: float, command: str) -> str:
+    """How many sessions one server holds with first audio p90 under 1 s (``--capacity 4,8,16,...``)."""
+    work = Path(tempfile.mkdtemp(prefix="s2s-capacity-"))
+    server = LiveServer(
+        work, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": str(max(counts)), "S2S_LOG_LEVEL": "warning", **env}
+    ).start(ready_timeout=1800)
+    try:
+        results = asyncio.run(capacity_block(server.ws, counts, turns, timeout))
+    finally:
+        server.stop()
+    lines = [
+        CAPACITY_BEGIN,
+        "## Sessions per server at first audio p90 under 1 s (`bench/breakdown.py --capacity`)",
+        "",
+        f"`{command}` on {dt.date.today().isoformat()}, {psutil.cpu_count()} CPUs; "
+        f"`{' '.join(f'{k}={v}' for k, v in env.items()) or 'the defaults'}`; {machine_load(os.getloadavg()[0])}.",
+        "",
+        "| talkers at once | turns | heard | first audio p50 | p90 |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    held = 0
+    for count, turns_done in results.items():
+        v2v = [(t["audio"] - t["end"]) * 1000 for t in turns_done if "audio" in t and "end" in t]
+        if len(v2v) == len(turns_done) and pct(v2v, 90) < 1000:
+            held = count
+        lines.append(f"| {count} | {len(turns_done)} | {len(v2v)} | {pct(v2v, 50):.0f} ms | {pct(v2v, 90):.0f} ms |")
+    lines += ["", f"Sessions held with every turn answered and p90 under 1 s: **{held}**.", CAPACITY_END]
+    return "\n".join(lines)
+
+
 def summary(turn: Turn) -> str:
     if "audio" not in turn or "end" not in turn:
         return f"no audio ({turn.get('status')})"
@@ -373,7 +430,7 @@ def section(rows: list[dict], command: str, load_before: float, load_after: floa
         + "; ".join(
             f"**{n}**: `{' '.join(f'{k}={v}' for k, v in e.items()) or 'the defaults'}`" for n, e in configs.items()
         )
-        + ". No GPU was used (see `bench/gpu_breakdown.py` for the CUDA run).",
+        + ". No GPU was used (the CUDA run: `--capacity`, in docs/benchmarks.md's GPU section).",
         "",
         "First audio: the client's end of speech to the first audible reply sample it receives (WebSocket: the first "
         "audio delta with sound, plus that sound's offset in it; WebRTC: the first loud frame off the track). "
@@ -444,12 +501,27 @@ def main() -> None:
         "--compare", nargs="*", default=[], metavar="'ENV=VALUE ...'", help="configurations beside the defaults"
     )
     parser.add_argument("--pipeline", choices=("real", "loopback"), default="real", help="loopback: FAKE stages")
+    parser.add_argument(
+        "--capacity",
+        default="",
+        metavar="4,8,16",
+        help="instead: these many talkers at once on one server (pool of the largest), with --env",
+    )
+    parser.add_argument("--env", default="", metavar="'ENV=VALUE ...'", help="with --capacity: the server's settings")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    command = "python bench/breakdown.py " + shlex.join(sys.argv[1:])
+    if args.capacity:
+        env = dict(p.split("=", 1) for p in shlex.split(args.env))
+        counts = [int(c) for c in args.capacity.split(",") if c]
+        text = capacity(env, counts, args.turns, args.timeout, command.strip())
+        print(text)
+        if not args.no_write:
+            write_section(text, CAPACITY_BEGIN, CAPACITY_END)
+        return
     configs = {"defaults": {}} | {text: dict(p.split("=", 1) for p in shlex.split(text)) for text in args.compare}
     rows, load_before, load_after = run(configs, args.turns, args.timeout, args.pipeline)
-    command = "python bench/breakdown.py " + shlex.join(sys.argv[1:])
     text = section(rows, command.strip(), load_before, load_after, configs)
     print(text)
     if not args.no_write:
