@@ -41,6 +41,13 @@ def _padded(features: np.ndarray, frames: int) -> np.ndarray:
     return np.pad(features, ((0, 0), (0, frames - features.shape[-1])))
 
 
+def looping(text: str, shortest: int = 3) -> bool:
+    """Whether ``text`` ends by saying its last words again (``shortest`` or more words, twice in a row):
+    a short window's way of failing ("What is the capital of France? What is the capital of France?")."""
+    words = [w.strip(".,!?;:\"'").lower() for w in text.split()]
+    return any(words[-n:] == words[-2 * n : -n] for n in range(shortest, len(words) // 2 + 1))
+
+
 def default_model_path() -> str:
     """The packaged Whisper chosen as the default (``pipelines.config.DEFAULT_STT_MODEL``)."""
     return packaged_model_path(DEFAULT_STT_MODEL)
@@ -55,10 +62,11 @@ class WhisperEngine:
     An utterance shorter than ``window_s`` (less a second) is encoded in a window of
     ``window_s`` rather than Whisper's 30 s: the encoder's cost grows with its input, and
     faster-whisper pads every utterance to 30 s, so a 2.6 s question cost the encoder a 30 s
-    one (bench/stt_window.py: 2.3 s against 0.33 s per question on the busy 2-core machine,
-    the words as good within one in a hundred). The padding is the one faster-whisper gives
-    (zeros after the log-mel features); a greedy result that looks wrong (repetitive,
-    unlikely) is decoded again on the full 30 s window, with faster-whisper's fallback.
+    one (bench/stt_window.py: 1.7 s against 0.48 s per question, p50, on the busy 2-core machine,
+    at some cost in words: see its figures in docs/benchmarks.md). The padding is the one
+    faster-whisper gives (zeros after the log-mel features); a greedy result that looks wrong
+    (repetitive, saying its last words twice, unlikely) is decoded again on the full 30 s
+    window, with faster-whisper's fallback.
     ``window_s=30``: always the full window, as faster-whisper does.
     """
 
@@ -181,7 +189,7 @@ class WhisperEngine:
                 tokens = result.sequences_ids[0]
                 avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
                 text = tokenizer.decode(tokens).strip()
-                if get_compression_ratio(text) > 2.4 or avg_logprob < -1.0:
+                if get_compression_ratio(text) > 2.4 or avg_logprob < -1.0 or looping(text):
                     if result.no_speech_prob > 0.6 and avg_logprob < -1.0:
                         texts[i] = ""  # silence, as faster-whisper would skip it
                     else:

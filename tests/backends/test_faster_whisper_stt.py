@@ -79,3 +79,12 @@ def test_an_utterance_longer_than_the_window_gets_a_window_a_second_longer_than_
     engine = WhisperEngine(cpu_threads=1, window_s=3)
     assert engine._frames(np.zeros(16000 * 5, dtype=np.float32)) == 600
     assert engine._frames(np.zeros(16000 * 40, dtype=np.float32)) == 3000  # never more than Whisper's own
+
+
+def test_a_transcript_that_says_its_last_words_twice_is_a_loop():
+    from pipelines.backends.faster_whisper_stt import looping
+
+    assert looping("What is the capital of France? What is the capital of France?")
+    assert looping("Tell me the joke. Tell me the joke. Tell me the")
+    assert not looping("What is the capital of France?")
+    assert not looping("No, no, I meant the other one.")
