@@ -50,7 +50,10 @@ class SttStage(Stage):
 
     def process(self, msg: Downstream) -> Iterator[Message]:
         if isinstance(msg, PartialUtterance):
-            yield from self._partial(msg)
+            try:
+                yield from self._partial(msg)
+            finally:
+                self.context.partial_pending.clear()
         elif isinstance(msg, Utterance):
             yield from self._final(msg)
         else:

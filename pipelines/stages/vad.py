@@ -218,9 +218,23 @@ class VadStage(Stage):
                 turn=self._speculation,
                 timeline=self._timeline,
             )
-        elif self.partial_every_ms and self._since_partial_ms >= self.partial_every_ms and not self._silence_ms:
+        elif self._partial_due():
             self._since_partial_ms = 0
+            self.context.partial_pending.set()
             yield PartialUtterance(generation=generation, item_id=self._item_id, samples=self._samples())
+
+    def _partial_due(self) -> bool:
+        """Time for a partial transcript, and the STT is done with the last one.
+
+        A partial that would queue behind another would only delay the turn's final transcript
+        (partials of a long turn take longer than the second between them on a busy CPU).
+        """
+        return (
+            bool(self.partial_every_ms)
+            and self._since_partial_ms >= self.partial_every_ms
+            and not self._silence_ms
+            and not self.context.partial_pending.is_set()
+        )
 
     def _onset(self, generation: int, frame: np.ndarray, speech: bool) -> Iterator[Message]:
         """Before a turn: keeps the prefix padding; two speech frames in a row start a turn (one is a click)."""

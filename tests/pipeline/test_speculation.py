@@ -123,3 +123,26 @@ def test_a_speculative_turn_reports_where_its_time_went_from_the_end_of_speech_t
     assert sum(span for _, span, _ in spans(marks)) == pytest.approx(marks["emitted"])
     stopped = sink.of(SpeechStopped)[0]
     assert marks["speech_end_at"] == stopped.speech_end_at
+
+
+def test_no_partial_transcript_is_sent_while_the_last_one_is_still_with_the_stt():
+    import numpy as np
+
+    from pipelines.loopback import FakeEnergyVad
+    from pipelines.messages import PartialUtterance
+
+    context = SessionContext()
+    vad = VadStage(context, FakeEnergyVad(), partial_every_ms=64)
+    vad.setup()
+    data = audio.encode(np.concatenate([silence(0.1), tone(1.0)]), audio.PCM)
+
+    def partials(seconds: float) -> int:
+        out = []
+        for at in range(0, int(len(data) * seconds), 960):
+            out += vad.process(AudioIn(generation=0, data=data[at : at + 960], audio_format=audio.PCM))
+        return sum(isinstance(o, PartialUtterance) for o in out)
+
+    assert partials(0.6) == 1  # the first is sent; the STT has not taken it yet, so no other follows
+    assert context.partial_pending.is_set()
+    context.partial_pending.clear()  # the STT is done with it
+    assert partials(0.3) == 1
