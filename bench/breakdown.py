@@ -38,6 +38,7 @@ import os
 import platform
 import shlex
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -321,8 +322,12 @@ def summary(turn: Turn) -> str:
 
 
 def breakdowns(db: Path) -> dict[str, dict[str, float]]:
-    """Each response's server breakdown, by response id."""
+    """Each response's server breakdown, by response id (none from a version of the code that kept none)."""
     con = sqlite3.connect(db)
+    columns = {row[1] for row in con.execute("PRAGMA table_info(realtime_responserecord)")}
+    if "breakdown" not in columns:
+        con.close()
+        return {}
     rows = con.execute("SELECT response_id, breakdown FROM realtime_responserecord").fetchall()
     con.close()
     return {response_id: json.loads(value or "{}") for response_id, value in rows}
@@ -373,14 +378,16 @@ def figures(results: dict[tuple, list[Turn]], records: dict[str, dict[str, dict[
 
 
 def run(
-    configs: dict[str, dict[str, str]], turns: int, timeout: float, pipeline: str
+    configs: dict[str, dict[str, str]], turns: int, timeout: float, pipeline: str, trees: dict[str, Path]
 ) -> tuple[list[dict], float, float]:
     servers: dict[str, LiveServer] = {}
     try:
         for name, env in configs.items():
             work = Path(tempfile.mkdtemp(prefix="s2s-breakdown-"))
             servers[name] = LiveServer(
-                work, env={"S2S_PIPELINE": pipeline, "S2S_POOL_SIZE": str(POOL), "S2S_LOG_LEVEL": "warning", **env}
+                work,
+                env={"S2S_PIPELINE": pipeline, "S2S_POOL_SIZE": str(POOL), "S2S_LOG_LEVEL": "warning", **env},
+                root=trees.get(name, ROOT),
             ).start(ready_timeout=900)
         load_before = os.getloadavg()[0]
         urls = {name: (server.ws, server.http) for name, server in servers.items()}
@@ -508,6 +515,12 @@ def main() -> None:
         help="instead: these many talkers at once on one server (pool of the largest), with --env",
     )
     parser.add_argument("--env", default="", metavar="'ENV=VALUE ...'", help="with --capacity: the server's settings")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also a server run from this checkout of the code (e.g. a git worktree of main), named 'before'",
+    )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -521,8 +534,15 @@ def main() -> None:
             write_section(text, CAPACITY_BEGIN, CAPACITY_END)
         return
     configs = {"defaults": {}} | {text: dict(p.split("=", 1) for p in shlex.split(text)) for text in args.compare}
-    rows, load_before, load_after = run(configs, args.turns, args.timeout, args.pipeline)
-    text = section(rows, command.strip(), load_before, load_after, configs)
+    trees = {}
+    if args.baseline:
+        configs["before"], trees["before"] = {}, args.baseline.resolve()
+    rows, load_before, load_after = run(configs, args.turns, args.timeout, args.pipeline, trees)
+    described = {name: env for name, env in configs.items() if name not in trees}
+    for name, tree in trees.items():
+        rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        described[name] = {"checkout": rev.stdout.strip() or str(tree)}
+    text = section(rows, command.strip(), load_before, load_after, described)
     print(text)
     if not args.no_write:
         plot(rows, ROOT / "docs" / PLOT)

@@ -123,12 +123,12 @@ class ResponseOutput:
         if not text:
             return
         self.text_parts.append(text)
-        if self._timeline is not None:
-            self._timeline.mark("lm_first_piece")  # once: the first text out of the response
         if self._speak:
             yield from (self._speech(sentence) for sentence in self._splitter.feed(text))
         else:
             req = self._req
+            if self._timeline is not None:
+                self._timeline.mark("lm_first_piece")  # once: the first text out of the response
             yield TextDelta(
                 generation=req.generation,
                 response_id=req.response_id,
@@ -139,6 +139,8 @@ class ResponseOutput:
 
     def _speech(self, text: str) -> TextForSpeech:
         req = self._req
+        if self._timeline is not None:
+            self._timeline.mark("lm_first_piece")  # once: the first words sent to TTS
         return TextForSpeech(
             generation=req.generation,
             response_id=req.response_id,
