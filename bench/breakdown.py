@@ -424,6 +424,10 @@ def label(key: tuple) -> str:
     return f"{name}: {transport}, {detection}, {talkers} talker{'s' if talkers > 1 else ''}"
 
 
+def core_ms(values: list[float]) -> str:
+    return f"{pct(values, 50):.0f} ms" if values else "–"  # none from code that keeps no breakdown
+
+
 def section(rows: list[dict], command: str, load_before: float, load_after: float, configs: dict) -> str:
     lines = [
         BEGIN,
@@ -453,18 +457,19 @@ def section(rows: list[dict], command: str, load_before: float, load_after: floa
             f"| {label(row['key'])} | {row['heard']}/{row['turns']} | {pct(row['v2v'], 50):.0f} ms | "
             f"{pct(row['v2v'], 90):.0f} ms | {pct(row['stopped'], 50):.0f} ms | {pct(row['after'], 50):.0f} ms | "
             f"{pct(row['after'], 90):.0f} ms | {pct(row['text_lead'], 50):.0f} ms | "
-            f"{pct(row['core_wait'], 50):.0f} ms |"
+            f"{core_ms(row['core_wait'])} |"
         )
     names = [n for n in SPAN_LABELS if any(n in row["spans"] for row in rows)]
     lines += [
         "",
         "The breakdown, mean ms per span (means add up: each row's spans sum to its mean first audio); a span is "
-        "named by the moment that ends it, in the order most turns pass them (a span a turn skipped counts 0):",
+        "named by the moment that ends it, in the order most turns pass them (a span a turn skipped counts 0); "
+        "only for code that keeps the breakdown:",
         "",
         "| configuration and scenario | turns | " + " | ".join(SPAN_LABELS[n] for n in names) + " | sum |",
         "|---|---:|" + "---:|" * (len(names) + 1),
     ]
-    for row in rows:
+    for row in (r for r in rows if r["broken_down"]):  # the code before this breakdown kept none
         spans_ms = row["spans"]
         lines.append(
             f"| {label(row['key'])} | {row['broken_down']} | "
@@ -482,6 +487,7 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = [n for n in SPAN_LABELS if any(n in row["spans"] for row in rows)]
+    rows = [r for r in rows if r["broken_down"]]
     fig, ax = plt.subplots(figsize=(11, 0.5 * len(rows) + 1.8))
     colours = plt.get_cmap("tab20")
     for y, row in enumerate(rows):
