@@ -488,7 +488,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
     names = [n for n in SPAN_LABELS if any(n in row["spans"] for row in rows)]
     rows = [r for r in rows if r["broken_down"]]
-    fig, ax = plt.subplots(figsize=(11, 0.5 * len(rows) + 1.8))
+    fig, ax = plt.subplots(figsize=(11, 0.5 * len(rows) + 2.6))
     colours = plt.get_cmap("tab20")
     for y, row in enumerate(rows):
         left = 0.0
@@ -500,7 +500,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("ms from the end of speech (mean per span)")
     ax.set_title(f"Where a turn's time goes ({os.cpu_count()}-core CPU)")
-    ax.legend(fontsize=7, ncol=4, loc="lower right")
+    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
