@@ -94,8 +94,9 @@ async def open_session(runtime: Runtime, transport: Transport, request: OpenRequ
     """Opens a session for ``transport``: authenticates, runs the transport's own checks, claims a unit, joins
     the session's mailbox to its groups, starts it.
 
-    Raises :class:`Refusal` (counted, a spent ``ek_`` secret given back) when no session can start; a
-    unit is claimed only once the credentials passed, and given back on any failure after the claim.
+    Raises :class:`Refusal` (counted) when no session can start; on that or any other failure a spent
+    ``ek_`` secret is given back. A unit is claimed only once the credentials passed (and the transport's
+    ``prepare`` did), with no ``await`` between finding it and taking it, and given back on any failure after.
     """
     opening = Opening(
         session_id=request.session_id,
@@ -107,6 +108,7 @@ async def open_session(runtime: Runtime, transport: Transport, request: OpenRequ
         transport=request.transport,
     )
     principal: auth.Principal | None = None
+    core: SessionCore | None = None
     try:
         principal = await _authenticate(request)
         call_config = await request.prepare() if request.prepare is not None else request.call_config
@@ -118,21 +120,20 @@ async def open_session(runtime: Runtime, transport: Transport, request: OpenRequ
             call_config=call_config,
         )
         core = SessionCore.claim(runtime, transport, opening)
-    except Refusal as refusal:
-        if principal is not None:
-            spent = principal
-            runtime.writer.submit(lambda: auth.give_back_secret(spent))  # its session never started
-        refuse(runtime, opening, refusal)
-        raise
-    token = auth.scope_token(request.scope) if request.scope is not None else None
-    core.credential = auth.hash_token(token) if token else ""
-    core.call_id = request.call_id
-    try:
+        token = auth.scope_token(request.scope) if request.scope is not None else None
+        core.credential = auth.hash_token(token) if token else ""
+        core.call_id = request.call_id
         await core.mailbox.open(_groups(core.id, principal, request.call_id))
         await core.start()
-    except BaseException:
-        logger.exception("session %s failed to start", core.id)
-        await asyncio.shield(core.end(EndReason.ERROR, None))
+    except BaseException as exc:
+        if principal is not None:  # its session never started: a spent secret may open another
+            spent = principal
+            runtime.writer.submit(lambda: auth.give_back_secret(spent))
+        if isinstance(exc, Refusal):
+            refuse(runtime, opening, exc)
+        if core is not None:
+            logger.exception("session %s failed to start", core.id)
+            await asyncio.shield(core.end(EndReason.ERROR, None))
         raise
     if request.call_id is not None:
         runtime.calls[request.call_id] = core

@@ -172,6 +172,7 @@ async def create_call(request: HttpRequest) -> HttpResponse:
         return error_response(refusal.http_status, refusal.code, refusal.message, refusal.param, refusal.error_type)
     except Exception:  # the unit went back in answer(); the client hears why, not an HTML page
         logger.exception("call %s: could not answer", call.id)
+        await call.discard()
         return error_response(
             500, "server_error", "The server could not answer this call. Try again.", error_type="server_error"
         )
