@@ -87,12 +87,15 @@ class PlayingTransport(MemoryTransport):
         self.played: list[tuple[str, m.AudioOut, str]] = []  # (item id, audio, format) as handed over
         self.queued: list[str] = []  # responses with audio not yet played out, in order
         self.ended_replies: list[str] = []
+        self.cleared: set[str] = set()  # replies cut off: what else of them comes is not played
 
     @property
     def playing(self) -> str | None:
         return self.queued[0] if self.queued else None
 
     def play_audio(self, item_id: str, audio: m.AudioOut, audio_format: str) -> None:
+        if audio.response_id in self.cleared:
+            return
         self.played.append((item_id, audio, audio_format))
         if audio.response_id not in self.queued:
             self.queued.append(audio.response_id)
@@ -110,7 +113,9 @@ class PlayingTransport(MemoryTransport):
     def clear_reply(self) -> ClearedReply:
         if not self.queued:
             return ClearedReply(self.played[-1][1].response_id if self.played else "")
-        response_id, self.queued = self.queued[0], []
+        response_id = self.queued[0]
+        self.cleared.update(self.queued)
+        self.queued = []
         item_id = next(item for item, audio, _ in self.played if audio.response_id == response_id)
         played = sum(len(audio.data) for _, audio, _ in self.played if audio.response_id == response_id)
         return ClearedReply(response_id, item_id, played // 48)  # 24 kHz PCM16: 48 bytes a ms
