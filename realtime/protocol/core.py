@@ -53,8 +53,6 @@ from realtime.protocol.transport import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Opening", "OpenRequest", "Refusal", "ServerEvent", "SessionCore", "open_session"]
-
 SESSION_LIMIT_REASON = "All session slots are in use"
 AUTH_STATUS = {"invalid_api_key": 401, "invalid_origin": 403}
 AUDIO_DONE = {"response.output_audio.done", "response.done"}
@@ -76,7 +74,7 @@ class Opening:
     transport: str = TransportKind.WEBSOCKET
 
 
-def refuse(runtime: Runtime, opening: Opening, refusal: Refusal) -> None:
+def _count_refusal(runtime: Runtime, opening: Opening, refusal: Refusal) -> None:
     """Counts a connection that never became a session (per minute and reason: no row each, no user agent kept)."""
     if runtime.session_refused(refusal.code, refusal.close_code):
         logger.info(
@@ -119,7 +117,7 @@ async def open_session(runtime: Runtime, transport: Transport, request: OpenRequ
             session_config=principal.session_config or None,
             call_config=call_config,
         )
-        core = SessionCore.claim(runtime, transport, opening)
+        core = SessionCore._claim(runtime, transport, opening)
         token = auth.scope_token(request.scope) if request.scope is not None else None
         core.credential = auth.hash_token(token) if token else ""
         core.call_id = request.call_id
@@ -130,7 +128,7 @@ async def open_session(runtime: Runtime, transport: Transport, request: OpenRequ
             spent = principal
             runtime.writer.submit(lambda: auth.give_back_secret(spent))
         if isinstance(exc, Refusal):
-            refuse(runtime, opening, exc)
+            _count_refusal(runtime, opening, exc)
         if core is not None:
             logger.exception("session %s failed to start", core.id)
             await asyncio.shield(core.end(EndReason.ERROR, None))
@@ -293,7 +291,7 @@ class SessionCore:
     # --- start ------------------------------------------------------------------------
 
     @classmethod
-    def claim(cls, runtime: Runtime, transport: Transport, opening: Opening) -> SessionCore:
+    def _claim(cls, runtime: Runtime, transport: Transport, opening: Opening) -> SessionCore:
         """Claims a unit for a new session (the part of :func:`open_session` that may not await); raises
         :class:`Refusal` when none can be had.
 

@@ -17,7 +17,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from realtime.models import EndReason, Transport
 from realtime.node import runtime
-from realtime.protocol.core import CLOSE_POLICY, OpenRequest, Refusal, ServerEvent, SessionCore, open_session
+from realtime.protocol.core import SessionCore, open_session
+from realtime.protocol.transport import CLOSE_POLICY, OpenRequest, Refusal, ServerEvent
 
 logger = logging.getLogger(__name__)
 

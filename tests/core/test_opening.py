@@ -12,7 +12,7 @@ from channels.layers import get_channel_layer
 from pipelines import messages as m
 from realtime.access.auth import Principal
 from realtime.node import cluster, runtime
-from realtime.protocol.core import Refusal, ServerEvent
+from realtime.protocol.transport import Refusal, ServerEvent
 from tests.support.client import Closed, text_item, types
 
 pytestmark = pytest.mark.django_db(transaction=True)
