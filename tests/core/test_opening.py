@@ -215,3 +215,14 @@ def test_a_server_event_is_serialised_with_its_audio_as_base64_only_on_the_wire(
         "item_id": "item_1",
         "delta": "AQI=",
     }
+
+
+async def test_without_a_channel_layer_the_session_still_runs(direct, loopback_pool, monkeypatch):
+    monkeypatch.setattr("realtime.protocol.mailbox.get_channel_layer", lambda: None)
+    client = await direct()
+    assert client.transport.core.mailbox.groups == ()
+    await client.send("conversation.item.create", item=text_item("hello"))
+    await client.send("response.create", response={"output_modalities": ["text"]})
+    assert (await client.until("response.done"))["response"]["status"] == "completed"
+    await client.transport.disconnect()
+    await until_free(loopback_pool, 2)
