@@ -240,6 +240,8 @@ class SessionCore:
     ) -> None:
         self.runtime = runtime
         self.transport = transport
+        # A transport that plays the reply itself (WebRTC, SIP) is handed the audio, not audio deltas.
+        self.player: PlaysAudio | None = transport if isinstance(transport, PlaysAudio) else None
         self.opening = opening
         self.id = opening.session_id
         self.lease = lease
@@ -548,8 +550,8 @@ class SessionCore:
             self.lease.unit.context.settings = self.session.settings()
 
     def _clear_output_audio(self) -> list[Event]:
-        if isinstance(self.transport, PlaysAudio):
-            return self._cleared(self.transport.clear_reply())
+        if self.player is not None:
+            return self._cleared(self.player.clear_reply())
         raise EventError(
             "invalid_value",
             "output_audio_buffer.clear is only supported for WebRTC and SIP connections; "
@@ -580,15 +582,14 @@ class SessionCore:
         if not self.ended:
             self._spawn(self._send(server_event("output_audio_buffer.stopped", response_id=response_id)), "playout")
 
-    async def _played_after(self, event: Event) -> None:
+    async def _played_after(self, player: PlaysAudio, event: Event) -> None:
         """What a transport that plays the reply learns from an event it was sent: the reply is complete, or
         the user barged in (the reply stops and is truncated, unless ``interrupt_response`` is off)."""
-        assert isinstance(self.transport, PlaysAudio)
         if event["type"] in AUDIO_DONE:
-            self.transport.end_reply(event.get("response_id") or event.get("response", {}).get("id", ""))
-        elif event["type"] == "input_audio_buffer.speech_started" and self.transport.playing is not None:
+            player.end_reply(event.get("response_id") or event.get("response", {}).get("id", ""))
+        elif event["type"] == "input_audio_buffer.speech_started" and player.playing is not None:
             if (self.session.turn_detection or {}).get("interrupt_response", True):
-                for reply in self._cleared(self.transport.clear_reply()):
+                for reply in self._cleared(player.clear_reply()):
                     await self._send(reply)
 
     # --- limits ----------------------------------------------------------------------------
@@ -731,12 +732,12 @@ class SessionCore:
         shaped = to_beta(event) if self.opening.beta else event
         if shaped is not None:
             out = ServerEvent.of(shaped)
-            if out.audio is not None and isinstance(self.transport, PlaysAudio):
-                self.transport.play_audio(out.payload["item_id"], out.audio, self.session.output_format)
+            if out.audio is not None and self.player is not None:
+                self.player.play_audio(out.payload["item_id"], out.audio, self.session.output_format)
             else:
                 await self.transport.send_event(out)
-        if isinstance(self.transport, PlaysAudio):
-            await self._played_after(event)
+        if self.player is not None:
+            await self._played_after(self.player, event)
 
     def _session_obj(self) -> Event:
         if self.opening.beta:
