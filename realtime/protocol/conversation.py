@@ -749,7 +749,7 @@ class Conversation:
                 item_id=state.item_id,
                 output_index=state.message_index,
                 content_index=0,
-                delta=encode_audio(msg.data),
+                audio=msg,  # the transport's: base64 ``delta`` on the wire, or played (ServerEvent)
             )
         )
         if msg.transcript:
