@@ -28,7 +28,8 @@ from realtime.audit import recordings
 from realtime.models import ConversationItem, RealtimeSession, RefusalCount, ResponseRecord, upsert
 
 if TYPE_CHECKING:
-    from realtime.protocol.conversation import Conversation, ResponseState
+    from realtime.protocol.conversation import Conversation
+    from realtime.protocol.responses import ResponseState
     from realtime.protocol.events import ClientEvent
     from realtime.audit.metrics import Metrics
 
@@ -241,7 +242,7 @@ class SessionRecorder:
                 self.metrics.observe("stt", msg.stt_s)
             self._item(msg.item_id, "user", msg.transcript, self._committed_ms.pop(msg.item_id, None))
         elif isinstance(msg, m.ResponseFinished):
-            state = next((s for s in reversed(conversation.finished) if s.id == msg.response_id), None)
+            state = conversation.responses.find(msg.response_id)
             if state is not None:
                 self._response(msg, state)
 

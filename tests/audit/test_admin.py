@@ -288,12 +288,12 @@ class TestSlotBoard:
 
 
 class FakeConversation:
-    """What TurnAudio reads of a conversation: the input format and the finished responses."""
+    """What TurnAudio reads of a conversation: the input format and its responses (``responses.find``)."""
 
     def __init__(self) -> None:
         self.session = SimpleNamespace(input_format=audio.PCM)
-        self.finished: list[SimpleNamespace] = []
-        self.responses: dict[str, SimpleNamespace] = {}
+        self.states: dict[str, SimpleNamespace] = {}  # running or finished: TurnAudio reads both alike
+        self.responses = SimpleNamespace(find=self.states.get)
 
 
 def wav_seconds(data: bytes) -> float:
@@ -320,11 +320,10 @@ class TestRecordings:
         turn.output(m.SpeechStopped(generation=0, item_id="item_1", audio_end_ms=2000), conversation)
         turn.output(m.AudioCommitted(generation=0, item_id="item_1", duration_ms=1500), conversation)
         state = SimpleNamespace(id="resp_a", item_id="item_2", out_of_band=False, output_format=audio.PCM)
-        conversation.responses["resp_a"] = state
+        conversation.states["resp_a"] = state
         answer = audio.encode(tone(1.2), audio.PCM)
         for start in range(0, len(answer), 4800):
             turn.output(m.AudioOut(generation=0, response_id="resp_a", data=answer[start : start + 4800]), conversation)
-        conversation.finished.append(conversation.responses.pop("resp_a"))
         turn.output(m.ResponseFinished(generation=0, response_id="resp_a", status="completed"), conversation)
         for write in writes:
             write()
