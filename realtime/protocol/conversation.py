@@ -32,6 +32,8 @@ IDLE_PROMPT = (
 
 
 class Conversation:
+    """One session's conversation: its ``items``, its ``responses``, the input audio and what it counts."""
+
     def __init__(self, session: SessionConfig, port: Port, caps: Caps | None = None) -> None:
         self.session = session
         self.port = port
