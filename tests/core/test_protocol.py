@@ -416,6 +416,30 @@ async def test_truncating_a_spoken_assistant_item_trims_its_transcript_to_what_w
     assert (error["code"], error["param"], error["event_id"]) == ("invalid_value", "audio_end_ms", event_id)
 
 
+async def test_an_early_reply_can_still_be_truncated_after_many_later_ones(connect):
+    """The API truncates any assistant audio item still in the conversation, however many replies came since."""
+    client = await connect()
+    await client.update_session(**MANUAL)
+    replies: list[dict] = []
+    for turn in range(25):
+        await client.say_text(f"turn {turn}")
+        replies.append((await client.until("response.done", timeout=30))["response"]["output"][0])
+    first = replies[0]
+    await client.send("conversation.item.truncate", item_id=first["id"], content_index=0, audio_end_ms=0)
+    truncated = await client.until("conversation.item.truncated")
+    assert (truncated["item_id"], truncated["audio_end_ms"]) == (first["id"], 0)
+    await client.send("conversation.item.retrieve", item_id=first["id"])
+    assert (await client.until("conversation.item.retrieved"))["item"]["content"][0]["transcript"] == ""
+
+    await client.send("conversation.item.delete", item_id=replies[1]["id"])
+    await client.until("conversation.item.deleted")
+    event_id = await client.send(
+        "conversation.item.truncate", item_id=replies[1]["id"], content_index=0, audio_end_ms=0
+    )
+    error = await client.error()
+    assert (error["code"], error["param"], error["event_id"]) == ("item_not_found", "item_id", event_id)
+
+
 # --- cancelling ----------------------------------------------------------------
 
 
