@@ -9,14 +9,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from pipelines.timeline import spans
-from realtime.models import RealtimeSession, Recording, ResponseRecord
+from realtime.models import RealtimeSession, Recording, ResponseRecord, Stage
 
-STAGES = (
-    ("voice_to_voice", "End of speech to first audio"),
-    ("stt", "Speech to text"),
-    ("lm_first_token", "LM first token"),
-    ("tts_first_audio", "TTS first audio"),
-)
 # A turn's breakdown (pipelines/timeline.py): each span named by the moment that ends it.
 SPANS = {
     "speculation": "sent ahead to STT",
@@ -77,11 +71,11 @@ def summary_rows(summary: dict[str, Any] | None) -> list[dict[str, str]]:
     """One row per stage with its percentiles in milliseconds."""
     latency = (summary or {}).get("latency_s", {})
     rows = []
-    for key, label in STAGES:
-        values = latency.get(key) or {}
+    for stage in Stage:
+        values = latency.get(stage.value) or {}
         rows.append(
             {
-                "label": label,
+                "label": stage.label,
                 "count": str(values.get("count", 0)),
                 **{q: ms(values.get(q)) for q in ("p50", "p90", "p99", "max")},
             }
@@ -115,7 +109,7 @@ def turns(session: RealtimeSession, responses: list[ResponseRecord]) -> list[dic
 def timings(response: ResponseRecord) -> list[tuple[str, str]]:
     """A response's stage figures, then its turn's breakdown: the spans as they happened (they add up to the
     last), and what the turn waited for."""
-    rows = [(label, ms(getattr(response, f"{key}_s"))) for key, label in STAGES]
+    rows = [(stage.label, ms(getattr(response, stage.field))) for stage in Stage]
     marks = response.breakdown or {}
     for name, span, at in spans(marks):
         rows.append((f"+ {SPANS.get(name, name)}", f"{ms(span)} (at {ms(at)})"))
