@@ -64,9 +64,9 @@ def within(name: str, *prefixes: str) -> bool:
 
 
 MODULES = modules()
-# The core and its boundary: the opening, the interface a transport implements, the session's mailbox.
-CORE = ("realtime.protocol.core", "realtime.protocol.transport", "realtime.protocol.mailbox")
-PROTOCOL = tuple(n for n in MODULES if within(n, "realtime.protocol") and not within(n, *CORE))
+# The protocol's own modules; the core and the transport interface sit above access, audit and node.
+ABOVE = ("realtime.protocol.core", "realtime.protocol.transport")
+PROTOCOL = tuple(n for n in MODULES if within(n, "realtime.protocol") and not within(n, *ABOVE))
 
 
 def test_the_doc_names_every_module():
@@ -90,7 +90,7 @@ def test_pipelines_import_nothing_of_django_or_the_app(name):
 def test_the_protocol_below_the_core_imports_only_pipelines_and_itself(name):
     found = imports(name, MODULES[name])
     ours = {i for i in found if within(i, "realtime", "s2s_project")}
-    wrong = {i for i in ours if not within(i, "realtime.protocol") or within(i, *CORE)}
+    wrong = {i for i in ours if not within(i, "realtime.protocol") or within(i, *ABOVE)}
     assert not wrong, f"{name} imports {sorted(wrong)}"
 
 
@@ -98,12 +98,12 @@ def test_the_protocol_below_the_core_imports_only_pipelines_and_itself(name):
     "name", sorted(n for n in MODULES if within(n, "realtime.access", "realtime.audit", "realtime.node"))
 )
 def test_access_audit_and_node_import_neither_a_transport_nor_the_core(name):
-    wrong = {i for i in imports(name, MODULES[name]) if within(i, "realtime.transports", *CORE)}
+    wrong = {i for i in imports(name, MODULES[name]) if within(i, "realtime.transports", *ABOVE)}
     assert not wrong, f"{name} imports {sorted(wrong)}"
 
 
-@pytest.mark.parametrize("name", CORE)
-def test_the_core_imports_no_transport(name):
+@pytest.mark.parametrize("name", ABOVE)
+def test_the_core_and_the_transport_interface_import_no_transport(name):
     wrong = {i for i in imports(name, MODULES[name]) if within(i, "realtime.transports")}
     assert not wrong, f"{name} imports {sorted(wrong)}"
 
