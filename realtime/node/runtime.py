@@ -23,6 +23,8 @@ from django.utils import timezone
 from pipelines.factory import build_pool, synthetic_turn
 from pipelines.pool import PipelinePool
 from realtime import tasks
+from realtime.access.call_owner import CallOwner
+from realtime.access.rate import CallLimits
 from realtime.audit import records
 from realtime.node.cluster import Heartbeat
 from realtime.audit.metrics import Metrics
@@ -58,7 +60,8 @@ class LiveSession(Protocol):
 class LiveCall(Protocol):
     """A WebRTC call, found by its id to hang it up (``DELETE /v1/realtime/calls/{call_id}``)."""
 
-    credential: str  # the hash of the key or client secret that opened it ("" with authentication off)
+    owner: CallOwner  # the credentials that opened it: who may hang it up
+    address: str  # the client's address
 
     async def hang_up(self) -> None:
         """Ends the call's session and closes its peer connection."""
@@ -75,6 +78,7 @@ class Runtime:
         self.heartbeat: Heartbeat | None = None
         self.sessions: set[LiveSession] = set()
         self.calls: dict[str, LiveCall] = {}  # live WebRTC calls by call id (they are in ``sessions`` too)
+        self.call_limits = CallLimits()  # offers per second and live calls, per client address and API key
         self.started = False
         self._lock = threading.Lock()
 

@@ -27,12 +27,16 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from realtime.access.call_owner import Caller, CallOwner
 from realtime.node import cluster
 from realtime.protocol.core import Event, Opening, SessionCore
-from realtime.protocol.events import EventError, server_event
+from realtime.protocol.events import EventError, error_event, server_event
 from realtime.models import EndReason
 from realtime.node.runtime import Runtime
+from realtime.transports import sctp_limit
 from realtime.transports.webrtc_media import MicrophoneConverter, ReplyTrack
+
+sctp_limit.install()  # the data channel's advertised maximum, enforced while reassembling
 
 logger = logging.getLogger(__name__)
 
@@ -50,13 +54,13 @@ def call_group(call_id: str) -> str:
     return f"s2s.call.{call_id}"
 
 
-async def hang_up_elsewhere(call_id: str, credential: str) -> bool:
-    """Asks whichever process holds ``call_id`` to hang it up (``credential`` "": an API key asked); False
-    without a channel layer. Fire and forget: a call that is gone already ignores it."""
+async def hang_up_elsewhere(call_id: str, caller: dict[str, Any]) -> bool:
+    """Asks whichever process holds ``call_id`` to hang it up if ``caller`` (:meth:`Caller.as_message`) may;
+    False without a channel layer. Fire and forget: a call that is gone already ignores it."""
     layer = get_channel_layer()
     if layer is None:
         return False
-    await layer.group_send(call_group(call_id), {"type": HANG_UP, "credential": credential})
+    await layer.group_send(call_group(call_id), {"type": HANG_UP, "caller": caller})
     return True
 
 
@@ -70,10 +74,11 @@ def ice_servers() -> list[RTCIceServer]:
 class WebRTCCall:
     """One call: its peer connection, its data channel, its tracks, and the session behind them."""
 
-    def __init__(self, call_id: str, runtime: Runtime, credential: str) -> None:
+    def __init__(self, call_id: str, runtime: Runtime, owner: CallOwner, address: str = "") -> None:
         self.id = call_id
         self.runtime = runtime
-        self.credential = credential
+        self.owner = owner  # who may hang it up
+        self.address = address  # the client's, for the per-address limits
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice_servers()))
         self.reply = ReplyTrack(self._playout_started, self._playout_stopped)
         self.core: SessionCore | None = None
@@ -107,6 +112,7 @@ class WebRTCCall:
             await self.finish(EndReason.ERROR)
             raise
         self._spawn(self._watch_peer(), "peer-watch")
+        self._spawn(self._connect_deadline(), "connect-deadline")
         self._spawn(self._handle_inbox(), "inbox")
         self._spawn(self._listen_for_admin(), "admin")
         return self.pc.localDescription.sdp
@@ -227,6 +233,7 @@ class WebRTCCall:
             return
         self.channel = channel
         channel.on("message", self._on_message)
+        channel.on(sctp_limit.TOO_LARGE, self._on_message_too_large)
         channel.on("open", self._flush_early)
         channel.on("close", lambda: self._end_soon(EndReason.CLIENT_CLOSED, "the data channel closed"))
         if channel.readyState == "open":
@@ -243,6 +250,14 @@ class WebRTCCall:
             self._inbox.put_nowait((message, len(message.encode())))
         else:
             self._inbox.put_nowait((None, len(message)))
+
+    def _on_message_too_large(self, limit: int) -> None:
+        self._heard_at = time.monotonic()
+        message = (
+            f"The data channel message is over {limit} bytes, the maximum this server's answer advertises "
+            "(a=max-message-size). It was dropped."
+        )
+        self._send_text(json.dumps(error_event("event_too_large", message)))
 
     async def _handle_inbox(self) -> None:
         """Client events in the order they came (the core's rate limit bounds what one does)."""
@@ -279,18 +294,30 @@ class WebRTCCall:
 
     async def _watch_peer(self) -> None:
         """Hangs up a peer that sends nothing for ``S2S_WEBRTC_PEER_TIMEOUT_S``: no media, no event, and no
-        RTCP receiver report on the reply track (which a typing-only client still sends, about every second)."""
-        timeout = settings.S2S_WEBRTC_PEER_TIMEOUT_S
+        RTCP receiver report on the reply track (which a typing-only client still sends, about every second);
+        and one that sends only those reports for ``S2S_WEBRTC_SILENCE_TIMEOUT_S`` (no audio, no event)."""
+        timeout, silence = settings.S2S_WEBRTC_PEER_TIMEOUT_S, settings.S2S_WEBRTC_SILENCE_TIMEOUT_S
         while True:
             silent_for = time.monotonic() - self._heard_at
+            if silent_for >= silence:
+                self._end_soon(EndReason.CLIENT_CLOSED, f"the peer sent no audio and no event for {silence:.0f}s")
+                return
             if silent_for >= timeout:
                 report_age = await self._last_report_age()
                 if report_age is None or report_age >= timeout:
                     self._end_soon(EndReason.CLIENT_CLOSED, f"the peer sent nothing for {timeout:.0f}s")
                     return
-                self._heard_at = time.monotonic() - report_age
+                await asyncio.sleep(max(0.05, min(timeout - report_age, silence - silent_for)))
                 continue
-            await asyncio.sleep(timeout - silent_for)
+            await asyncio.sleep(min(timeout, silence) - silent_for)
+
+    async def _connect_deadline(self) -> None:
+        """Ends a call whose peer connection has not connected ``S2S_WEBRTC_CONNECT_TIMEOUT_S`` after the answer
+        (an offer that was never meant to connect holds a unit no longer than that)."""
+        timeout = settings.S2S_WEBRTC_CONNECT_TIMEOUT_S
+        await asyncio.sleep(timeout)
+        if self.pc.connectionState != "connected":
+            self._end_soon(EndReason.CLIENT_CLOSED, f"the peer did not connect within {timeout:.0f}s")
 
     async def _last_report_age(self) -> float | None:
         """Seconds since the peer's last RTCP report about the reply track, or None if it sent none."""
@@ -316,7 +343,7 @@ class WebRTCCall:
                 if message.get("type") == cluster.END_SESSION:
                     await self.core.end_by_admin()
                     return
-                if message.get("type") == HANG_UP and message.get("credential") in ("", self.credential):
+                if message.get("type") == HANG_UP and self.owner.allows(Caller.from_message(message.get("caller"))):
                     await self.hang_up()
                     return
         except asyncio.CancelledError:
