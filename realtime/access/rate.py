@@ -14,6 +14,7 @@ Behind a proxy every client has the proxy's address: raise the per-address limit
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections import OrderedDict
@@ -60,7 +61,8 @@ class RateTable:
     def _forget(self, now: float) -> None:
         while len(self._buckets) > MAX_TRACKED:
             self._buckets.popitem(last=False)
-        for name, bucket in list(self._buckets.items())[:8]:  # the oldest few: full again means forgotten
+        oldest = list(itertools.islice(self._buckets.items(), 8))  # full again: as good as forgotten
+        for name, bucket in oldest:
             if bucket.tokens + (now - bucket.at) * self.rate >= self.burst:
                 del self._buckets[name]
 
