@@ -50,6 +50,13 @@ class Watch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)  # on its own: a stalled probe waits
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak_rss = max(self.peak_rss, self.process.memory_info().rss)
+            self._stop.wait(0.05)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -62,12 +69,12 @@ class Watch:
             except OSError:
                 pass
             self.worst_ms = max(self.worst_ms, (time.monotonic() - started) * 1000)
-            self.peak_rss = max(self.peak_rss, self.process.memory_info().rss)
             self._stop.wait(0.02)
 
     def stop(self) -> dict[str, Any]:
         self._stop.set()
         self._thread.join(timeout=310)
+        self._sampler.join(timeout=5)
         time.sleep(1.0)
         return {
             "loop_worst_stall_ms": round(self.worst_ms),
