@@ -15,7 +15,7 @@ ever, and a few hundred such sockets exhaust the open-files limit. Here:
   connections whose request has not arrived yet; more are closed at once;
 * a request body over its cap (:func:`s2s_project.body_limit.cap_for`) is refused with a JSON 413
   as soon as its ``Content-Length`` says so, or as soon as that many bytes came (chunked):
-  what else it sends is read and dropped for up to ``ABORT_AFTER_S``, so the client reads
+  what else it sends is read and dropped for up to ``LINGER_S``, so the client reads
   the 413 instead of a reset, and nothing of it is kept (:class:`CappedRequest`).
 """
 
@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 ABORT_AFTER_S = 2.0  # a client that does not read even the 408 is cut off
+# A refused body is read and dropped this long after the 413 (as nginx's lingering close), so that a client
+# that sends its whole body before it reads (most do, without Expect: 100-continue) still reads the 413.
+LINGER_S = 10.0
 
 
 class PendingByAddress:
@@ -162,7 +165,7 @@ class CappedRequest(http_protocol.WebRequest):
             channel._request_arrived()  # its own deadline does not apply to a refused request
         channel.persistent = False
         channel.transport.write(body_limit.too_large_response(self._cap))
-        channel._abortingCall = channel.callLater(ABORT_AFTER_S, channel.forceAbortClient)
+        channel._abortingCall = channel.callLater(LINGER_S, channel.forceAbortClient)
 
     def process(self) -> Any:
         if self._refused:  # the whole (dropped) body came: close cleanly, the 413 went out already
