@@ -272,7 +272,7 @@ S2S_MAX_SDP_BYTES = envint("S2S_MAX_SDP_BYTES", 64 * 1024, minimum=1024)
 S2S_MAX_SDP_LINES = envint("S2S_MAX_SDP_LINES", 1000, minimum=16)
 S2S_MAX_SDP_MEDIA = envint("S2S_MAX_SDP_MEDIA", 16, minimum=1)
 S2S_MAX_SDP_CODECS = envint("S2S_MAX_SDP_CODECS", 128, minimum=1)
-S2S_MAX_SDP_FEEDBACK = envint("S2S_MAX_SDP_FEEDBACK", 256, minimum=0)
+S2S_MAX_SDP_FEEDBACK = envint("S2S_MAX_SDP_FEEDBACK", 256, minimum=0)  # a=rtcp-fb:* counts once per codec
 S2S_MAX_SDP_CANDIDATES = envint("S2S_MAX_SDP_CANDIDATES", 32, minimum=1)
 # Candidates on loopback and link-local addresses: "auto" keeps them only when the offer reached the server on
 # a loopback address (the client is on this host); "drop" always drops them (set it behind a proxy on this host).

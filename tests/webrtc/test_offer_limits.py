@@ -36,8 +36,15 @@ def test_an_offer_over_a_line_cap_is_refused_with_the_cap_named(extra, named):
     assert refused.value.code == "offer_too_complex" and named in refused.value.message
 
 
+def test_a_wildcard_feedback_line_counts_once_per_codec_as_the_parser_expands_it():
+    one_wildcard = OFFER + "a=rtpmap:111 opus/48000/2\r\n" * 4 + "a=rtcp-fb:* nack\r\n"
+    offer_limits.check_counts(one_wildcard, CAPS)  # 4 entries
+    with pytest.raises(BadOffer, match="has 8 a=rtcp-fb entries"):
+        offer_limits.check_counts(one_wildcard + "a=rtcp-fb:* ccm fir\r\n", CAPS)
+
+
 def test_an_offer_at_every_cap_passes_and_a_repeated_mid_does_not():
-    at_caps = OFFER + "a=rtpmap:111 opus/48000/2\r\n" * 4 + "a=rtcp-fb:* nack\r\n" * 4
+    at_caps = OFFER + "a=rtpmap:111 opus/48000/2\r\n" * 4 + "a=rtcp-fb:111 nack\r\n" * 4
     offer_limits.check_counts(at_caps + "a=candidate:1 1 udp 1 10.0.0.1 9 typ host\r\n" * 3, CAPS)
     with pytest.raises(BadOffer, match="a=mid:0 twice"):
         offer_limits.check_counts(OFFER + "m=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:0\r\n", CAPS)
