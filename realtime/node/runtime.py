@@ -58,13 +58,13 @@ class LiveSession(Protocol):
 
 
 class LiveCall(Protocol):
-    """A WebRTC call, found by its id to hang it up (``DELETE /v1/realtime/calls/{call_id}``)."""
+    """A call's session (WebRTC, SIP), found by the call id to hang it up (``DELETE /v1/realtime/calls/ID``)."""
 
     owner: CallOwner  # the credentials that opened it: who may hang it up
-    address: str  # the client's address
+    client_addr: str  # the client's address (live calls are capped per address)
 
     async def hang_up(self) -> None:
-        """Ends the call's session and closes its peer connection."""
+        """Ends the call's session and closes its connection."""
 
 
 class Runtime:
@@ -77,8 +77,8 @@ class Runtime:
         self.start_error: str | None = None
         self.heartbeat: Heartbeat | None = None
         self.sessions: set[LiveSession] = set()
-        self.calls: dict[str, LiveCall] = {}  # live WebRTC calls by call id (they are in ``sessions`` too)
         self.call_limits = CallLimits()  # offers per second and live calls, per client address and API key
+        self.calls: dict[str, LiveCall] = {}  # live calls' sessions by call id (they are in ``sessions`` too)
         self.started = False
         self._lock = threading.Lock()
 

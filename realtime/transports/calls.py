@@ -8,10 +8,10 @@ the WebSocket: an API key, or an ``ek_`` client secret (the browser's way), chec
 before a unit is claimed; a unit is claimed before the answer is sent.
 
 Every refusal before the claim is a JSON 400, 413 or 429 that gives a spent ``ek_`` secret back, in
-order of cost: the offer rate of the client address, a full pool, the credentials, the key's offer
-rate and live calls (:mod:`realtime.access.rate`), the body (capped as it arrives:
-:mod:`s2s_project.body_limit`), the offer's line counts (:mod:`realtime.transports.offer_limits`),
-then the parse, off the event loop.
+order of cost: the offer rate of the client address and a full pool (before the credentials), then,
+once they passed, the key's offer rate and live calls (:mod:`realtime.access.rate`), the body (capped
+as it arrived: :mod:`s2s_project.body_limit`), the offer's line counts
+(:mod:`realtime.transports.offer_limits`), then the parse, off the event loop.
 """
 
 from __future__ import annotations
@@ -30,23 +30,23 @@ from django.views.decorators.http import require_http_methods
 
 from pipelines.ids import new_id
 from realtime.access import auth, call_owner
+from realtime.access.auth import Principal
 from realtime.access.rate import Limited
-from realtime.node import runtime
-from realtime.node.runtime import Runtime
-from realtime.protocol.core import CLOSE_POLICY, SESSION_LIMIT_REASON, Opening, Refusal, refuse
-from realtime.protocol.events import EventError, error_event
 from realtime.models import Prompt, Transport
+from realtime.node import runtime
+from realtime.node.cluster import hang_up_elsewhere
+from realtime.node.runtime import Runtime
+from realtime.protocol.core import AUTH_STATUS, SESSION_LIMIT_REASON
+from realtime.protocol.transport import CLOSE_POLICY, OpenRequest, Refusal
+from realtime.protocol.events import EventError, error_event
 from realtime.protocol.session import SessionConfig
 from realtime.transports import offer_limits
 from realtime.transports.offer_limits import BadOffer
-from realtime.transports.webrtc import WebRTCCall, hang_up_elsewhere
+from realtime.transports.webrtc import WebRTCCall
 
 logger = logging.getLogger(__name__)
 
 CALLS_PATH = "/v1/realtime/calls/"
-# Refusals of the pool as HTTP statuses: a full pool is a rate limit, a starting or stopping server unavailable.
-REFUSAL_STATUS = {"session_limit_reached": 429}
-AUTH_STATUS = {"invalid_api_key": 401, "invalid_origin": 403}
 AUDIO_CODECS = {"audio/opus", "audio/pcmu", "audio/pcma", "audio/g722"}  # what aiortc encodes and decodes
 
 
@@ -66,19 +66,18 @@ def rate_limited(limited: Limited) -> JsonResponse:
     return response
 
 
-def refused(rt: Runtime, opening: Opening, refusal: Refusal) -> JsonResponse:
-    """A refusal of the pool as its HTTP status, counted as the WebSocket's are."""
-    refuse(rt, opening, refusal)
-    status = REFUSAL_STATUS.get(refusal.code, 503)
-    error_type = "invalid_request_error" if refusal.close_code == CLOSE_POLICY else "server_error"
-    return error_response(status, refusal.code, refusal.message, error_type=error_type)
+def too_many(limited: Limited) -> Refusal:
+    """A limit of the key or of live calls, met once the credentials passed: the core gives the secret back."""
+    return Refusal("rate_limit_exceeded", limited.message, CLOSE_POLICY, "Rate limit", "rate_limit_error", 429)
 
 
 def pool_full(rt: Runtime) -> Refusal | None:
-    """The refusal a claim would meet now, when the pool is up and has no free unit (checked before anything
-    is read or parsed; the claim itself stays the one atomic check)."""
+    """The refusal a claim would meet now, when the pool is up and has no free unit: checked before the
+    credentials and the body (the claim itself stays the one atomic check)."""
     if rt.pool is not None and rt.pool.warm and rt.pool.free_units() == 0:
-        return Refusal("session_limit_reached", SESSION_LIMIT_REASON, CLOSE_POLICY, SESSION_LIMIT_REASON)
+        return Refusal(
+            "session_limit_reached", SESSION_LIMIT_REASON, CLOSE_POLICY, SESSION_LIMIT_REASON, http_status=429
+        )
     return None
 
 
@@ -165,95 +164,70 @@ def check_session(session: dict[str, Any] | None) -> None:
             raise BadOffer("The 'session' field is nested too deep.", "session") from None
 
 
-def _model(*configs: dict[str, Any] | None) -> str:
-    for config in reversed(configs):
-        if config and isinstance(config.get("model"), str) and config["model"]:
-            return config["model"]
-    return settings.S2S_DEFAULT_MODEL
+async def _read_call(request: HttpRequest, call: WebRTCCall, principal: Principal) -> dict[str, Any] | None:
+    """The key's limits, then the offer read, checked and applied, once the credentials passed (before any
+    claim); returns the call's settings; raises :class:`Refusal` (a 429 or a 400)."""
+    rt, address, key = call.runtime, call.address, str(principal.api_key_id or "")
+    limited = rt.call_limits.offer_by(key) or rt.call_limits.live_calls(
+        ((live.client_addr, str(live.owner.api_key_id or "")) for live in rt.calls.values()), address, key
+    )
+    if limited is not None:
+        raise too_many(limited)
+    try:
+        sdp, call_config = read_offer(request)
+        await asyncio.to_thread(check_sdp, sdp)
+        await sync_to_async(check_session)(call_config)
+    except BadOffer as exc:
+        raise Refusal(exc.code, exc.message, CLOSE_POLICY, "Bad offer", http_status=400, param=exc.param) from None
+    if not offer_limits.local_targets_allowed(request.scope.get("server")):
+        sdp, dropped = offer_limits.without_local_candidates(sdp)
+        if dropped:
+            logger.info("call %s: dropped %s candidates on loopback or link-local addresses", call.id, dropped)
+    try:
+        await call.accept_offer(sdp)
+    except Exception as exc:  # aiortc refused what the parser let through
+        logger.info("call %s: unusable offer: %s", call.id, exc)
+        message = f"The SDP offer cannot be answered: {exc}."
+        raise Refusal("invalid_offer", message, CLOSE_POLICY, "Bad offer", http_status=400, param="sdp") from None
+    return call_config
 
 
 @csrf_exempt
 @require_http_methods(["POST"])
 async def create_call(request: HttpRequest) -> HttpResponse:
     """``POST /v1/realtime/calls``: meter, authenticate, check the offer, claim a unit, answer (201)."""
-    session_id, call_id = new_id("sess"), new_id("rtc")
     rt = runtime.current()
-    address = str(request.META.get("REMOTE_ADDR") or "")
-    opening = Opening(
-        session_id=session_id,
-        model=settings.S2S_DEFAULT_MODEL,
-        transport=Transport.WEBRTC,
-        client_addr=address,
-        user_agent=request.headers.get("User-Agent", "")[:500],
-    )
-    limited = rt.call_limits.offer_from(address)  # before anything costs: no database, no parsing
+    call = WebRTCCall(new_id("rtc"), rt, str(request.META.get("REMOTE_ADDR") or ""))
+    limited = rt.call_limits.offer_from(call.address)  # before anything costs: no database, no parsing
     if limited is not None:
+        await call.discard()
         return rate_limited(limited)
     full = pool_full(rt)
     if full is not None:
-        return refused(rt, opening, full)
-    authorization = request.headers.get("Authorization", "")
-    try:  # before any claim: a request without valid credentials never holds a unit
-        principal = await auth.authenticate_request(request.scope, authorization, session_id)
-    except auth.AuthError as exc:
-        logger.info("call %s refused: %s", call_id, exc.code)
-        return error_response(AUTH_STATUS.get(exc.code, 503), exc.code, exc.message, error_type=exc.error_type)
-
-    def give_back() -> None:
-        rt.writer.submit(lambda: auth.give_back_secret(principal))
-
-    key = str(principal.api_key_id or "")
-    limited = rt.call_limits.offer_by(key) or rt.call_limits.live_calls(
-        ((call.address, str(call.owner.api_key_id or "")) for call in rt.calls.values()), address, key
-    )
-    if limited is not None:
-        give_back()
-        return rate_limited(limited)
-    try:
-        sdp, call_config = read_offer(request)
-        await asyncio.to_thread(check_sdp, sdp)
-        await sync_to_async(check_session)(call_config)
-    except BadOffer as exc:
-        give_back()
-        return error_response(400, exc.code, exc.message, exc.param)
-    if not offer_limits.local_targets_allowed(request.scope.get("server")):
-        sdp, dropped = offer_limits.without_local_candidates(sdp)
-        if dropped:
-            logger.info("call %s: dropped %s candidates on loopback or link-local addresses", call_id, dropped)
-    principal_name = f"{principal.kind}:{principal.name}"[:200] if principal.name else ""
-    opening = Opening(
-        **{
-            **opening.__dict__,
-            "principal": principal_name,
-            "model": _model(principal.session_config, call_config),
-            "session_config": principal.session_config or None,
-            "call_config": call_config,
-        }
-    )
-    token = auth.bearer_token(authorization) if authorization else None
-    call = WebRTCCall(call_id, rt, call_owner.CallOwner.of(token, principal), address)
-    try:
-        await call.accept_offer(sdp)
-    except Exception as exc:  # aiortc refused what the parser let through
         await call.discard()
-        give_back()
-        logger.info("call %s: unusable offer: %s", call_id, exc)
-        return error_response(400, "invalid_offer", f"The SDP offer cannot be answered: {exc}.", "sdp")
+        rt.session_refused(full.code, full.close_code)
+        return error_response(full.http_status, full.code, full.message, error_type=full.error_type)
+    open_request = OpenRequest(
+        transport=Transport.WEBRTC,
+        scope=request.scope,
+        client_addr=call.address,
+        user_agent=request.headers.get("User-Agent", ""),
+        prepare=lambda principal: _read_call(request, call, principal),
+    )
     try:
-        answer = await call.answer(rt, opening)
+        answer = await call.answer(open_request)
     except Refusal as refusal:
         await call.discard()
-        give_back()
-        return refused(rt, opening, refusal)
-    except Exception as exc:  # the unit went back in answer(); what aiortc could not answer is the offer's
-        give_back()
-        logger.warning("call %s: could not answer the offer: %r", call_id, exc)
+        logger.info("call %s refused: %s", call.id, refusal.code)
+        return error_response(refusal.http_status, refusal.code, refusal.message, refusal.param, refusal.error_type)
+    except Exception as exc:  # the unit and the secret went back; what aiortc could not answer is the offer's
+        logger.warning("call %s: could not answer the offer: %r", call.id, exc)
+        await call.discard()
         return error_response(400, "invalid_offer", f"The SDP offer cannot be answered: {exc!r}.", "sdp")
-    used_at = call.core.started_at  # type: ignore[union-attr]
-    rt.writer.submit(lambda: auth.mark_used(principal, used_at))
-    logger.info("call %s: session %s answered (%s)", call_id, session_id, principal_name or "anonymous")
+    assert call.core is not None
+    logger.info("call %s: session %s answered (%s)", call.id, call.core.id, call.core.opening.principal or "anonymous")
     response = HttpResponse(answer, status=201, content_type="application/sdp")
-    response["Location"] = CALLS_PATH + call_id
+    response["Location"] = CALLS_PATH + call.id
     return response
 
 
