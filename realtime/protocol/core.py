@@ -120,7 +120,6 @@ async def open_session(runtime: Runtime, transport: Transport, request: OpenRequ
         )
         core = SessionCore._claim(runtime, transport, opening)
         token = auth.scope_token(request.scope) if request.scope is not None else None
-        core.credential = auth.hash_token(token) if token else ""
         core.owner = CallOwner.of(token, principal)
         core.call_id = request.call_id
         await core.mailbox.open(_groups(core.id, principal, request.call_id))
@@ -269,7 +268,6 @@ class SessionCore:
         self.outbox = outbox or Outbox(settings.S2S_SEND_BUFFER_EVENTS)
         self.outbox.on_full = self._overflow
         self.mailbox = Mailbox(self.id, {kind: functools.partial(act, self) for kind, act in self.MAILBOX.items()})
-        self.credential = ""  # the hash of the key or secret that opened it: what may hang a call up by id
         self.owner = CallOwner()  # who may hang the call up (realtime.access.call_owner)
         self.call_id: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
