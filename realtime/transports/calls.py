@@ -36,8 +36,8 @@ from realtime.models import Prompt, Transport
 from realtime.node import runtime
 from realtime.node.cluster import hang_up_elsewhere
 from realtime.node.runtime import Runtime
-from realtime.protocol.core import AUTH_STATUS, SESSION_LIMIT_REASON
-from realtime.protocol.transport import CLOSE_POLICY, OpenRequest, Refusal
+from realtime.protocol.core import AUTH_STATUS, SESSION_LIMIT_REASON, OpenRequest
+from realtime.protocol.transport import CLOSE_POLICY, Refusal
 from realtime.protocol.events import EventError, error_event
 from realtime.protocol.session import SessionConfig
 from realtime.transports import offer_limits
