@@ -226,3 +226,7 @@ class PoolConfig:
     release_timeout_s: float = 5.0
     queue_size: int = 1000
     engines: EngineConfig = field(default_factory=EngineConfig)
+
+    def describe(self) -> str:
+        """The models that answer, in words (the page, each session's record)."""
+        return self.engines.describe() if self.profile == "real" else "FAKE loopback stages (S2S_PIPELINE=loopback)"

@@ -48,9 +48,7 @@ def index(request: HttpRequest) -> HttpResponse:
         "ice_servers": json.dumps(list(settings.S2S_ICE_SERVERS)),
         "slots_url": SLOTS_PATH,
         "session_defaults": session_defaults(),
-        "models": settings.S2S_POOL.engines.describe()
-        if settings.S2S_POOL.profile == "real"
-        else "FAKE loopback stages (S2S_PIPELINE=loopback)",
+        "models": settings.S2S_POOL.describe(),
     }
     return render(request, "realtime/index.html", context)
 
