@@ -134,7 +134,8 @@ def test_every_page_fits_the_screen_at_both_sizes(server, browser, recorded_sess
     if not page.evaluate(FITS):
         wide.append(f"session list {page.evaluate('document.documentElement.scrollWidth')} px")
     if size == "1280":  # a phone may scroll the list's table inside its box, as the admin does
-        inner, shown = page.evaluate("[...['scrollWidth', 'clientWidth']].map(k => document.querySelector('.results')[k])")
+        results = page.locator(".results")
+        inner, shown = results.evaluate("box => [box.scrollWidth, box.clientWidth]")
         assert inner <= shown, f"the list scrolls sideways ({inner} px in {shown}): WHO is out of sight"
 
     page.goto(f"{server.http}/admin/realtime/realtimesession/{quote(recorded_session)}/change/")
