@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from django.contrib.admin.utils import quote
 
 from realtime.protocol.session import DEFAULT_INSTRUCTIONS
 from tests.audit.clients import ws_connect, ws_receive_until, ws_text_turn
-from tests.browser.conftest import ARTIFACTS, BASE_ARGS, BrowserPage, chromium_path
+from tests.browser.conftest import ARTIFACTS, BASE_ARGS, BrowserPage, chromium_path, write_microphone_wav
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer
 from tests.support.speech import pcm16_chunks, silence, tone
@@ -215,11 +216,18 @@ def test_the_slot_board_says_full_when_no_unit_is_free_as_readyz_does(server, br
 
 @pytest.fixture
 def open_page(browser) -> Iterator[object]:
-    """The client page in a fresh context of the module's Chromium (no microphone), watched as conftest's is."""
-    contexts = []
+    """The client page in a fresh context of the module's Chromium (without a microphone), or of one whose
+    microphone plays a WAV file; watched as conftest's pages are."""
+    contexts, launched = [], []
 
-    def opener(url: str, viewport: dict) -> BrowserPage:
-        context = browser.new_context(viewport=viewport)
+    def opener(url: str, viewport: dict, microphone: Path | None = None) -> BrowserPage:
+        chromium = browser
+        if microphone is not None:
+            fake = ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
+            fake.append(f"--use-file-for-fake-audio-capture={microphone}%noloop")
+            chromium = browser.browser_type.launch(executable_path=chromium_path(), args=BASE_ARGS + fake)
+            launched.append(chromium)
+        context = chromium.new_context(viewport=viewport)
         contexts.append(context)
         page = context.new_page()
         watched = BrowserPage(page)
@@ -233,6 +241,8 @@ def open_page(browser) -> Iterator[object]:
     yield opener
     for context in contexts:
         context.close()
+    for chromium in launched:
+        chromium.close()
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -344,16 +354,17 @@ BREAKS = """() => {
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_event_names_wrap_only_between_words_in_the_event_log(server, open_page, size):
-    client = open_page(server.http + "/?transport=websocket", SIZES[size])
+def test_event_names_wrap_only_between_words_in_the_event_log(server, open_page, size, tmp_path):
+    wav = tmp_path / "question.wav"
+    write_microphone_wav(wav, ["What is the capital of France?"], tail_s=3.0)
+    client = open_page(server.http + "/?transport=websocket", SIZES[size], microphone=wav)
     page = client.page
     page.click("#event-log summary")
     page.click("#connect")
-    client.wait_for("window.s2sStats.state === 'listening'", 15)
-    page.fill("#message", "hello")
-    page.press("#message", "Enter")
-    client.wait_for("window.s2sStats.state === 'listening' && window.s2sStats.playedSamples > 0", 15)
-    assert page.locator("#events li[data-type='response.output_audio_transcript.delta']").count() >= 1
+    longest = "conversation.item.input_audio_transcription.completed"  # wider than the log at both sizes
+    client.wait_for(f"(window.s2sStats.events['{longest}'] || 0) >= 1", 30)
+    client.wait_for("window.s2sStats.state === 'listening' && window.s2sStats.playedSamples > 0", 30)
+    assert page.locator(f"#events li[data-type='{longest}']").count() >= 1
     shot(page, "client-event-log", size)
     assert page.evaluate(BREAKS) == []
     page.click("#connect")
