@@ -306,6 +306,8 @@ def test_a_full_pool_is_waited_out_without_an_error_can_be_stopped_and_a_session
     assert client.failed == [], client.failed  # no 429 while full, no 404 for the DELETE
     assert client.errors == []
     assert page.inner_text("#status").strip() == "Not connected"
+    log = server.full_log()  # the server does not cry wolf either
+    assert "Traceback" not in log and "Task was destroyed" not in log and "Exception in thread" not in log
 
 
 def test_push_to_talk_says_turn_detection_is_off_and_gives_the_choice_back(server, open_page):
