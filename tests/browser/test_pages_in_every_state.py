@@ -281,6 +281,7 @@ def test_a_full_pool_is_waited_out_without_an_error_can_be_stopped_and_a_session
         client.wait_for("window.s2sStats.state === 'busy'", 15)
         assert page.is_visible("#stop-retry") and page.inner_text("#connect") == "Try again now"
         shot(page, "client-busy", size)
+        assert page.evaluate(FITS), "the busy page scrolls sideways"
         page.click("#stop-retry")
         assert client.stats()["state"] == "disconnected" and page.is_hidden("#alert")
         retries = client.stats()["retries"]
