@@ -17,8 +17,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from realtime.models import EndReason, Transport
 from realtime.node import runtime
-from realtime.protocol.core import SessionCore, open_session
-from realtime.protocol.transport import CLOSE_POLICY, OpenRequest, Refusal, ServerEvent
+from realtime.protocol.core import OpenRequest, SessionCore, open_session
+from realtime.protocol.transport import CLOSE_POLICY, Refusal, ServerEvent
 
 logger = logging.getLogger(__name__)
 
