@@ -24,6 +24,14 @@ DENOISERS = ("rnnoise", "deepfilternet")
 DEFAULT_DENOISER = "rnnoise"
 # audio.output.speed: the speaking rate the API allows (1.0 is the voice's own).
 SPEED_RANGE = (0.25, 1.5)
+# A session's instructions until the client sets its own. Replies are heard, not read: short, plain sentences
+# that a TTS voice says well. Here (not in the protocol) because the warm-up turn uses them too: the LM then
+# holds their KV cache when the first session's first prompt comes.
+DEFAULT_INSTRUCTIONS = (
+    "You are a helpful voice assistant. Your replies are spoken aloud, so answer in one or two "
+    "short, plain sentences and give the answer first. Never use lists, markdown or emoji. "
+    "Write numbers as words."
+)
 
 
 @dataclass(frozen=True)
@@ -228,3 +236,7 @@ class PoolConfig:
     release_timeout_s: float = 5.0
     queue_size: int = 1000
     engines: EngineConfig = field(default_factory=EngineConfig)
+
+    def describe(self) -> str:
+        """The models that answer, in words (the page, each session's record)."""
+        return self.engines.describe() if self.profile == "real" else "FAKE loopback stages (S2S_PIPELINE=loopback)"

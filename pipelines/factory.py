@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 from collections.abc import Callable, Sequence
 
-from pipelines.config import PoolConfig, TurnDetection
+from pipelines.config import DEFAULT_INSTRUCTIONS, PoolConfig, TurnDetection
 from pipelines.ids import new_id
 from pipelines.loopback import loopback_engines
 from pipelines import audio
@@ -72,9 +72,15 @@ def build_pool(config: PoolConfig, progress: Callable[[str], None] | None = None
 def synthetic_turn(unit: PipelineUnit, timeout: float = 120.0) -> dict[str, float]:
     """Runs one spoken turn through every stage of an idle unit and returns per-stage timings.
 
-    The unit first answers a text question (LM and TTS); that spoken answer is then
-    fed back as the user's audio and committed (STT, then LM and TTS again), so every
-    engine has run once before a client arrives.
+    The unit first answers a text question (LM and TTS); that spoken answer is then fed back as the
+    user's audio under server VAD, as a client's turn comes: Silero on every frame, partial transcripts
+    while it speaks, the speculative transcript and answer at the first pause, the turn confirmed when
+    the silence window closes. So every engine, and every path a first turn takes through it, has run
+    once before a client arrives. (A manual commit, as before, left the VAD model and those paths cold:
+    the first user's turn paid for them.) Should the VAD hear no turn in the answer's voice, the audio
+    is committed by hand instead. The turn runs under a session's default instructions, so the LM's
+    context ends up holding their KV cache for the first session (about 2 s of prompt on a busy 2-core
+    VM, paid by the first answer after a start when the warm-up had instructions of its own).
     """
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -82,30 +88,33 @@ def synthetic_turn(unit: PipelineUnit, timeout: float = 120.0) -> dict[str, floa
     generation = unit.begin(collector.add, new_id("warmup"))
     try:
         voice = next(iter(unit_voices(unit)), "alloy")
-        answer = {
-            "instructions": "Answer in one short sentence.",
+        answer = {  # a session's own instructions: the first session's prompt finds their KV cache computed
+            "instructions": DEFAULT_INSTRUCTIONS,
             "output_modalities": ("audio",),
             "max_output_tokens": 24,
             "voice": voice,
             "output_format": audio.PCM,
             "temperature": 0.0,
         }
+        unit.context.settings = replace(unit.context.settings, **answer)
         unit.submit(AddItem(generation=generation, item=HistoryItem(new_id("item"), "user", "Hello, who are you?")))
-        unit.submit(ResponseRequest.from_settings(unit.context.settings, generation, **answer))
+        unit.submit(ResponseRequest.from_settings(unit.context.settings, generation))
         first = collector.wait_finished(timeout, unit.index)
         timings.update(first.latencies)
         spoken = b"".join(out.data for out in collector.outputs if isinstance(out, AudioOut))
         collector.reset()
-        # Manual commit: whatever the voice sounds like, the turn reaches STT, LM and TTS.
-        unit.context.settings = replace(unit.context.settings, turn_detection=TurnDetection(type=None))
-        silence = bytes(audio.RATES[audio.PCM])  # half a second of PCM16 silence
-        chunk = audio.RATES[audio.PCM] * 2 // 50  # 20 ms
-        stream = silence + spoken + silence
-        for at in range(0, len(stream), chunk):
-            unit.submit(AudioIn(generation=generation, data=stream[at : at + chunk], audio_format=audio.PCM))
-        again = ResponseRequest.from_settings(unit.context.settings, generation, **answer)
-        unit.submit(CommitAudio(generation=generation, item_id=new_id("item"), response=again))
-        transcript = collector.wait_transcript(timeout, unit.index)
+        rate = audio.RATES[audio.PCM]
+        stream = bytes(rate) + spoken + bytes(rate * 3)  # half a second of silence before, 1.5 s after
+        _stream(unit, generation, stream)
+        try:
+            transcript = collector.wait_transcript(VAD_TURN_S + len(stream) / (2 * rate), unit.index)
+        except TimeoutError:
+            logger.warning("unit %s: warm-up: server VAD heard no turn; committing the audio by hand", unit.index)
+            unit.context.settings = replace(unit.context.settings, turn_detection=TurnDetection(type=None))
+            _stream(unit, generation, stream)
+            again = ResponseRequest.from_settings(unit.context.settings, generation)
+            unit.submit(CommitAudio(generation=generation, item_id=new_id("item"), response=again))
+            transcript = collector.wait_transcript(timeout, unit.index)
         if transcript.stt_s is not None:
             timings["stt_s"] = transcript.stt_s
         second = collector.wait_finished(timeout, unit.index)
@@ -115,6 +124,16 @@ def synthetic_turn(unit: PipelineUnit, timeout: float = 120.0) -> dict[str, floa
         unit.end()
     timings["warmup_s"] = time.perf_counter() - started
     return timings
+
+
+VAD_TURN_S = 30.0  # beyond the audio's own length: the most a warm-up waits for server VAD's transcript
+
+
+def _stream(unit: PipelineUnit, generation: int, stream: bytes) -> None:
+    """Submits PCM16 audio in 20 ms chunks, as a client's microphone sends it (not paced: it queues)."""
+    chunk = audio.RATES[audio.PCM] * 2 // 50
+    for at in range(0, len(stream), chunk):
+        unit.submit(AudioIn(generation=generation, data=stream[at : at + chunk], audio_format=audio.PCM))
 
 
 class _Collector:

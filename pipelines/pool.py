@@ -106,8 +106,14 @@ class PipelinePool:
             return None
 
     def release(self, lease: Lease) -> concurrent.futures.Future[bool]:
-        """Ends the lease's session on a thread; the future resolves once the unit is free again."""
+        """Ends the lease's session on a thread; the future resolves once the unit is free again.
+
+        The future is running from the start, so it cannot be cancelled: a waiter that is itself cancelled
+        (``asyncio.wrap_future`` passes the cancellation on) leaves the release to finish, and the thread
+        never meets a cancelled future when it sets the result.
+        """
         future: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        future.set_running_or_notify_cancel()
 
         def run() -> None:
             try:

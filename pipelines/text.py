@@ -5,8 +5,11 @@ from __future__ import annotations
 import re
 
 _SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s+|\n+")
-_CLAUSE_END = re.compile(r"[,;:]\s+")
+# A comma after a digit ends a clause only once a word follows: "2, 600,000" (a small model's stray space in
+# a number) must not be cut into two pieces, which the transcript would join with a space.
+_CLAUSE_END = re.compile(r"(?<!\d)[,;:]\s+|(?<=\d)[,;:]\s+(?=[^\d\s])")
 _WORD_END = re.compile(r"\s+")
+_IN_NUMBER = re.compile(r"\d[,.]$")
 
 
 class SentenceSplitter:
@@ -45,9 +48,10 @@ class SentenceSplitter:
             if self._first or clause.end() >= self._clause_chars:
                 return clause.end()
         if self._first and self._first_words:
-            gaps = list(_WORD_END.finditer(self._buffer.lstrip()))
-            if len(gaps) >= self._first_words:
-                return gaps[self._first_words - 1].end() + len(self._buffer) - len(self._buffer.lstrip())
+            text = self._buffer.lstrip()
+            for gap in list(_WORD_END.finditer(text))[self._first_words - 1 :]:
+                if not _IN_NUMBER.search(text, 0, gap.start()):  # never between "2," and "600,000"
+                    return gap.end() + len(self._buffer) - len(text)
         return None
 
     def flush(self) -> str:

@@ -119,7 +119,8 @@ class RealtimeSession(models.Model):
     id = models.CharField(primary_key=True, max_length=64)
     node = models.CharField(max_length=200, db_index=True)
     unit_index = models.IntegerField(null=True, blank=True)
-    model = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True, help_text="The model the client asked for.")
+    engines = models.CharField(max_length=500, blank=True, help_text="The models that answered, in words.")
     principal = models.CharField(
         "who", max_length=200, blank=True, db_index=True, help_text="The API key or user that opened the session."
     )
@@ -296,14 +297,16 @@ class Node(models.Model):
 
     @property
     def status(self) -> str:
-        """stopped, gone, warming, ready or draining."""
+        """stopped, gone, warming, draining, full (admitting, no unit free) or ready: as its ``/readyz`` says."""
         if self.stopped_at is not None:
             return "stopped"
         if not self.alive:
             return "gone"
         if not self.warm:
             return "warming"
-        return "ready" if self.admitting else "draining"
+        if not self.admitting:
+            return "draining"
+        return "ready" if self.free_units > 0 else "full"
 
     def board_row(self) -> dict[str, Any]:
         """The node and its slots as the slot board and ``pool_status`` show them, with ages computed now."""

@@ -13,6 +13,7 @@ from django.urls import Resolver404, resolve, reverse
 
 from pipelines.config import EngineConfig
 from realtime.access import auth
+from realtime.protocol.session import SessionConfig
 from realtime.node import channel_layer
 from realtime.node import runtime
 from realtime.audit import metrics as metrics_exposition
@@ -21,6 +22,7 @@ from realtime.models import ResponseRecord, Stage
 REALTIME_PATH = "/v1/realtime"
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
 CALLS_PATH = "/v1/realtime/calls"
+SLOTS_PATH = "/v1/realtime/slots"
 
 
 def index(request: HttpRequest) -> HttpResponse:
@@ -44,11 +46,18 @@ def index(request: HttpRequest) -> HttpResponse:
         "timings_url": TIMINGS_PATH,
         "calls_url": CALLS_PATH if _routed(CALLS_PATH) else "",
         "ice_servers": json.dumps(list(settings.S2S_ICE_SERVERS)),
-        "models": settings.S2S_POOL.engines.describe()
-        if settings.S2S_POOL.profile == "real"
-        else "FAKE loopback stages (S2S_PIPELINE=loopback)",
+        "slots_url": SLOTS_PATH,
+        "session_defaults": session_defaults(),
+        "models": settings.S2S_POOL.describe(),
     }
     return render(request, "realtime/index.html", context)
+
+
+def session_defaults() -> dict[str, object]:
+    """The session a new connection gets, as ``session.created`` will show it: the settings form starts from it,
+    so pressing Apply before connecting sends these values rather than an empty form."""
+    voices = tuple(settings.S2S_POOL.engines.voices) or ("alloy",)
+    return SessionConfig("sess_defaults", "gpt-realtime", voices).as_ga()
 
 
 def installed_voices(engines: EngineConfig) -> list[tuple[str, str]]:
@@ -157,6 +166,16 @@ def readyz(request: HttpRequest) -> JsonResponse:
     if not may_see_details(request):
         body = {"status": body["status"]}
     return JsonResponse(body, status=code)
+
+
+def slots(request: HttpRequest) -> JsonResponse:
+    """``GET``: whether a session can be had now (``status`` as ``/readyz`` says it), always with 200.
+
+    The page asks before it connects or retries: a full pool is a normal state to wait out, and
+    a 429 or 503 answer would be logged by the browser as an error on every try.
+    """
+    body, code = _readiness()
+    return JsonResponse({"status": body["status"], "available": code == 200})
 
 
 def _readiness() -> tuple[dict[str, object], int]:

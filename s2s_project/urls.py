@@ -15,6 +15,7 @@ urlpatterns = [
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),
     path("v1/realtime/client_secrets", auth_views.client_secrets, name="client_secrets"),
+    path("v1/realtime/slots", views.slots, name="slots"),
     path("v1/realtime/calls", call_views.create_call, name="calls"),
     path("v1/realtime/calls/<slug:call_id>", call_views.hang_up, name="call"),
     path("v1/realtime/calls/<slug:call_id>/hangup", call_views.hang_up, name="call_hangup"),

@@ -15,6 +15,7 @@ from pipelines.messages import (
     TextDelta,
     TextForSpeech,
 )
+from pipelines.spoken import for_reading
 from pipelines.timeline import Timeline
 from pipelines.text import SentenceSplitter
 from pipelines.tool_calls import ArgumentsPiece, CallEnd, CallParser, CallStart, MarkupFilter, Text, call_key
@@ -138,13 +139,14 @@ class ResponseOutput:
             )
 
     def _speech(self, text: str) -> TextForSpeech:
+        """A piece to speak, as the transcript shows it (the TTS stage reads it in words: ``spoken.for_speech``)."""
         req = self._req
         if self._timeline is not None:
             self._timeline.mark("lm_first_piece")  # once: the first words sent to TTS
         return TextForSpeech(
             generation=req.generation,
             response_id=req.response_id,
-            text=text,
+            text=for_reading(text),
             voice=req.voice,
             output_format=req.output_format,
             speed=req.speed,

@@ -13,6 +13,7 @@ from pipelines import audio
 from pipelines.config import SPEED_RANGE
 from pipelines.messages import AudioOut, Downstream, Message, ResponseEnd, ResponseFinished, TextForSpeech
 from pipelines.speech_order import SpeechOrder
+from pipelines.spoken import for_speech
 from pipelines.stages.base import CancelFlag, SessionContext, Stage
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,8 @@ class TtsStage(Stage):
         transcript_pending = msg.text
         try:
             low, high = SPEED_RANGE
-            for chunk in voice.synthesize(msg.text, cancel, speed=min(high, max(low, msg.speed))):
+            said = for_speech(msg.text)  # numbers, units and symbols in words; the transcript keeps msg.text
+            for chunk in voice.synthesize(said, cancel, speed=min(high, max(low, msg.speed))):
                 if cancel.is_set():
                     return
                 samples = audio.resample(np.asarray(chunk, dtype=np.float32), voice.sample_rate, out_rate)

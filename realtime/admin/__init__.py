@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -110,7 +110,15 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class RealtimeSessionAdmin(ReadOnlyAdmin):
     """The audit: history is never edited here (retention deletes it); live sessions can be ended."""
 
-    list_display = ("started", "duration", "turns", "voice_to_voice_p50", "end_reason", "transport", "principal")
+    list_display = (
+        "started",
+        "duration",
+        "user_messages",
+        "voice_to_voice_p50",
+        "end_reason",
+        "transport",
+        "principal",
+    )
     list_display_links = ("started",)
     list_filter = ("started_at", "end_reason", "transport", "node", "principal")
     search_fields = ("id", "principal", "client_addr", "items__text")
@@ -130,6 +138,14 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
     @admin.display(description="duration")
     def duration(self, obj: RealtimeSession) -> str:
         return "live" if obj.duration_s is None else f"{obj.duration_s:.1f} s"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[RealtimeSession]:
+        return super().get_queryset(request).annotate(n_user_messages=Count("items", filter=Q(items__role="user")))
+
+    @admin.display(description="user messages", ordering="n_user_messages")
+    def user_messages(self, obj: RealtimeSession) -> str:
+        """Typed and spoken alike (``turns`` counts the spoken ones only)."""
+        return str(obj.n_user_messages)
 
     @admin.display(description="speech end to audio, p50")
     def voice_to_voice_p50(self, obj: RealtimeSession) -> str:

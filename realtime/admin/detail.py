@@ -26,7 +26,12 @@ SPANS = {
     "sent": "sent to the client",
 }
 WAITS = (("tts_order_wait_s", "of which waiting for a TTS slot"), ("core_wait_s", "threads waiting for a core"))
-CHART_W, CHART_H, CHART_PAD = 640, 160, 28
+CHART_W, CHART_H, CHART_PAD = 480, 200, 34  # the SVG scales to its column: its text stays readable at 480 wide
+EMPTY_WORDS = {  # an item with no text, by what became of its response
+    "cancelled": "(cancelled before it said anything)",
+    "incomplete": "(cut short before it said anything)",
+    "failed": "(failed before it said anything)",
+}
 
 
 def when(moment: Any) -> str:
@@ -40,7 +45,7 @@ def ms(seconds: float | None) -> str:
 def session_detail(session: RealtimeSession) -> dict[str, Any]:
     responses = list(session.responses.order_by("finished_at"))
     return {
-        "facts": facts(session),
+        "facts": facts(session, responses),
         "summary_rows": summary_rows(session.summary),
         "summary": session.summary or {},
         "turns": turns(session, responses),
@@ -48,21 +53,25 @@ def session_detail(session: RealtimeSession) -> dict[str, Any]:
     }
 
 
-def facts(session: RealtimeSession) -> list[tuple[str, str]]:
+def facts(session: RealtimeSession, responses: list[ResponseRecord]) -> list[tuple[str, str]]:
     duration = "still live" if session.duration_s is None else f"{session.duration_s:.1f} s"
     close = "" if session.close_code is None else f" (close code {session.close_code})"
+    said = session.items.filter(role="user").count()
+    model = session.engines or session.model or "–"
+    if session.engines and session.model:
+        model = f"{session.engines} (the client asked for {session.model})"
     return [
         ("Started", when(session.started_at)),
         ("Ended", when(session.ended_at) or "–"),
         ("Duration", duration),
         ("Ended how", f"{session.get_end_reason_display()}{close}"),
-        ("Turns", str(session.turns)),
+        ("Messages", f"{said} from the user ({session.turns} spoken) · {len(responses)} answers"),
         ("Errors", str(session.errors)),
         ("Who", session.principal or "–"),
         ("Client", f"{session.client_addr or '–'} · {session.user_agent or '–'}"),
         ("Transport", session.get_transport_display()),
         ("Node and unit", f"{session.node} · unit {session.unit_index if session.unit_index is not None else '–'}"),
-        ("Model", session.model or "–"),
+        ("Models", model),
         ("Audio", f"{session.audio_in_seconds:.1f} s in · {session.audio_out_seconds:.1f} s out"),
     ]
 
@@ -94,6 +103,7 @@ def turns(session: RealtimeSession, responses: list[ResponseRecord]) -> list[dic
         rows.append(
             {
                 "item": item,
+                "empty": EMPTY_WORDS.get(response.status, "(nothing said)") if response else "(nothing transcribed)",
                 "time": timezone.localtime(item.created_at).strftime("%H:%M:%S"),
                 "response": response,
                 "timings": None if response is None else timings(response),
@@ -153,5 +163,5 @@ def chart(responses: list[ResponseRecord]) -> dict[str, Any] | None:
         "top_label": f"{top * 1000:.0f} ms",
         "median_y": median_y,
         "median_label": f"median {median * 1000:.0f} ms",
-        "label_y": CHART_H - 8,
+        "label_y": CHART_H - 10,
     }

@@ -137,6 +137,7 @@ class Runtime:
         """Records a session (or a refused connection, ``session`` None) and republishes the slots."""
         if session is not None:
             self.sessions.add(session)
+        fields.setdefault("engines", settings.S2S_POOL.describe())
         records.session_started(self.writer, session_id, **fields)
         self.nudge()
 

@@ -8,7 +8,15 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from pipelines import audio, tools as tool_parsing
-from pipelines.config import SPEED_RANGE, FunctionTool, SessionSettings, ToolChoice, Truncation, TurnDetection
+from pipelines.config import (  # noqa: F401  (DEFAULT_INSTRUCTIONS: read here by the tests and benches too)
+    DEFAULT_INSTRUCTIONS,
+    SPEED_RANGE,
+    FunctionTool,
+    SessionSettings,
+    ToolChoice,
+    Truncation,
+    TurnDetection,
+)
 from pipelines.errors import ToolDefinitionError
 from realtime.protocol.events import ClientItem, EventError, ItemReference, check_type, optional, parse_prompt
 from realtime.protocol.mcp.config import HostedTool, McpPolicy, McpServer, parse_server
@@ -18,12 +26,6 @@ BETA_FORMATS = {"pcm16": audio.PCM, "g711_ulaw": audio.PCMU, "g711_alaw": audio.
 GA_TO_BETA_FORMATS = {v: k for k, v in BETA_FORMATS.items()}
 EAGERNESS = ("low", "medium", "high", "auto")
 MAX_INSTRUCTIONS_BYTES = 128 * 1024
-# Replies are heard, not read: short, plain sentences that a TTS voice says well.
-DEFAULT_INSTRUCTIONS = (
-    "You are a helpful voice assistant. Your replies are spoken aloud, so answer in one or two "
-    "short, plain sentences and give the answer first. Never use lists, markdown or emoji. "
-    "Write numbers as words."
-)
 # The GA API has no temperature: the server decodes greedily (a check with a small model found it right about
 # twice as often as sampling at 0.8; bench/quality.py measures both). A client that asks for sampling stays
 # within the beta's range.

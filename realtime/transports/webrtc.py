@@ -99,8 +99,16 @@ class WebRTCCall:
     # --- the end ---------------------------------------------------------------------
 
     async def discard(self) -> None:
-        """Closes a call that never became a session (a refused offer or a full pool)."""
+        """Closes a call that never became a session (a refused offer or a full pool).
+
+        Its microphone reader started when the offer was applied (aiortc announces the track then): it is
+        cancelled and awaited here, or it would be collected still pending.
+        """
         self.closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self.reply.stop()
         try:
             await self.pc.close()

@@ -6,7 +6,7 @@ import { Chat } from "./chat.js";
 import { EventLog } from "./eventlog.js";
 import { CaptureClock, breakdownText, fetchTiming } from "./latency.js";
 import { RealtimeClient, fetchClientSecret, realtimeUrl } from "./realtime-client.js";
-import { settingsSession, settingsStatus, showSettings, showTurnOptions, turnDetection } from "./settings.js";
+import { settingsSession, settingsStatus, showPushToTalk, showSettings, showTurnOptions, turnDetection } from "./settings.js";
 import { WebRTCClient, webrtcSupported } from "./webrtc-client.js";
 
 const root = document.getElementById("app");
@@ -82,7 +82,9 @@ function setState(state, text) {
   if (state === "listening" && stats.microphone !== "on") label = "Ready: type a message";
   if (state === "listening" && stats.microphone === "on" && stats.muted) label = "Listening (microphone muted)";
   $("status-text").textContent = label;
-  $("connect").textContent = link ? "Disconnect" : state === "busy" ? "Try again" : "Connect";
+  $("transport").hidden = !link || !root.dataset.transport; // how a connection runs, only while there is one
+  $("connect").textContent = link ? "Disconnect" : state === "busy" ? "Try again now" : "Connect";
+  $("stop-retry").hidden = state !== "busy";
 }
 
 function showAlert(message) {
@@ -160,6 +162,20 @@ async function connect(fromRetry = false) {
   const current = link;
   setState("connecting");
   context.resume().catch(() => {});
+  const slots = await slotStatus();
+  if (link !== current) return; // disconnected while waiting
+  if (slots === "full") {
+    teardown();
+    busy();
+    return;
+  }
+  if (slots === "warming" || slots === "starting" || slots === "failed") {
+    teardown();
+    stopRetry();
+    showAlert(ERROR_WORDS.server_not_ready);
+    setState("error");
+    return;
+  }
   let secret = null;
   try {
     const answer = await fetchClientSecret(root.dataset.clientSecretsUrl, root.dataset.csrfToken);
@@ -183,6 +199,19 @@ async function connect(fromRetry = false) {
     onEvent: (event) => link === current && onEvent(event),
     onClose: (close) => link === current && onClose(close),
   });
+}
+
+// Whether a session can be had now ("ready", "full", "warming", ...), or null when the server does not say.
+// Asked before every try: a full pool is waited out without an offer the server must refuse (a 429 that the
+// browser would log as an error each time).
+async function slotStatus() {
+  if (!root.dataset.slotsUrl) return null;
+  try {
+    const response = await fetch(root.dataset.slotsUrl, { credentials: "same-origin", cache: "no-store" });
+    return response.ok ? (await response.json()).status : null;
+  } catch (error) {
+    return null;
+  }
 }
 
 // --- WebRTC first, the WebSocket as the fallback ----------------------------------------
@@ -328,6 +357,7 @@ function teardown() {
   setSpeaking("user", false);
   setSpeaking("assistant", false);
   if (!old) return;
+  delete root.dataset.transport;
   if (old.mic) old.mic.stop();
   old.player.stop();
   old.context.close().catch(() => {});
@@ -366,12 +396,20 @@ function stopRetry() {
   retry = null;
 }
 
+// "Stop trying": the countdown ends and the page waits for the user to press Connect.
+function giveUpRetry() {
+  stopRetry();
+  clearAlert();
+  notice("Stopped trying. Press Connect when you want to try again.");
+  setState("disconnected");
+}
+
 function onClose({ code, reason }) {
   const closing = link.closing;
   const fatal = link.fatal;
   teardown();
   if (closing) return setState("disconnected");
-  if ((fatal && fatal.code === "session_limit_reached") || (code === 1008 && /slot/i.test(reason))) return busy();
+  if (fatal && fatal.code === "session_limit_reached") return busy();
   retry = null;
   if (fatal && fatal.code === "session_ended_by_admin") {
     showAlert("An administrator ended this session.");
@@ -431,6 +469,7 @@ function setMuted(muted) {
 function setPushToTalk(on) {
   stats.pushToTalk = on;
   $("talk").hidden = !on;
+  showPushToTalk(on);
   if (link && link.talking) endTalk();
   if (link && link.client && link.client.kind === "webrtc") link.client.setMuted(stats.muted || on);
   send({ type: "session.update", session: { type: "realtime", audio: { input: { turn_detection: turnDetection(on) } } } });
@@ -688,6 +727,7 @@ $("connect").addEventListener("click", () => {
   if (link) disconnect();
   else connect();
 });
+$("stop-retry").addEventListener("click", giveUpRetry);
 $("composer").addEventListener("submit", (event) => {
   event.preventDefault();
   const input = $("message");
@@ -729,6 +769,7 @@ $("microphone-select").addEventListener("change", (event) => {
   else if (link) startMicrophone(link, event.target.value);
 });
 window.addEventListener("pagehide", () => disconnect());
+showSettings(JSON.parse($("session-defaults").textContent)); // the server's defaults, before any connection
 showTurnOptions();
 setState("disconnected");
 root.dataset.ready = "true";

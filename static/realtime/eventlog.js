@@ -35,7 +35,14 @@ export class EventLog {
     const details = document.createElement("details");
     const summary = document.createElement("summary");
     const time = new Date().toLocaleTimeString([], { hour12: false });
-    summary.textContent = `${direction === "in" ? "↓" : "↑"} ${time} ${type}`;
+    const name = document.createElement("span");
+    name.className = "type";
+    // Long names wrap only after a "." or "_", never inside a word.
+    for (const [index, part] of type.split(/(?<=[._])/).entries()) {
+      if (index) name.append(document.createElement("wbr"));
+      name.append(part);
+    }
+    summary.append(`${direction === "in" ? "↓" : "↑"} ${time} `, name);
     const badge = document.createElement("span");
     badge.className = "count";
     summary.append(badge);

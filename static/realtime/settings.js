@@ -21,10 +21,21 @@ export function settingsStatus(text, fades = false) {
   }
 }
 
+let chosenDetection = "server_vad"; // what the select said before push-to-talk took turn detection off
+
 export function showTurnOptions() {
-  const semantic = $("turn-detection").value === "semantic_vad";
-  $("server-vad-options").hidden = semantic;
-  $("semantic-vad-options").hidden = !semantic;
+  const kind = $("turn-detection").value;
+  if (kind !== "none") chosenDetection = kind;
+  $("server-vad-options").hidden = kind !== "server_vad";
+  $("semantic-vad-options").hidden = kind !== "semantic_vad";
+}
+
+// Push-to-talk commits each turn itself: the form says turn detection is off, and gives it back after.
+export function showPushToTalk(on) {
+  const select = $("turn-detection");
+  select.disabled = on;
+  select.value = on ? "none" : chosenDetection;
+  showTurnOptions();
 }
 
 // Fills the form from a session object the server sent (session.created / session.updated).
@@ -42,7 +53,9 @@ export function showSettings(session) {
   if (session.max_output_tokens != null) {
     $("max-tokens").value = session.max_output_tokens === "inf" ? "" : session.max_output_tokens;
   }
-  const detection = (audio.input || {}).turn_detection;
+  const input = audio.input || {};
+  const detection = input.turn_detection;
+  if ("turn_detection" in input && detection === null) $("turn-detection").value = "none";
   if (detection && (detection.type === "server_vad" || detection.type === "semantic_vad")) {
     $("turn-detection").value = detection.type;
     if (detection.silence_duration_ms != null) $("silence").value = detection.silence_duration_ms;
@@ -54,7 +67,7 @@ export function showSettings(session) {
 // The turn detection the form asks for; null with push-to-talk (the page commits each turn).
 export function turnDetection(pushToTalk) {
   if (pushToTalk) return null;
-  if ($("turn-detection").value === "semantic_vad") return { type: "semantic_vad", eagerness: $("eagerness").value };
+  if (chosenDetection === "semantic_vad") return { type: "semantic_vad", eagerness: $("eagerness").value };
   return { type: "server_vad", silence_duration_ms: Number($("silence").value) };
 }
 

@@ -29,15 +29,16 @@
     root.replaceChildren();
     if (!nodes.length) root.append(el("p", {}, "No node has published its slots yet."));
     for (const node of nodes) {
+      // data-label: a phone shows each unit as a card, each value after its column's name
       const rows = node.slots.map(slot => el("tr", {"data-node": node.name, "data-unit": slot.index},
-        el("td", {}, String(slot.index)),
-        el("td", {class: "state"}, el("span", {class: "state-" + slot.state}, slot.state)),
-        el("td", {class: "session"}, slot.session_id && slot.state !== "idle"
+        el("td", {class: "unit", "data-label": "Unit"}, String(slot.index)),
+        el("td", {class: "state", "data-label": "State"}, el("span", {class: "state-" + slot.state}, slot.state)),
+        el("td", {class: "session", "data-label": "Session"}, slot.session_id && slot.state !== "idle"
           ? el("a", {href: sessionsUrl + encodeURIComponent(slot.session_id) + "/change/"}, slot.session_id) : ""),
-        el("td", {}, slot.for_s === null || slot.for_s === undefined ? "" : slot.for_s.toFixed(1) + " s"),
-        el("td", {}, String(slot.sessions_served)),
-        el("td", {}, String(slot.rebuilds)),
-        el("td", {}, canEnd && slot.state === "busy" && slot.session_id
+        el("td", {"data-label": "For"}, slot.for_s === null || slot.for_s === undefined ? "" : slot.for_s.toFixed(1) + " s"),
+        el("td", {"data-label": "Sessions served"}, String(slot.sessions_served)),
+        el("td", {"data-label": "Rebuilds"}, String(slot.rebuilds)),
+        el("td", {class: "end"}, canEnd && slot.state === "busy" && slot.session_id
           ? el("button", {type: "button", class: "button end-session", onclick: e => endSession(slot.session_id, e.target)}, "End session") : "")));
       root.append(el("div", {class: "node node-" + node.status, "data-node": node.name},
         el("h2", {}, node.name + " — " + node.status),

@@ -4,6 +4,7 @@
 // Same interface as RealtimeClient (send, close, open) so the page drives either.
 
 const CONNECT_TIMEOUT_MS = 10000;
+const HANG_UP_WAIT_MS = 2000;
 
 export function webrtcSupported() {
   return typeof RTCPeerConnection === "function" && !!(navigator.mediaDevices && navigator.mediaDevices.getUserMedia);
@@ -157,13 +158,18 @@ export class WebRTCClient {
     return { samples: 0, energy: 0, packets: 0 };
   }
 
+  // Hangs up: DELETE first, and the peer connection closed once the server has answered (or after
+  // HANG_UP_WAIT_MS). Closed first, the server would end the call from its side and answer the DELETE 404.
   close() {
     if (this.closed) return;
     this.closed = true;
-    if (this.location) {
-      fetch(this.location, { method: "DELETE", headers: this.#auth(), keepalive: true }).catch(() => {});
+    if (!this.location) {
+      this.#stop();
+      return;
     }
-    this.#stop();
+    const hangUp = fetch(this.location, { method: "DELETE", headers: this.#auth(), keepalive: true }).catch(() => {});
+    const late = new Promise((resolve) => setTimeout(resolve, HANG_UP_WAIT_MS));
+    Promise.race([hangUp, late]).then(() => this.#stop());
   }
 
   #auth() {

@@ -108,7 +108,15 @@ def test_the_session_list_and_a_session_report_with_its_recordings(server: LiveS
 
     wait_for(summarized, timeout=20, interval=0.5, what="the session listed with its p50")
     headers = [h.strip().lower() for h in page.locator("#result_list thead th").all_inner_texts() if h.strip()]
-    assert headers == ["started", "duration", "turns", "speech end to audio, p50", "end reason", "transport", "who"]
+    assert headers == [
+        "started",
+        "duration",
+        "user messages",
+        "speech end to audio, p50",
+        "end reason",
+        "transport",
+        "who",
+    ]
     row = page.locator("#result_list tbody tr").first.inner_text()
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", row) and "Client closed" in row
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")

@@ -95,8 +95,8 @@ def test_it_shows_the_busy_state_when_every_slot_is_taken_and_connects_on_retry(
         client.wait_for("window.s2sStats.state === 'busy'", 15)
         assert page.inner_text("#alert").startswith("All slots are busy. Trying again in")
         assert page.inner_text("#status-text").startswith("All slots are busy, retrying in")
-        assert page.inner_text("#connect") == "Try again"  # now, without waiting for the countdown
-        assert client.stats()["events"]["error"] == 1
+        assert page.inner_text("#connect") == "Try again now"  # without waiting for the countdown
+        assert "error" not in client.stats()["events"]  # the page asked /v1/realtime/slots: no offer was refused
     finally:
         holder.close()
 
@@ -107,8 +107,7 @@ def test_it_shows_the_busy_state_when_every_slot_is_taken_and_connects_on_retry(
     page.evaluate("window.s2sStats.state === 'busy' && document.getElementById('connect').click()")
     client.wait_for("window.s2sStats.state === 'listening'", 15)
     assert page.is_hidden("#alert")
-    # the only error: Chromium's own line about the call refused with 429 (WebRTC's "all slots busy")
-    assert [error for error in client.errors if "status of 429" not in error] == []
+    assert client.errors == [] and client.failed == []  # no call refused with 429 either
 
 
 def test_speaking_over_the_answer_stops_playback_and_truncates_to_what_was_heard(loopback_server, open_page, tmp_path):

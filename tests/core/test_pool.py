@@ -276,6 +276,36 @@ def test_a_released_unit_is_claimable_again(size):
         pool.shutdown()
 
 
+async def test_a_release_whose_waiter_is_cancelled_still_frees_the_unit_and_raises_in_no_thread():
+    """``SessionCore.end`` awaits the release; a session ended while it is being cancelled (a disconnect during
+    shutdown) cancels that wait. The release goes on, and its thread must not die setting the cancelled result."""
+    import asyncio
+
+    log: list[str] = []
+    unit, _ = fake_unit(log, reset_s=0.3)
+    pool = started_pool(unit)
+    died: list[BaseException] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: died.append(args.exc_value)
+    try:
+        lease = pool.claim(Sink(), "sess_1")
+        assert lease is not None
+        future = pool.release(lease)
+        waiter = asyncio.ensure_future(asyncio.wrap_future(future))
+        await asyncio.sleep(0.05)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert not future.cancelled()  # the release itself cannot be called off
+        assert await asyncio.wait_for(asyncio.wrap_future(future), 5) is True
+        assert unit.state is UnitState.IDLE and pool.free_units() == 1
+        await asyncio.sleep(0.1)  # the release thread has returned
+        assert died == []
+    finally:
+        threading.excepthook = previous
+        pool.shutdown()
+
+
 def test_a_release_whose_waiter_was_cancelled_frees_the_unit_without_an_error_in_its_thread(monkeypatch):
     """A call's finishing task cancelled while it awaited the release (another path closed the call) cancels
     the release's future; the release thread used to die on it with InvalidStateError and a traceback."""
