@@ -23,6 +23,7 @@ from pipelines.config import (
     PoolConfig,
 )
 from realtime.protocol.mcp.config import McpPolicy
+from realtime.transports.sip import config as sip_config
 from s2s_project.env import envbool, envchoice, envfloat, envicelist, envint, envlist, envpairs, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -267,6 +268,36 @@ S2S_ICE_SERVERS = envicelist("S2S_ICE_SERVERS")
 # A call whose peer sends no media (and whose data channel does not open) for this long is hung up.
 S2S_WEBRTC_PEER_TIMEOUT_S = envfloat("S2S_WEBRTC_PEER_TIMEOUT_S", 15.0, minimum=1.0)
 S2S_MAX_SDP_BYTES = envint("S2S_MAX_SDP_BYTES", 64 * 1024, minimum=1024)
+
+
+# Phone calls over SIP (realtime/transports/sip/, docs/deploy.md): the listener on UDP and TCP at
+# S2S_SIP_BIND=host:port (empty: none), RTP on even ports of S2S_SIP_RTP_PORTS. With S2S_SIP_WEBHOOK_URL an
+# incoming call is announced there (realtime.call.incoming, signed with S2S_SIP_WEBHOOK_SECRET) and waits for
+# POST /v1/realtime/calls/{call_id}/accept; without one, S2S_SIP_SESSION (JSON settings) answers at once.
+def _sip_settings() -> sip_config.SipConfig:
+    try:
+        bind = envstr("S2S_SIP_BIND", "").strip()
+        host, port = sip_config.parse_bind(bind) if bind else ("", 5060)
+        config = sip_config.SipConfig(
+            host=host,
+            port=port,
+            advertised_ip=envstr("S2S_SIP_ADVERTISED_IP", "").strip(),
+            rtp_ports=sip_config.parse_port_range(envstr("S2S_SIP_RTP_PORTS", "10000-20000")),
+            rtp_timeout_s=envfloat("S2S_SIP_RTP_TIMEOUT_S", 30.0, minimum=1.0),
+            webhook_url=envstr("S2S_SIP_WEBHOOK_URL", "").strip(),
+            webhook_secret=envstr("S2S_SIP_WEBHOOK_SECRET", "").strip(),
+            accept_timeout_s=envfloat("S2S_SIP_ACCEPT_TIMEOUT_S", 20.0, minimum=1.0),
+            numbers=envchoice("S2S_SIP_NUMBERS", "masked", sip_config.NUMBER_POLICIES),
+            session=sip_config.parse_session(envstr("S2S_SIP_SESSION", "")),
+        )
+    except sip_config.SipConfigError as exc:
+        raise ImproperlyConfigured(f"S2S_SIP_*: {exc}") from None
+    if config.webhook_url and not config.webhook_secret.startswith("whsec_"):
+        raise ImproperlyConfigured("S2S_SIP_WEBHOOK_URL needs S2S_SIP_WEBHOOK_SECRET=whsec_... to sign the webhooks")
+    return config
+
+
+S2S_SIP = _sip_settings()
 
 # Production mode: HTTPS-only cookies, HSTS, redirect to HTTPS (``check --deploy`` passes).
 # Off by default so that the local run command keeps working over plain http.

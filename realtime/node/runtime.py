@@ -15,6 +15,7 @@ import logging
 import resource
 import threading
 import time
+from collections.abc import Sequence
 from typing import Protocol
 
 from django.conf import settings
@@ -64,6 +65,14 @@ class LiveCall(Protocol):
         """Ends the call's session and closes its peer connection."""
 
 
+class Listener(Protocol):
+    """A listener of its own (SIP) that lives on the server's event loop, beside the ASGI app."""
+
+    async def start(self, runtime: Runtime) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class Runtime:
     def __init__(self) -> None:
         self.started_at = timezone.now()
@@ -74,14 +83,22 @@ class Runtime:
         self.start_error: str | None = None
         self.heartbeat: Heartbeat | None = None
         self.sessions: set[LiveSession] = set()
-        self.calls: dict[str, LiveCall] = {}  # live WebRTC calls by call id (they are in ``sessions`` too)
+        self.calls: dict[str, LiveCall] = {}  # live WebRTC and SIP calls by call id (they are in ``sessions`` too)
+        self.listeners: list[Listener] = []
         self.started = False
         self._lock = threading.Lock()
 
     # --- start --------------------------------------------------------------------
 
-    def start(self, warm: bool = True, background: bool = True) -> threading.Thread | None:
-        """Closes what a crashed earlier run left open, starts the heartbeat, then loads and warms the pool.
+    def start(
+        self,
+        warm: bool = True,
+        background: bool = True,
+        listeners: Sequence[Listener] = (),
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> threading.Thread | None:
+        """Closes what a crashed earlier run left open, starts the heartbeat, then loads and warms the pool,
+        and starts ``listeners`` on ``loop`` (the server's: running, or about to; default the running one).
 
         In the background the server answers probes (and turns sessions away with a
         clear error) while the models load. A second call does nothing.
@@ -95,6 +112,9 @@ class Runtime:
         self.writer.submit(lambda: self._interrupt_left_open(started_at))  # once the database answers
         self.heartbeat = Heartbeat(lambda: self.pool, started_at, settings.S2S_HEARTBEAT_S, on_beat=self.refusals.flush)
         self.heartbeat.start()
+        self.listeners = list(listeners)
+        for listener in self.listeners:
+            asyncio.run_coroutine_threadsafe(listener.start(self), loop or asyncio.get_running_loop())
         if not background:
             self._load(warm)
             return None
@@ -171,6 +191,8 @@ class Runtime:
             if left:
                 logger.info("ended %s session(s) after the grace period", len(left))
                 await asyncio.sleep(0.2)  # let the close frames go out
+            for listener in self.listeners:
+                await listener.stop()
             self.refusals.flush()
             if not await asyncio.to_thread(self.writer.flush, 10.0):
                 logger.error("shutting down with %s session record(s) unwritten", self.writer.backlog)

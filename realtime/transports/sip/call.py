@@ -1,0 +1,361 @@
+"""One phone call as a Realtime transport: its SIP dialog (aiosipua), its RTP media, the session behind them.
+
+A call claims its unit when the INVITE arrives, before anything is answered, and its session
+starts then (so a ringing call is on the slot board and in the audit). It is answered (200 OK
+with the SDP answer) by :meth:`SipCall.accept`: at once with the default session, or when the
+operator's ``POST /v1/realtime/calls/{call_id}/accept`` comes. The reply's audio rides RTP, so
+the server owns the output buffer, as over WebRTC (``output_audio_buffer.*``, barge-in).
+Every end goes through :meth:`SipCall.finish` or the core's ``end``, which calls :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from aiosipua import IncomingCall, SipUAC
+from aiosipua.dialog import DialogState
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from pipelines.ids import new_id
+from realtime.models import EndReason, RealtimeSession, Transport as TransportKind
+from realtime.node import cluster
+from realtime.node.runtime import Runtime
+from realtime.protocol.core import Event, Opening, Refusal, SessionCore, refuse
+from realtime.protocol.events import EventError, server_event
+from realtime.transports.sip.config import SipConfig
+from realtime.transports.sip.media import CallMedia, NoCommonCodec, ReplyPlayout
+from realtime.transports.webrtc import HANG_UP, call_group
+
+if TYPE_CHECKING:
+    from aiortp.port_allocator import PortAllocator
+
+logger = logging.getLogger(__name__)
+
+AUDIO_DELTAS = {"response.output_audio.delta", "response.audio.delta"}
+AUDIO_DONE = {"response.output_audio.done", "response.audio.done", "response.done"}
+# SIP statuses for the refusals of the pool: a full pool is busy, a starting or stopping server unavailable.
+REFUSAL_STATUS = {"session_limit_reached": 486}
+MAX_MICROPHONE_BACKLOG = 500  # 10 s of 20 ms frames waiting for the event loop: more is dropped
+HIDDEN_HEADERS = {"authorization", "proxy-authorization"}  # never sent to the webhook
+
+
+def open_call(runtime: Runtime, call: SipCall, opening: Opening) -> SessionCore:
+    """The one place a SIP call gets its session: the claim (raises :class:`Refusal`).
+
+    Written against ``SessionCore.claim``; ``open_session`` takes its place when it lands.
+    """
+    return SessionCore.claim(runtime, call, opening)
+
+
+def number_of(uri: Any) -> str:
+    """The user part of a From or To address (a phone number, or a SIP user)."""
+    return str(getattr(getattr(uri, "uri", None), "user", "") or "")
+
+
+class SipCall:
+    """One call: ``ringing`` (unit claimed, not answered), ``active`` (answered), ``ended``."""
+
+    def __init__(
+        self, incoming: IncomingCall, runtime: Runtime, config: SipConfig, ports: PortAllocator, uac: SipUAC
+    ) -> None:
+        self.id = new_id("rtc")
+        self.incoming = incoming
+        self.runtime = runtime
+        self.config = config
+        self.uac = uac
+        self.credential = ""  # only an API key may steer or hang up a phone call (none with auth off)
+        self.state = "ringing"
+        self.core: SessionCore | None = None
+        self.api_key_id: int | None = None  # the key that accepted the call: revoking it ends the call
+        self.caller = number_of(incoming.invite.from_addr)
+        self.callee = number_of(incoming.invite.to_addr)
+        self.playout = ReplyPlayout(self._playout_started, self._playout_stopped)
+        self.media = CallMedia(config, ports, self._microphone, self._dtmf, self.playout)
+        self.followers: set[Any] = set()  # event-only transports (a WebSocket with ?call_id=)
+        self._answer: Any = None
+        self._microphone_queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_MICROPHONE_BACKLOG)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ringing_since = time.monotonic()
+        self.answered_at: float | None = None
+        self.on_closed: Callable[[SipCall], None] | None = None
+
+    @property
+    def sip_call_id(self) -> str:
+        return self.incoming.call_id
+
+    @property
+    def sip_headers(self) -> list[dict[str, str]]:
+        """The INVITE's headers as the webhook carries them (names as sent, order kept, no credentials)."""
+        return [
+            {"name": name, "value": value}
+            for name, values in self.incoming.invite.headers.items()
+            if name.lower() not in HIDDEN_HEADERS
+            for value in values
+        ]
+
+    # --- ringing ------------------------------------------------------------------
+
+    async def ring(self) -> bool:
+        """Claims a unit, binds the media, starts the session; False: the INVITE was refused (486, 488, 503)."""
+        source_ip, source_port = self.incoming.source_addr
+        opening = Opening(
+            session_id=new_id("sess"),
+            model=str(self.config.session.get("model") or settings.S2S_DEFAULT_MODEL),
+            transport=TransportKind.SIP,
+            client_addr=f"{source_ip}:{source_port}"[:100],
+            user_agent=(self.incoming.invite.get_header("user-agent") or "")[:500],
+        )
+        try:
+            self.core = open_call(self.runtime, self, opening)
+        except Refusal as refusal:
+            refuse(self.runtime, opening, refusal)
+            status = REFUSAL_STATUS.get(refusal.code, 503)
+            logger.info("SIP call %s from %s refused (%s): %s", self.id, source_ip, status, refusal.code)
+            self.incoming.reject(status)
+            self.state = "ended"
+            return False
+        self.runtime.calls[self.id] = self
+        try:
+            if self.incoming.sdp_offer is None:
+                raise NoCommonCodec("the INVITE has no SDP offer")
+            self._answer = await self.media.open(self.incoming.sdp_offer, source_ip)
+            await self.core.start()
+        except NoCommonCodec as exc:
+            logger.info("SIP call %s: %s (488)", self.id, exc)
+            self.incoming.reject(488)
+            await self.finish(EndReason.ERROR)
+            return False
+        except BaseException:
+            self.incoming.reject(500)
+            await self.finish(EndReason.ERROR)
+            raise
+        self._record_numbers()
+        self._spawn(self._listen_for_admin(), "admin")
+        return True
+
+    def _record_numbers(self) -> None:
+        assert self.core is not None
+        session_id = self.core.id
+        caller, callee = self.config.recorded_number(self.caller), self.config.recorded_number(self.callee)
+        self.runtime.writer.submit(
+            lambda: RealtimeSession.objects.filter(id=session_id).update(caller=caller, callee=callee)
+        )
+
+    def ringing(self) -> None:
+        self.incoming.ringing()
+
+    # --- the operator's answer ----------------------------------------------------------
+
+    async def accept(self, session: dict[str, Any] | None, api_key_id: int | None = None) -> None:
+        """Answers the call (200 OK with the SDP answer) with these session settings (checked already)."""
+        if self.state != "ringing" or self.core is None:
+            raise CallStateError(f"The call is {self.state}: only a ringing call can be accepted.")
+        self.state = "active"
+        self.api_key_id = api_key_id
+        self.incoming.accept(self._answer)
+        self.answered_at = time.monotonic()
+        self.media.start_playout()
+        if session:
+            body = json.dumps({"type": "session.update", "session": session})
+            await self.core.receive(body, len(body))
+        self._spawn(self._pump_microphone(), "microphone")
+        self._spawn(self._watch_media(), "rtp-watch")
+        if api_key_id is not None:
+            self._spawn(self._listen_for_revocation(api_key_id), "key")
+        logger.info("SIP call %s answered (session %s)", self.id, self.core.id)
+
+    async def reject(self, status: int) -> None:
+        if self.state != "ringing":
+            raise CallStateError(f"The call is {self.state}: only a ringing call can be rejected.")
+        self.incoming.reject(status)
+        await self.finish(EndReason.SERVER_CLOSED)
+
+    def refer(self, target_uri: str) -> None:
+        """Asks the caller's side to call ``target_uri`` (REFER); the call ends when it hangs up on us."""
+        if self.state != "active" or self.incoming.dialog.state != DialogState.CONFIRMED:
+            raise CallStateError(f"The call is {self.state}: only an answered call can be transferred.")
+        self.uac.transport = self.incoming.transport  # REFER goes out where the call came in (UDP or TCP)
+        self.uac.send_refer(self.incoming.dialog, target_uri, self.incoming.source_addr)
+
+    async def hang_up(self) -> None:
+        """``/hangup`` (or DELETE): a ringing call is declined (603), an answered one gets a BYE."""
+        if self.state == "ringing":
+            self.incoming.reject(603)
+        await self.finish(EndReason.CLIENT_CLOSED)
+
+    # --- the end ------------------------------------------------------------------------
+
+    async def finish(self, reason: str) -> None:
+        """Ends the session (nothing left to tell the caller but a BYE), then the dialog and the media."""
+        if self.core is not None and not self.core.ended:
+            await self.core.end(reason, None)
+        await self._tear_down()
+
+    def caller_left(self, why: str) -> None:
+        """BYE, CANCEL or no ACK: the dialog is over on the caller's side; no BYE goes back."""
+        logger.info("SIP call %s: %s", self.id, why)
+        self.state = "ended"
+        self._spawn(self.finish(EndReason.CLIENT_CLOSED), "finish")
+
+    async def _tear_down(self) -> None:
+        if self.state == "closed":
+            return
+        if self.incoming.dialog.state == DialogState.CONFIRMED:
+            self.incoming.hangup()  # BYE
+        self.state = "closed"
+        self.runtime.calls.pop(self.id, None)
+        if self.on_closed is not None:
+            self.on_closed(self)
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+        self.incoming._stop_retransmissions()
+        self.playout.clear()
+        await self.media.close()
+
+    # --- core.Transport --------------------------------------------------------------
+
+    async def send_event(self, event: Event) -> None:
+        kind = event["type"]
+        try:
+            if kind in AUDIO_DELTAS:  # the audio rides RTP
+                assert self.core is not None
+                self.playout.push(
+                    event["response_id"],
+                    event["item_id"],
+                    base64.b64decode(event["delta"]),
+                    self.core.session.output_format,
+                )
+                return
+            await self._tell_followers(event)
+            if kind in AUDIO_DONE:
+                response = event.get("response") or {}
+                self.playout.finish(event.get("response_id") or response.get("id", ""))
+            elif kind == "input_audio_buffer.speech_started" and self.playout.playing and self._interrupts():
+                for reply in self.clear_output_audio():
+                    await self._tell_followers(reply)
+        except Exception:  # the session's send loop must go on whatever one event does here
+            logger.exception("SIP call %s: could not send %s", self.id, kind)
+
+    async def close(self, code: int, reason: str) -> None:
+        """The server ends the call (a limit, an admin, a revoked key, shutdown): BYE."""
+        logger.info("SIP call %s: ended by the server (%s)", self.id, reason)
+        await self._tear_down()
+
+    def clear_output_audio(self) -> list[Event]:
+        """Stops the reply at once; truncates its item to what was played."""
+        cleared = self.playout.clear()
+        if cleared is None:
+            return [server_event("output_audio_buffer.cleared", response_id=self.playout.last_response_id)]
+        response_id, item_id, played_ms = cleared
+        events = [server_event("output_audio_buffer.cleared", response_id=response_id)]
+        assert self.core is not None
+        try:
+            events += self.core.conversation.truncate_item(item_id, 0, played_ms)
+        except EventError as exc:
+            logger.debug("SIP call %s: no truncation of %s: %s", self.id, item_id, exc.message)
+        return events
+
+    def _interrupts(self) -> bool:
+        assert self.core is not None
+        return bool((self.core.session.turn_detection or {}).get("interrupt_response", True))
+
+    async def _tell_followers(self, event: Event) -> None:
+        for follower in list(self.followers):
+            await follower.send_event(event)
+
+    def _playout_started(self, response_id: str) -> None:
+        self._spawn(self._tell_followers(server_event("output_audio_buffer.started", response_id=response_id)), "ev")
+
+    def _playout_stopped(self, response_id: str) -> None:
+        self._spawn(self._tell_followers(server_event("output_audio_buffer.stopped", response_id=response_id)), "ev")
+
+    # --- the caller ----------------------------------------------------------------------
+
+    def _microphone(self, pcm: bytes) -> None:
+        try:
+            self._microphone_queue.put_nowait(pcm)
+        except asyncio.QueueFull:
+            logger.warning("SIP call %s: microphone backlog full; a frame dropped", self.id)
+
+    async def _pump_microphone(self) -> None:
+        while True:
+            pcm = await self._microphone_queue.get()
+            if self.core is None or self.core.ended:
+                return
+            await self.core.receive_audio(pcm)
+
+    def _dtmf(self, digit: str) -> None:
+        """An RFC 4733 key press: ``input_audio_buffer.dtmf_event_received``, as the API sends it."""
+        logger.debug("SIP call %s: DTMF %s", self.id, digit)
+        event = server_event("input_audio_buffer.dtmf_event_received", event=digit, received_at=int(time.time()))
+        self._spawn(self._tell_followers(event), "dtmf")
+
+    async def _watch_media(self) -> None:
+        """Hangs up a caller that sends no RTP (nor RTCP) for ``S2S_SIP_RTP_TIMEOUT_S``."""
+        timeout = self.config.rtp_timeout_s
+        while True:
+            silent_for = self.media.silent_for()
+            if silent_for >= timeout:
+                logger.info("SIP call %s: no RTP for %.0fs; hanging up", self.id, silent_for)
+                await self.finish(EndReason.CLIENT_CLOSED)
+                return
+            await asyncio.sleep(timeout - silent_for)
+
+    # --- the cluster -----------------------------------------------------------------------
+
+    async def _listen_for_admin(self) -> None:
+        """The session's and the call's groups: an admin's "end session", a hang-up from another process."""
+        assert self.core is not None
+        await self._listen([cluster.session_group(self.core.id), call_group(self.id)])
+
+    async def _listen_for_revocation(self, api_key_id: int) -> None:
+        await self._listen([cluster.key_group(api_key_id)])
+
+    async def _listen(self, groups: list[str]) -> None:
+        layer = get_channel_layer()
+        if layer is None or self.core is None:
+            return
+        name = await layer.new_channel()
+        try:
+            for group in groups:
+                await layer.group_add(group, name)
+            while True:
+                message = await layer.receive(name)
+                kind = message.get("type")
+                if kind == cluster.END_SESSION:
+                    await self.core.end_by_admin()
+                    return
+                if kind == cluster.KEY_REVOKED:
+                    await self.core.end_revoked()
+                    return
+                if kind == HANG_UP and message.get("credential") in ("", self.credential):
+                    await self.hang_up()
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("SIP call %s: the channel layer failed; admin actions cannot reach it", self.id)
+        finally:
+            for group in groups:
+                try:
+                    await asyncio.wait_for(asyncio.shield(layer.group_discard(group, name)), 2.0)
+                except Exception:
+                    logger.debug("SIP call %s: could not leave %s", self.id, group)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=f"{name}-{self.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+class CallStateError(Exception):
+    """An operation the call's state does not allow (the control endpoints answer 409)."""
