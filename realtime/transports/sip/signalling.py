@@ -29,6 +29,29 @@ logger = logging.getLogger(__name__)
 USER_AGENT = "s2s-realtime"
 
 
+class _DatagramProtocol(asyncio.DatagramProtocol):
+    def __init__(self, owner: UdpTransport) -> None:
+        self.owner = owner
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.owner._dispatch(data, (str(addr[0]), int(addr[1])))
+
+    def error_received(self, exc: Exception) -> None:
+        logger.debug("SIP over UDP: %s", exc)
+
+
+class UdpTransport(UdpSipTransport):
+    """aiosipua's UDP transport, bound without its protocol's ``assert isinstance(transport,
+    asyncio.DatagramTransport)``: Python 3.11's selector transport is not one, and the assertion
+    logged an error for every bind (the socket worked regardless)."""
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._udp_transport, _ = await loop.create_datagram_endpoint(
+            lambda: _DatagramProtocol(self), local_addr=self.local_addr
+        )
+
+
 def listeners() -> list[SipListener]:
     """The SIP listener the settings ask for (``S2S_SIP_BIND``), or none."""
     return [SipListener(settings.S2S_SIP)] if settings.S2S_SIP.enabled else []
@@ -53,7 +76,7 @@ class SipListener:
         self.runtime = runtime
         address = (self.config.host, self.config.port)
         advertised = (self.config.sdp_ip, self.config.port)
-        udp: SipTransport = UdpSipTransport(local_addr=address)
+        udp: SipTransport = UdpTransport(local_addr=address)
         tcp: SipTransport = TcpSipTransport(local_addr=address)
         for transport in (udp, tcp):
             uac = SipUAC(transport, advertised_addr=advertised)
