@@ -141,7 +141,13 @@ LOGGING = {
         "level": envchoice("S2S_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper(),
     },
     # faster-whisper logs every transcription at INFO: too chatty for partial transcripts; aioice every ICE check.
-    "loggers": {"faster_whisper": {"level": "WARNING"}, "aioice": {"level": "WARNING"}},
+    "loggers": {
+        "faster_whisper": {"level": "WARNING"},
+        "aioice": {"level": "WARNING"},
+        # aiosipua logs a traceback for each message it cannot parse: a flood of junk would flood the log
+        # (the listener counts what it drops, realtime.transports.sip.signalling).
+        "aiosipua": {"level": "ERROR"},
+    },
 }
 
 # --- the speech-to-speech server -------------------------------------------

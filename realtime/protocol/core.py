@@ -41,6 +41,7 @@ CLOSE_POLICY = 1008
 CLOSE_INTERNAL = 1011
 CLOSE_TRY_AGAIN = 1013
 SESSION_LIMIT_REASON = "All session slots are in use"
+FOLLOWER_SKIPS = {"response.output_audio.delta", "response.audio.delta"}  # followers get events, not audio
 
 
 class Transport(Protocol):
@@ -154,6 +155,7 @@ class SessionCore:
         self._active_at = self._rate_reported_at = self._session_started = time.monotonic()
         self._outbox: asyncio.Queue[m.Outbound] = asyncio.Queue(maxsize=settings.S2S_SEND_BUFFER_EVENTS)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._followers: set[Transport] = set()  # event-only transports attached to the session (?call_id=)
         self._turn_timeout: asyncio.Task[None] | None = None
         self._turn_timeout_due: float | None = None
         # The settings a client secret was minted with, or a call offered with (validated then); one that
@@ -281,6 +283,9 @@ class SessionCore:
             )
         if close_reason and close_code is not None:
             await self.transport.close(close_code, close_reason)
+        followers, self._followers = self._followers, set()
+        for follower in followers:
+            await follower.close(1000, "The call ended")
 
     async def going_away(self) -> None:
         await self.end(
@@ -563,6 +568,25 @@ class SessionCore:
             if event is None:
                 return
         await self.transport.send_event(event)
+        if self._followers and event["type"] not in FOLLOWER_SKIPS:
+            await self.tell_followers(event)
+
+    # --- followers: a second, event-only transport on a live call (``/v1/realtime?call_id=``) --------
+
+    def follow(self, follower: Transport) -> None:
+        """Attaches ``follower``: it gets the session's events (no audio) and may send client events."""
+        self._followers.add(follower)
+
+    def unfollow(self, follower: Transport) -> None:
+        self._followers.discard(follower)
+
+    async def tell_followers(self, event: Event) -> None:
+        """Sends an event to the followers only (one the transport made itself: a key press, the playout)."""
+        for follower in list(self._followers):
+            try:
+                await follower.send_event(event)
+            except Exception:  # a follower that went away must not stop the session's send loop
+                logger.debug("session %s: a follower could not be sent %s", self.id, event["type"])
 
     def _session_obj(self) -> Event:
         if self.opening.beta:

@@ -22,7 +22,7 @@ from realtime.access import auth
 from realtime.node import cluster
 from realtime.node import runtime
 from realtime.protocol.core import CLOSE_POLICY, Opening, Refusal, SessionCore, refuse
-from realtime.protocol.events import error_event
+from realtime.protocol.events import error_event, server_event
 from realtime.models import EndReason
 from realtime.audit.records import principal_of
 
@@ -39,6 +39,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     """One Realtime session per socket."""
 
     core: SessionCore | None = None
+    following: SessionCore | None = None  # ``?call_id=``: the live call's session this socket steers
     _groups: tuple[str, ...] = ()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -55,6 +56,9 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode())
         # Only "realtime" is ever echoed: never the "openai-insecure-api-key.KEY" subprotocol.
         await self.accept(subprotocol="realtime" if "realtime" in offered else None)
+        if query.get("call_id"):
+            await self._follow(query["call_id"][0])
+            return
         session_id = new_id("sess")
         client = self.scope.get("client") or ("", 0)
         opening = Opening(
@@ -94,6 +98,26 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await self.core.end(EndReason.ERROR, None)
             raise
 
+    async def _follow(self, call_id: str) -> None:
+        """Attaches this socket to a live call (SIP or WebRTC) beside its own transport: the session's events
+        without the audio, and client events into the same session. Ending the socket leaves the call alone."""
+        try:
+            principal = await auth.authenticate(self.scope, call_id)
+            if settings.S2S_AUTH_REQUIRED and principal.kind != "api_key":
+                raise auth.AuthError("invalid_api_key", "Following a call takes an API key.")
+        except auth.AuthError as exc:
+            await self.send_event(error_event(exc.code, exc.message, error_type=exc.error_type))
+            await self.close(code=exc.close_code, reason=exc.reason)
+            return
+        core = getattr(runtime.current().calls.get(call_id), "core", None)
+        if core is None or core.ended:
+            await self.send_event(error_event("call_not_found", f"No live call with id '{call_id}'.", "call_id"))
+            await self.close(code=CLOSE_POLICY, reason="No such call")
+            return
+        self.following = core
+        core.follow(self)
+        await self.send_event(server_event("session.created", session=core.session.as_ga()))
+
     async def _refuse(
         self, rt: runtime.Runtime, opening: Opening, refusal: Refusal, error_type: str = "invalid_request_error"
     ) -> None:
@@ -102,6 +126,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         await self.close(code=refusal.close_code, reason=refusal.reason)
 
     async def disconnect(self, code: int) -> None:
+        if self.following is not None:
+            self.following.unfollow(self)
         if self.core is not None:
             # 1008 from the protocol itself: it dropped a client that does not read (send buffer full).
             reason = (
@@ -113,9 +139,10 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         await self._leave_groups()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if self.core is not None:
+        core = self.core or self.following
+        if core is not None:
             size = len(text_data) if text_data is not None else len(bytes_data or b"")
-            await self.core.receive(text_data, size)
+            await core.receive(text_data, size)
 
     # --- the transport the session core speaks through ---------------------------------
 

@@ -23,7 +23,7 @@ def sip_server(tmp_path: Path, **env: str) -> LiveServer:
         tmp_path,
         env={
             "S2S_SIP_BIND": f"127.0.0.1:{port}",
-            "S2S_SIP_RTP_PORTS": f"{20000 + port % 20000}-{20200 + port % 20000}",
+            "S2S_SIP_RTP_PORTS": f"{20000 + port % 10000 * 2}-{20200 + port % 10000 * 2}",
             "S2S_SIP_NUMBERS": "masked",
             **env,
         },

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import queue
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -181,3 +183,31 @@ def test_bad_control_requests_are_answered_with_errors_and_the_call_goes_on(serv
     wait_for(lambda: loud_seconds(*phone.heard()) >= 1.0, 30, what="the reply heard by the phone")
     client.realtime.calls.hangup(call_id)
     assert wait_free(server, 2) == 2
+
+
+async def test_a_websocket_with_the_call_id_follows_the_call_steers_it_and_hears_dtmf(server, phones, webhook, client):
+    phone = phones()
+    phone.dial(server.sip_uri)
+    call_id = await asyncio.to_thread(incoming, webhook, client)
+    await asyncio.to_thread(client.realtime.calls.accept, call_id, type="realtime")
+    sideband = openai.AsyncOpenAI(api_key="sk-local", base_url=f"{server.http}/v1", max_retries=0)
+    seen: list[str] = []
+    async with sideband.realtime.connect(call_id=call_id) as connection:
+        first = await asyncio.wait_for(connection.recv(), 10)
+        assert first.type == "session.created"
+        await connection.session.update(session={"type": "realtime", "instructions": "Say hello to the caller."})
+        await asyncio.to_thread(phone.command, "sndcode", "5")  # an RFC 4733 key press from the phone
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and not {"output_audio_buffer.stopped", "dtmf", "session.updated"} <= set(
+            seen
+        ):
+            event = await asyncio.wait_for(connection.recv(), max(0.1, deadline - time.monotonic()))
+            seen.append("dtmf" if event.type == "input_audio_buffer.dtmf_event_received" else event.type)
+            if event.type == "input_audio_buffer.dtmf_event_received":
+                assert event.event == "5"
+    wanted = {"response.done", "dtmf", "session.updated", "output_audio_buffer.started", "output_audio_buffer.stopped"}
+    assert wanted <= set(seen), seen
+    assert "response.output_audio.delta" not in seen  # the audio rides RTP; the follower gets events only
+    assert free_units(server) == 1  # closing the follower leaves the call up
+    await asyncio.to_thread(client.realtime.calls.hangup, call_id)
+    assert await asyncio.to_thread(wait_free, server, 2) == 2

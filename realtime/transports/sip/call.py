@@ -78,7 +78,6 @@ class SipCall:
         self.callee = number_of(incoming.invite.to_addr)
         self.playout = ReplyPlayout(self._playout_started, self._playout_stopped)
         self.media = CallMedia(config, ports, self._microphone, self._dtmf, self.playout)
-        self.followers: set[Any] = set()  # event-only transports (a WebSocket with ?call_id=)
         self._answer: Any = None
         self._microphone_queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_MICROPHONE_BACKLOG)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -224,6 +223,7 @@ class SipCall:
     # --- core.Transport --------------------------------------------------------------
 
     async def send_event(self, event: Event) -> None:
+        """The session's events: the audio goes on RTP; the rest reach the followers through the core."""
         kind = event["type"]
         try:
             if kind in AUDIO_DELTAS:  # the audio rides RTP
@@ -235,7 +235,6 @@ class SipCall:
                     self.core.session.output_format,
                 )
                 return
-            await self._tell_followers(event)
             if kind in AUDIO_DONE:
                 response = event.get("response") or {}
                 self.playout.finish(event.get("response_id") or response.get("id", ""))
@@ -269,8 +268,9 @@ class SipCall:
         return bool((self.core.session.turn_detection or {}).get("interrupt_response", True))
 
     async def _tell_followers(self, event: Event) -> None:
-        for follower in list(self.followers):
-            await follower.send_event(event)
+        """Events the call makes itself go to the followers (the session's own reach them from the core)."""
+        if self.core is not None:
+            await self.core.tell_followers(event)
 
     def _playout_started(self, response_id: str) -> None:
         self._spawn(self._tell_followers(server_event("output_audio_buffer.started", response_id=response_id)), "ev")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import Any
 
 from aiortp.port_allocator import PortAllocator
@@ -67,6 +68,7 @@ class SipListener:
         self._agents: list[SipUAS] = []
         self._calls: dict[str, SipCall] = {}  # by SIP Call-ID
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.dropped = 0  # messages aiosipua parsed but could not handle
 
     @property
     def calls(self) -> dict[str, SipCall]:
@@ -87,6 +89,7 @@ class SipListener:
             agent.on_ack_timeout = lambda call: self._caller_left(call.call_id, "no ACK for the 200 OK")
             agent.on_transfer_progress = self._transfer_progress
             await agent.start()
+            transport.on_message = partial(self._guarded, transport.on_message)
             self._agents.append(agent)
         logger.info("SIP listening on %s:%s (UDP and TCP), RTP on %s-%s", *address, *self.config.rtp_ports)
 
@@ -101,6 +104,18 @@ class SipListener:
             task.cancel()
 
     # --- requests ---------------------------------------------------------------------
+
+    def _guarded(self, dispatch: Any, message: Any, addr: tuple[str, int]) -> None:
+        """aiosipua's handling of one message; one that breaks it (a CSeq it cannot read) is dropped with a
+        line counted, not a traceback for each of a flood."""
+        try:
+            dispatch(message, addr)
+        except Exception as exc:
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                logger.warning(
+                    "SIP message from %s:%s dropped (%s: %s); %s so far", *addr, type(exc).__name__, exc, self.dropped
+                )
 
     def _on_invite(self, incoming: IncomingCall) -> None:
         if incoming.call_id in self._calls:  # a retransmitted INVITE: the first one is being handled
