@@ -117,8 +117,7 @@ class SipCall:
             refuse(self.runtime, opening, refusal)
             status = REFUSAL_STATUS.get(refusal.code, 503)
             logger.info("SIP call %s from %s refused (%s): %s", self.id, source_ip, status, refusal.code)
-            self.incoming.reject(status)
-            self.state = "ended"
+            self._decline(status)
             return False
         self.runtime.calls[self.id] = self
         try:
@@ -128,11 +127,11 @@ class SipCall:
             await self.core.start()
         except NoCommonCodec as exc:
             logger.info("SIP call %s: %s (488)", self.id, exc)
-            self.incoming.reject(488)
+            self._decline(488)
             await self.finish(EndReason.ERROR)
             return False
         except BaseException:
-            self.incoming.reject(500)
+            self._decline(500)
             await self.finish(EndReason.ERROR)
             raise
         self._record_numbers()
@@ -173,7 +172,7 @@ class SipCall:
     async def reject(self, status: int) -> None:
         if self.state != "ringing":
             raise CallStateError(f"The call is {self.state}: only a ringing call can be rejected.")
-        self.incoming.reject(status)
+        self._decline(status)
         await self.finish(EndReason.SERVER_CLOSED)
 
     def refer(self, target_uri: str) -> None:
@@ -186,7 +185,7 @@ class SipCall:
     async def hang_up(self) -> None:
         """``/hangup`` (or DELETE): a ringing call is declined (603), an answered one gets a BYE."""
         if self.state == "ringing":
-            self.incoming.reject(603)
+            self._decline(603)
         await self.finish(EndReason.CLIENT_CLOSED)
 
     # --- the end ------------------------------------------------------------------------
@@ -197,6 +196,12 @@ class SipCall:
             await self.core.end(reason, None)
         await self._tear_down()
 
+    def _decline(self, status: int) -> None:
+        """The final answer to a ringing INVITE (a 4xx-6xx); nothing more is sent on this call."""
+        if self.state == "ringing":
+            self.incoming.reject(status)
+        self.state = "ended"
+
     def caller_left(self, why: str) -> None:
         """BYE, CANCEL or no ACK: the dialog is over on the caller's side; no BYE goes back."""
         logger.info("SIP call %s: %s", self.id, why)
@@ -206,6 +211,7 @@ class SipCall:
     async def _tear_down(self) -> None:
         if self.state == "closed":
             return
+        self._decline(503)  # still ringing: the server ended it (shutdown, an admin) before it was answered
         if self.incoming.dialog.state == DialogState.CONFIRMED:
             self.incoming.hangup()  # BYE
         self.state = "closed"

@@ -118,10 +118,14 @@ class SipListener:
                 )
 
     def _on_invite(self, incoming: IncomingCall) -> None:
-        if incoming.call_id in self._calls:  # a retransmitted INVITE: the first one is being handled
+        agent = next(a for a in self._agents if a.transport is incoming.transport)
+        known = self._calls.get(incoming.call_id)
+        if known is not None:
+            # A retransmitted INVITE (the first is still being answered): aiosipua made a new dialog for it,
+            # with a tag of its own; the caller's ACK and BYE belong to the first one, which is put back.
+            agent._calls[incoming.call_id] = known.incoming
             return
         assert self.runtime is not None
-        agent = next(a for a in self._agents if a.transport is incoming.transport)
         assert agent.uac is not None
         call = SipCall(incoming, self.runtime, self.config, self.ports, agent.uac)
         call.on_closed = self.forget
