@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -61,7 +63,15 @@ def a_tone(tmp_path: Path, seconds: float = 1.5, then_silence: float = 20.0) -> 
 
 
 def free_units(server: LiveServer) -> int:
-    return json.loads(server.get("/readyz")[1])["free_units"]
+    """Free units as /readyz says (with authentication on, to the API key set as ``server.api_key``)."""
+    key = getattr(server, "api_key", None)
+    request = urllib.request.Request(f"{server.http}/readyz", headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:  # 503 when full: the body still counts
+        body = exc.read()
+    return json.loads(body)["free_units"]
 
 
 def wait_free(server: LiveServer, count: int, timeout: float = 15.0) -> int:

@@ -111,7 +111,7 @@ def test_an_accepted_call_answers_with_the_session_and_hangup_ends_it(server, ph
     client.realtime.calls.accept(call_id, type="realtime", instructions="You answer the phone for a bakery.")
     wait_for(lambda: loud_seconds(*phone.heard()) >= 1.0, 30, what="the reply heard by the phone")
     client.realtime.calls.hangup(call_id)
-    wait_for(lambda: "terminated" in phone.log(), 10, what="the BYE at the phone")
+    wait_for(phone.hung_up, 10, what="the BYE at the phone")
     assert wait_free(server, 2) == 2
     with pytest.raises(openai.NotFoundError):
         client.realtime.calls.hangup(call_id)

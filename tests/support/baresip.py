@@ -127,6 +127,11 @@ class Baresip:
     def hang_up(self) -> dict:
         return self.command("hangup")
 
+    def hung_up(self) -> bool:
+        """Whether the call is over at the phone (the server's BYE: "session closed"; its own: "terminated")."""
+        log = self.log()
+        return "session closed" in log or "terminated (duration" in log
+
     def heard(self) -> tuple[np.ndarray, int]:
         """What the phone received (its ``sndfile`` dump of the decoded stream)."""
         dumps = sorted(self.home.glob("dump-*-dec.wav"))

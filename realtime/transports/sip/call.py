@@ -42,6 +42,7 @@ AUDIO_DELTAS = {"response.output_audio.delta", "response.audio.delta"}
 AUDIO_DONE = {"response.output_audio.done", "response.audio.done", "response.done"}
 # SIP statuses for the refusals of the pool: a full pool is busy, a starting or stopping server unavailable.
 REFUSAL_STATUS = {"session_limit_reached": 486}
+GROUP_TIMEOUT_S = 2.0
 MAX_MICROPHONE_BACKLOG = 500  # 10 s of 20 ms frames waiting for the event loop: more is dropped
 HIDDEN_HEADERS = {"authorization", "proxy-authorization"}  # never sent to the webhook
 
@@ -124,6 +125,7 @@ class SipCall:
             if self.incoming.sdp_offer is None:
                 raise NoCommonCodec("the INVITE has no SDP offer")
             self._answer = await self.media.open(self.incoming.sdp_offer, source_ip)
+            await self._open_mailbox([cluster.session_group(self.core.id), call_group(self.id)])
             await self.core.start()
         except NoCommonCodec as exc:
             logger.info("SIP call %s: %s (488)", self.id, exc)
@@ -135,7 +137,6 @@ class SipCall:
             await self.finish(EndReason.ERROR)
             raise
         self._record_numbers()
-        self._spawn(self._listen_for_admin(), "admin")
         return True
 
     def _record_numbers(self) -> None:
@@ -157,6 +158,8 @@ class SipCall:
             raise CallStateError(f"The call is {self.state}: only a ringing call can be accepted.")
         self.state = "active"
         self.api_key_id = api_key_id
+        if api_key_id is not None:  # revoking the key that accepted the call ends it
+            await self._open_mailbox([cluster.key_group(api_key_id)])
         self.incoming.accept(self._answer)
         self.answered_at = time.monotonic()
         self.media.start_playout()
@@ -165,8 +168,6 @@ class SipCall:
             await self.core.receive(body, len(body))
         self._spawn(self._pump_microphone(), "microphone")
         self._spawn(self._watch_media(), "rtp-watch")
-        if api_key_id is not None:
-            self._spawn(self._listen_for_revocation(api_key_id), "key")
         logger.info("SIP call %s answered (session %s)", self.id, self.core.id)
 
     async def reject(self, status: int) -> None:
@@ -318,22 +319,24 @@ class SipCall:
 
     # --- the cluster -----------------------------------------------------------------------
 
-    async def _listen_for_admin(self) -> None:
-        """The session's and the call's groups: an admin's "end session", a hang-up from another process."""
-        assert self.core is not None
-        await self._listen([cluster.session_group(self.core.id), call_group(self.id)])
-
-    async def _listen_for_revocation(self, api_key_id: int) -> None:
-        await self._listen([cluster.key_group(api_key_id)])
-
-    async def _listen(self, groups: list[str]) -> None:
+    async def _open_mailbox(self, groups: list[str]) -> None:
+        """Joins ``groups`` (before the session is seen: an admin's "end session" is never missed), then reads
+        them in a task: an admin's "end session", a revoked key, a hang-up that reached another process."""
         layer = get_channel_layer()
-        if layer is None or self.core is None:
+        if layer is None:
             return
-        name = await layer.new_channel()
         try:
+            name = await layer.new_channel()
             for group in groups:
-                await layer.group_add(group, name)
+                await asyncio.wait_for(layer.group_add(group, name), GROUP_TIMEOUT_S)
+        except Exception:
+            logger.exception("SIP call %s: could not join %s; admin actions cannot reach it", self.id, groups)
+            return
+        self._spawn(self._read_mailbox(layer, name, groups), "mailbox")
+
+    async def _read_mailbox(self, layer: Any, name: str, groups: list[str]) -> None:
+        assert self.core is not None
+        try:
             while True:
                 message = await layer.receive(name)
                 kind = message.get("type")
@@ -353,7 +356,7 @@ class SipCall:
         finally:
             for group in groups:
                 try:
-                    await asyncio.wait_for(asyncio.shield(layer.group_discard(group, name)), 2.0)
+                    await asyncio.wait_for(asyncio.shield(layer.group_discard(group, name)), GROUP_TIMEOUT_S)
                 except Exception:
                     logger.debug("SIP call %s: could not leave %s", self.id, group)
 
