@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import shlex
+import sqlite3
 import sys
 import tempfile
 import time
@@ -69,7 +70,9 @@ async def sip_turn(phone: SipPhone, speech: np.ndarray, timeout: float) -> float
     raise RuntimeError("no reply audio on the call")
 
 
-async def measure(server: LiveServer, sip_port: int, args: argparse.Namespace) -> dict[str, list[float]]:
+async def measure(
+    server: LiveServer, sip_port: int, args: argparse.Namespace, sessions: dict[str, str]
+) -> dict[str, list[float]]:
     speech_ws, speech_sip = question(args.pipeline, 24000), question(args.pipeline, 8000)
     audio.resample(speech_ws, 24000, 16000)  # imports scipy now, not in the middle of the first turn
     phone = SipPhone()
@@ -77,7 +80,9 @@ async def measure(server: LiveServer, sip_port: int, args: argparse.Namespace) -
     results: dict[str, list[float]] = {"sip": [], "websocket": []}
     try:
         await phone.dial("127.0.0.1", sip_port)
-        assert json.loads(await ws.recv())["type"] == "session.created"
+        created = json.loads(await ws.recv())
+        assert created["type"] == "session.created"
+        sessions["websocket"] = created["session"]["id"]
         await ws.send(json.dumps({"type": "session.update", "session": SESSION}))
         assert json.loads(await ws.recv())["type"] == "session.updated"
         for turn in range(args.turns + 1):  # the first turn of each warms up and is not counted
@@ -92,17 +97,42 @@ async def measure(server: LiveServer, sip_port: int, args: argparse.Namespace) -
     finally:
         await ws.close()
         await phone.hang_up()
+    with sqlite3.connect(server.tmp_dir / "server.sqlite3") as db:
+        sessions["sip"] = db.execute("SELECT id FROM realtime_realtimesession WHERE transport = 'sip'").fetchone()[0]
     return results
 
 
-def section(results: dict[str, list[float]], args: argparse.Namespace, command: str, load: float) -> str:
+def server_timings(server: LiveServer, session_id: str) -> dict[str, float]:
+    """The server's own medians for a session's counted responses (the first, a warm-up, left out)."""
+    time.sleep(1.0)  # the record writer has the last response's row shortly after it ended
+    responses = json.loads(server.get(f"/v1/realtime/sessions/{session_id}/timings")[1])["responses"][1:]
+    keys = ("stt_ms", "lm_first_token_ms", "tts_first_audio_ms", "voice_to_voice_ms")
+    return {key: pct([r[key] for r in responses if r[key] is not None] or [float("nan")], 50) for key in keys}
+
+
+def section(
+    results: dict[str, list[float]],
+    timings: dict[str, dict[str, float]],
+    args: argparse.Namespace,
+    command: str,
+    load: float,
+) -> str:
     rows = ["| transport | turns | p50 ms | p90 ms | min ms | max ms |", "|---|---:|---:|---:|---:|---:|"]
+    inside = [
+        "| transport | STT | LM first token | TTS first audio | end of speech to first audio, in the server |",
+        "|---|---:|---:|---:|---:|",
+    ]
     labels = (("sip", "SIP (G.711 μ-law RTP, aiosipua + aiortp caller)"), ("websocket", "WebSocket (PCM16 deltas)"))
     for kind, label in labels:
         values = results[kind]
         rows.append(
             f"| {label} | {len(values)} | {pct(values, 50):.0f} | {pct(values, 90):.0f} | {min(values):.0f} "
             f"| {max(values):.0f} |"
+        )
+        t = timings[kind]
+        inside.append(
+            f"| {kind} | {t['stt_ms']:.0f} | {t['lm_first_token_ms']:.0f} | {t['tts_first_audio_ms']:.0f} "
+            f"| {t['voice_to_voice_ms']:.0f} |"
         )
     difference = pct(results["sip"], 50) - pct(results["websocket"], 50)
     what = (
@@ -127,6 +157,11 @@ def section(results: dict[str, list[float]], args: argparse.Namespace, command: 
   has one), over the WebSocket the first audio delta with sound in it, plus that sound's offset in the delta.
 
 {chr(10).join(rows)}
+
+The server's own medians for the same responses (ms; `/v1/realtime/sessions/{{id}}/timings`), which tell
+whether a difference lies on the wire or inside the server:
+
+{chr(10).join(inside)}
 
 SIP's median is {difference:+.0f} ms against the WebSocket's. The likely bulk of it (not measured apart): two
 jitter buffers of 4 frames (80 ms each), the server's for the question and the caller's for the reply, which a
@@ -156,12 +191,14 @@ def main() -> None:
             },
         )
         server.start(ready_timeout=900)
+        sessions: dict[str, str] = {}
         try:
-            results = asyncio.run(measure(server, sip_port, args))
+            results = asyncio.run(measure(server, sip_port, args, sessions))
+            timings = {kind: server_timings(server, session_id) for kind, session_id in sessions.items()}
         finally:
             server.stop()
     command = "python bench/sip_latency.py " + shlex.join(sys.argv[1:])
-    text = section(results, args, command.strip(), os.getloadavg()[0])
+    text = section(results, timings, args, command.strip(), os.getloadavg()[0])
     print(text)
     if not args.no_write:
         write_section(text, *MARKERS[args.pipeline])
