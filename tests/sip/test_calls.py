@@ -83,3 +83,14 @@ def test_a_caller_whose_rtp_stops_is_hung_up_and_the_unit_comes_back(server, pho
     finally:
         os.kill(phone.process.pid, signal.SIGCONT)
     assert ended_row(server, before)["end_reason"] == "client_closed"
+
+
+def test_a_call_over_tcp_is_answered_heard_and_hung_up(server, phones):
+    before, byes = known_sessions(server), server.full_log().count("the caller hung up (BYE)")
+    phone = phones()
+    phone.dial(server.sip_uri + ";transport=tcp")
+    wait_for(lambda: loud_seconds(*phone.heard()) >= 1.0, 30, what="the reply heard over a TCP call")
+    phone.hang_up()
+    assert wait_free(server, 2) == 2
+    assert ended_row(server, before)["end_reason"] == "client_closed"
+    assert server.full_log().count("the caller hung up (BYE)") == byes + 1  # the BYE ended it, not the RTP timeout

@@ -88,6 +88,10 @@ class SipListener:
             agent.on_cancel = lambda request, _addr: self._caller_left(request.call_id or "", "the caller cancelled")
             agent.on_ack_timeout = lambda call: self._caller_left(call.call_id, "no ACK for the 200 OK")
             agent.on_transfer_progress = self._transfer_progress
+            if self._agents:
+                # One user agent on two transports: the 200 OK's Contact names no transport, so a caller that
+                # called over TCP may send its BYE over UDP (RFC 3261's default); both find the call.
+                agent._calls = self._agents[0]._calls
             await agent.start()
             transport.on_message = partial(self._guarded, transport.on_message)
             self._agents.append(agent)
