@@ -135,6 +135,7 @@ def section(
             f"| {t['voice_to_voice_ms']:.0f} |"
         )
     difference = pct(results["sip"], 50) - pct(results["websocket"], 50)
+    outside = {kind: pct(results[kind], 50) - timings[kind]["voice_to_voice_ms"] for kind in results}
     what = (
         "FAKE stages (`S2S_PIPELINE=loopback`): the figure is the server VAD's 500 ms silence window and what "
         "each transport adds"
@@ -163,7 +164,9 @@ whether a difference lies on the wire or inside the server:
 
 {chr(10).join(inside)}
 
-SIP's median is {difference:+.0f} ms against the WebSocket's. The likely bulk of it (not measured apart): two
+SIP's median is {difference:+.0f} ms against the WebSocket's. Outside the server (the client's median less the
+server's own), on the wire and in the clients: SIP {outside["sip"]:.0f} ms, WebSocket {outside["websocket"]:.0f} ms.
+The likely bulk of SIP's share (not measured apart): two
 jitter buffers of 4 frames (80 ms each), the server's for the question and the caller's for the reply, which a
 WebSocket has neither of; the server's 20 ms playout clock (a reply waits for the next tick and goes out one
 frame per 20 ms, where the WebSocket hands over 100 ms deltas as fast as they are made); soxr's filters at
