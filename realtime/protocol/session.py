@@ -579,7 +579,7 @@ class SessionConfig:
             return self.as_ga_transcription()
         return {
             "type": "realtime",
-            "object": "realtime.protocol.session",
+            "object": "realtime.session",
             "id": self.id,
             "model": self.model,
             "output_modalities": list(self.output_modalities),
@@ -646,7 +646,7 @@ class SessionConfig:
 
     def as_beta(self) -> dict[str, Any]:
         return {
-            "object": "realtime.protocol.session",
+            "object": "realtime.session",
             "id": self.id,
             "model": self.model,
             "modalities": ["text", "audio"] if "audio" in self.output_modalities else ["text"],
