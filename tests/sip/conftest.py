@@ -18,7 +18,7 @@ from tests.support.server import LiveServer, free_port
 from tests.support.speech import silence, tone
 
 
-def sip_server(tmp_path: Path, **env: str) -> LiveServer:
+def sip_server(tmp_path: Path, launcher: str = "daphne", **env: str) -> LiveServer:
     """A started server listening for SIP on a free port (``server.sip_uri``), with ``env`` on top."""
     port = free_port()
     live = LiveServer(
@@ -29,6 +29,7 @@ def sip_server(tmp_path: Path, **env: str) -> LiveServer:
             "S2S_SIP_NUMBERS": "masked",
             **env,
         },
+        launcher=launcher,
     )
     live.sip_uri = f"sip:+15550001234@127.0.0.1:{port}"  # type: ignore[attr-defined]
     return live.start(ready_timeout=180)

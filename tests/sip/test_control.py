@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import openai
 import pytest
 
-from tests.sip.conftest import free_units, loud_seconds, sip_server, wait_free
+from tests.sip.conftest import a_tone, free_units, loud_seconds, sip_server, wait_free
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer
 
@@ -209,5 +209,30 @@ async def test_a_websocket_with_the_call_id_follows_the_call_steers_it_and_hears
     assert wanted <= set(seen), seen
     assert "response.output_audio.delta" not in seen  # the audio rides RTP; the follower gets events only
     assert free_units(server) == 1  # closing the follower leaves the call up
+    await asyncio.to_thread(client.realtime.calls.hangup, call_id)
+    assert await asyncio.to_thread(wait_free, server, 2) == 2
+
+
+async def test_the_follower_stops_the_reply_on_the_phone_with_output_audio_buffer_clear(
+    server, phones, webhook, client, tmp_path
+):
+    phone = phones(a_tone(tmp_path, seconds=4.0))  # the loopback profile echoes 4 s back
+    phone.dial(server.sip_uri)
+    call_id = await asyncio.to_thread(incoming, webhook, client)
+    await asyncio.to_thread(client.realtime.calls.accept, call_id, type="realtime")
+    sideband = openai.AsyncOpenAI(api_key="sk-local", base_url=f"{server.http}/v1", max_retries=0)
+    seen: list[str] = []
+    async with sideband.realtime.connect(call_id=call_id) as connection:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and "output_audio_buffer.cleared" not in seen:
+            event = await asyncio.wait_for(connection.recv(), max(0.1, deadline - time.monotonic()))
+            seen.append(event.type)
+            if event.type == "output_audio_buffer.started":
+                await asyncio.sleep(0.5)
+                await connection.send({"type": "output_audio_buffer.clear"})
+    assert "output_audio_buffer.cleared" in seen, seen
+    await asyncio.sleep(1.0)
+    heard = loud_seconds(*phone.heard())
+    assert 0.2 < heard < 3.0  # the reply began, and stopped well before its 4 s
     await asyncio.to_thread(client.realtime.calls.hangup, call_id)
     assert await asyncio.to_thread(wait_free, server, 2) == 2
