@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from aiosipua import IncomingCall, SipUAC
+from aiosipua import IncomingCall, SdpMessage, SipUAC
 from aiosipua.dialog import DialogState
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -66,6 +66,7 @@ class SipCall:
     def __init__(
         self, incoming: IncomingCall, runtime: Runtime, config: SipConfig, ports: PortAllocator, uac: SipUAC
     ) -> None:
+        """``uac``: the user agent client on the transport the INVITE came in on (for REFER)."""
         self.id = new_id("rtc")
         self.incoming = incoming
         self.runtime = runtime
@@ -79,11 +80,9 @@ class SipCall:
         self.callee = number_of(incoming.invite.to_addr)
         self.playout = ReplyPlayout(self._playout_started, self._playout_stopped)
         self.media = CallMedia(config, ports, self._microphone, self._dtmf, self.playout)
-        self._answer: Any = None
+        self._answer: SdpMessage | None = None
         self._microphone_queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_MICROPHONE_BACKLOG)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._ringing_since = time.monotonic()
-        self.answered_at: float | None = None
         self.on_closed: Callable[[SipCall], None] | None = None
 
     @property
@@ -161,7 +160,6 @@ class SipCall:
         if api_key_id is not None:  # revoking the key that accepted the call ends it
             await self._open_mailbox([cluster.key_group(api_key_id)])
         self.incoming.accept(self._answer)
-        self.answered_at = time.monotonic()
         self.media.start_playout()
         if session:
             body = json.dumps({"type": "session.update", "session": session})
@@ -180,7 +178,6 @@ class SipCall:
         """Asks the caller's side to call ``target_uri`` (REFER); the call ends when it hangs up on us."""
         if self.state != "active" or self.incoming.dialog.state != DialogState.CONFIRMED:
             raise CallStateError(f"The call is {self.state}: only an answered call can be transferred.")
-        self.uac.transport = self.incoming.transport  # REFER goes out where the call came in (UDP or TCP)
         self.uac.send_refer(self.incoming.dialog, target_uri, self.incoming.source_addr)
 
     async def hang_up(self) -> None:
