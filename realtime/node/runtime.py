@@ -16,6 +16,7 @@ import resource
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Protocol
 
 from django.conf import settings
@@ -114,7 +115,8 @@ class Runtime:
         self.heartbeat.start()
         self.listeners = list(listeners)
         for listener in self.listeners:
-            asyncio.run_coroutine_threadsafe(listener.start(self), loop or asyncio.get_running_loop())
+            started = asyncio.run_coroutine_threadsafe(listener.start(self), loop or asyncio.get_running_loop())
+            started.add_done_callback(_report_listener_failure)
         if not background:
             self._load(warm)
             return None
@@ -208,6 +210,12 @@ class Runtime:
             self.pool.shutdown()
         self.refusals.flush()
         self.writer.flush(10.0)
+
+
+def _report_listener_failure(started: Future[None]) -> None:
+    """A listener that could not start (its port taken, say) is logged: nobody awaits its start."""
+    if not started.cancelled() and started.exception() is not None:
+        logger.error("a listener failed to start: %s", started.exception())
 
 
 _current: Runtime | None = None

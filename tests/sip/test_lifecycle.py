@@ -8,6 +8,7 @@ import pytest
 
 from tests.sip.conftest import free_units, loud_seconds, sip_server
 from tests.support.polling import wait_for
+from tests.support.server import LiveServer
 
 
 def options(port: int, transport: str = "udp") -> str:
@@ -54,3 +55,15 @@ def test_a_shutdown_hangs_up_a_live_call(tmp_path, phones):
     finally:
         server.stop()  # SIGTERM: the drain ends the call after the grace period
     wait_for(phone.hung_up, 10, what="the BYE at the phone")
+
+
+def test_a_sip_port_already_taken_is_logged_and_the_server_serves_on(tmp_path):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        server = LiveServer(tmp_path, env={"S2S_SIP_BIND": f"127.0.0.1:{port}"}).start(ready_timeout=180)
+        try:
+            wait_for(lambda: "a listener failed to start" in server.full_log(), 10, what="the failure logged")
+            assert server.get("/healthz")[0] == 200
+        finally:
+            server.stop()
