@@ -6,9 +6,9 @@ import socket
 
 import pytest
 
-from tests.sip.conftest import free_units, loud_seconds, sip_server
+from tests.sip.conftest import free_units, loud_seconds, sip_server, wait_free
 from tests.support.polling import wait_for
-from tests.support.server import LiveServer
+from tests.support.server import LiveServer, free_port
 
 
 def options(port: int, transport: str = "udp") -> str:
@@ -67,3 +67,19 @@ def test_a_sip_port_already_taken_is_logged_and_the_server_serves_on(tmp_path):
             assert server.get("/healthz")[0] == 200
         finally:
             server.stop()
+
+
+def test_a_call_beyond_the_rtp_ports_is_answered_503_and_holds_nothing(tmp_path, phones):
+    first_port = 40000 + free_port() % 5000 * 2
+    server = sip_server(tmp_path, S2S_SIP_RTP_PORTS=f"{first_port}-{first_port + 2}")  # one RTP/RTCP pair
+    try:
+        first, second = phones(), phones()
+        first.dial(server.sip_uri)
+        wait_for(lambda: free_units(server) == 1, 10, what="the first call holding a unit")
+        second.dial(server.sip_uri)
+        wait_for(lambda: "503 Service Unavailable" in second.log(), 10, what="503 at the second phone")
+        assert free_units(server) == 1  # the second call's unit went back
+        first.hang_up()
+        assert wait_free(server, 2) == 2
+    finally:
+        server.stop()

@@ -30,7 +30,7 @@ from realtime.node.runtime import Runtime
 from realtime.protocol.core import Event, Opening, Refusal, SessionCore, refuse
 from realtime.protocol.events import EventError, server_event
 from realtime.transports.sip.config import SipConfig
-from realtime.transports.sip.media import CallMedia, NoCommonCodec, ReplyPlayout
+from realtime.transports.sip.media import CallMedia, NoCommonCodec, NoPorts, ReplyPlayout
 from realtime.transports.webrtc import HANG_UP, call_group
 
 if TYPE_CHECKING:
@@ -126,9 +126,10 @@ class SipCall:
             self._answer = await self.media.open(self.incoming.sdp_offer, source_ip)
             await self._open_mailbox([cluster.session_group(self.core.id), call_group(self.id)])
             await self.core.start()
-        except NoCommonCodec as exc:
-            logger.info("SIP call %s: %s (488)", self.id, exc)
-            self._decline(488)
+        except (NoCommonCodec, NoPorts) as exc:
+            status = 488 if isinstance(exc, NoCommonCodec) else 503
+            logger.warning("SIP call %s: %s (%s)", self.id, exc, status)
+            self._decline(status)
             await self.finish(EndReason.ERROR)
             return False
         except BaseException:

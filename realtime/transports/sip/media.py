@@ -38,6 +38,10 @@ class NoCommonCodec(Exception):
     """The offer has no audio this server speaks (the INVITE is answered 488)."""
 
 
+class NoPorts(Exception):
+    """Every RTP port pair of ``S2S_SIP_RTP_PORTS`` is taken (the INVITE is answered 503)."""
+
+
 class GuardedRTPSession(RTPSession):
     """aiortp's RTP session that hears only the caller's addresses, and knows when it last did."""
 
@@ -177,7 +181,7 @@ class CallMedia:
         self.frames_sent = 0
 
     async def open(self, offer: SdpMessage, signalling_host: str) -> SdpMessage:
-        """Binds an RTP port pair and returns the SDP answer; raises :class:`NoCommonCodec`."""
+        """Binds an RTP port pair and returns the SDP answer; raises :class:`NoCommonCodec` or :class:`NoPorts`."""
         remote = offer.rtp_address
         if remote is None:
             raise NoCommonCodec("the offer has no audio address (c= and m=audio)")
@@ -188,7 +192,10 @@ class CallMedia:
             )
         except Exception as exc:  # aiosipua's SdpNegotiationError, or an offer it cannot read
             raise NoCommonCodec(str(exc)) from None
-        self._port, _ = await self.ports.allocate()
+        try:
+            self._port, _ = await self.ports.allocate()
+        except RuntimeError as exc:  # aiortp's "No available port pair in range"
+            raise NoPorts(str(exc)) from None
         session = await GuardedRTPSession.create(
             local_addr=(self.config.media_ip, self._port),
             remote_addr=remote,
