@@ -83,3 +83,17 @@ def test_a_call_beyond_the_rtp_ports_is_answered_503_and_holds_nothing(tmp_path,
         assert wait_free(server, 2) == 2
     finally:
         server.stop()
+
+
+def test_a_call_whose_webhook_cannot_be_reached_is_declined_503_and_holds_nothing(tmp_path, phones):
+    secret = "whsec_" + "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"
+    server = sip_server(
+        tmp_path, S2S_SIP_WEBHOOK_URL=f"http://127.0.0.1:{free_port()}/hooks", S2S_SIP_WEBHOOK_SECRET=secret
+    )
+    try:
+        phone = phones()
+        phone.dial(server.sip_uri)
+        wait_for(lambda: "503 Service Unavailable" in phone.log(), 20, what="503 at the phone")
+        assert wait_free(server, 2) == 2
+    finally:
+        server.stop()
