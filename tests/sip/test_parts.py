@@ -17,7 +17,8 @@ from aiosipua import parse_sdp
 
 from pipelines import audio
 from realtime.transports.sip import config
-from realtime.transports.sip.media import FRAME_SAMPLES, GuardedRTPSession, ReplyPlayout, telephone_event_type
+from realtime.transports.playout import ReplyQueue
+from realtime.transports.sip.media import FRAME_SAMPLES, RATE, GuardedRTPSession, telephone_event_type
 from realtime.transports.sip.webhook import incoming_event, sign
 
 SECRET = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
@@ -68,7 +69,9 @@ def test_the_sdp_address_is_the_advertised_one_behind_nat():
 
 def test_the_reply_plays_in_20_ms_frames_and_says_when_it_starts_and_stops():
     said: list[str] = []
-    playout = ReplyPlayout(lambda r: said.append(f"started {r}"), lambda r: said.append(f"stopped {r}"))
+    playout = ReplyQueue(
+        RATE, FRAME_SAMPLES, lambda r: said.append(f"started {r}"), lambda r: said.append(f"stopped {r}")
+    )
     reply = audio.encode(np.full(2400, 0.5, dtype=np.float32), audio.PCM)  # 100 ms at 24 kHz
     playout.push("resp_1", "item_1", reply, audio.PCM)
     playout.finish("resp_1")
@@ -80,7 +83,7 @@ def test_the_reply_plays_in_20_ms_frames_and_says_when_it_starts_and_stops():
 
 
 def test_clearing_the_reply_stops_it_at_once_and_says_how_much_was_played():
-    playout = ReplyPlayout(lambda r: None, lambda r: None)
+    playout = ReplyQueue(RATE, FRAME_SAMPLES, lambda r: None, lambda r: None)
     playout.push("resp_1", "item_1", audio.encode(np.full(24000, 0.5, dtype=np.float32), audio.PCM), audio.PCM)
     for _ in range(10):
         playout.next_frame()

@@ -30,7 +30,8 @@ from realtime.node.runtime import Runtime
 from realtime.protocol.core import Event, Opening, Refusal, SessionCore, refuse
 from realtime.protocol.events import EventError, server_event
 from realtime.transports.sip.config import SipConfig
-from realtime.transports.sip.media import CallMedia, NoCommonCodec, NoPorts, ReplyPlayout
+from realtime.transports.playout import ReplyQueue
+from realtime.transports.sip.media import FRAME_SAMPLES, RATE, CallMedia, NoCommonCodec, NoPorts
 from realtime.transports.webrtc import HANG_UP, call_group
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class SipCall:
         self.api_key_id: int | None = None  # the key that accepted the call: revoking it ends the call
         self.caller = number_of(incoming.invite.from_addr)
         self.callee = number_of(incoming.invite.to_addr)
-        self.playout = ReplyPlayout(self._playout_started, self._playout_stopped)
+        self.playout = ReplyQueue(RATE, FRAME_SAMPLES, self._playout_started, self._playout_stopped)
         self.media = CallMedia(config, ports, self._microphone, self._dtmf, self.playout)
         self._answer: SdpMessage | None = None
         self._microphone_queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_MICROPHONE_BACKLOG)

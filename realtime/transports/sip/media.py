@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 from aiortp import RTPSession
@@ -23,6 +21,7 @@ from aiortp.port_allocator import PortAllocator
 from aiosipua import SdpMessage, negotiate_sdp
 
 from pipelines import audio
+from realtime.transports.playout import ReplyQueue
 from realtime.transports.sip.config import SipConfig
 
 logger = logging.getLogger(__name__)
@@ -30,7 +29,6 @@ logger = logging.getLogger(__name__)
 RATE = 8000  # G.711
 FRAME_S = 0.020
 FRAME_SAMPLES = int(RATE * FRAME_S)
-_SILENCE = bytes(FRAME_SAMPLES * 2)
 G711 = [0, 8]  # payload types: PCMU, PCMA
 
 
@@ -76,88 +74,6 @@ def telephone_event_type(offer: SdpMessage) -> int:
     return 0
 
 
-@dataclass
-class _Segment:
-    """The queued audio of one response (PCM16 at 8 kHz), and how much of it went out."""
-
-    response_id: str
-    item_id: str
-    data: bytearray
-    done: bool = False
-    sent_samples: int = 0
-    started: bool = False
-
-
-class ReplyPlayout:
-    """The replies, in order, as 20 ms PCM16 frames at 8 kHz; ``tick`` hands out the next one.
-
-    ``on_started(response_id)`` fires when a response's first frame goes out, ``on_stopped`` when its
-    last one has (after :meth:`finish`); :meth:`clear` drops everything queued and fires neither.
-    """
-
-    def __init__(self, on_started: Callable[[str], None], on_stopped: Callable[[str], None]) -> None:
-        self._on_started = on_started
-        self._on_stopped = on_stopped
-        self._segments: deque[_Segment] = deque()
-        self._cleared: set[str] = set()
-        self._resamplers: dict[int, audio.StreamResampler] = {}
-        self.last_response_id = ""
-
-    def push(self, response_id: str, item_id: str, data: bytes, audio_format: str) -> None:
-        """Queues reply audio (bytes of a Realtime format), unless its response was cleared."""
-        if response_id in self._cleared:
-            return
-        self.last_response_id = response_id
-        rate = audio.RATES[audio_format]
-        resampler = self._resamplers.get(rate)
-        if resampler is None:
-            resampler = self._resamplers[rate] = audio.StreamResampler(rate, RATE)
-        pcm = audio.encode(resampler.process(audio.decode(data, audio_format)), audio.PCM)
-        segment = self._segments[-1] if self._segments else None
-        if segment is None or segment.response_id != response_id or segment.done:
-            segment = _Segment(response_id, item_id, bytearray())
-            self._segments.append(segment)
-        segment.data += pcm
-
-    def finish(self, response_id: str) -> None:
-        for segment in self._segments:
-            if segment.response_id == response_id and not segment.done:
-                for resampler in self._resamplers.values():
-                    segment.data += audio.encode(resampler.flush(), audio.PCM)
-                segment.done = True
-
-    def clear(self) -> tuple[str, str, int] | None:
-        """Drops all queued audio now; returns (response id, item id, ms played) of the one that was playing."""
-        playing = self._segments[0] if self._segments and self._segments[0].started else None
-        self._cleared.update(segment.response_id for segment in self._segments if not segment.done)
-        self._segments.clear()
-        for resampler in self._resamplers.values():
-            resampler.flush()
-        if playing is None:
-            return None
-        return playing.response_id, playing.item_id, playing.sent_samples * 1000 // RATE
-
-    @property
-    def playing(self) -> str | None:
-        return self._segments[0].response_id if self._segments else None
-
-    def next_frame(self) -> bytes:
-        """20 ms of the head segment (padded with silence on an underrun), or silence."""
-        if not self._segments:
-            return _SILENCE
-        segment = self._segments[0]
-        if not segment.started:
-            segment.started = True
-            self._on_started(segment.response_id)
-        chunk = bytes(segment.data[: FRAME_SAMPLES * 2])
-        del segment.data[: FRAME_SAMPLES * 2]
-        segment.sent_samples += len(chunk) // 2
-        if segment.done and not segment.data:
-            self._segments.popleft()
-            self._on_stopped(segment.response_id)
-        return chunk + _SILENCE[len(chunk) :]
-
-
 class CallMedia:
     """One call's RTP session: the caller's audio in (``audio/pcm``), the reply out on the clock, DTMF."""
 
@@ -167,7 +83,7 @@ class CallMedia:
         ports: PortAllocator,
         on_audio: Callable[[bytes], None],
         on_dtmf: Callable[[str], None],
-        playout: ReplyPlayout,
+        playout: ReplyQueue,
     ) -> None:
         self.config = config
         self.ports = ports
