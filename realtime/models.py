@@ -59,6 +59,21 @@ class EndReason(models.TextChoices):
     INTERRUPTED = "interrupted", "Interrupted by a crash"
 
 
+class Stage(models.TextChoices):
+    """The measured stages of a turn, the whole first: each is a ``ResponseRecord`` field (:attr:`field`),
+    a ``/metrics`` label, a key of the session summary and of the page's timings, and a row in the admin."""
+
+    VOICE_TO_VOICE = "voice_to_voice", "End of speech to first audio"
+    STT = "stt", "Speech to text"
+    LM_FIRST_TOKEN = "lm_first_token", "LM first token"
+    TTS_FIRST_AUDIO = "tts_first_audio", "TTS first audio"
+
+    @property
+    def field(self) -> str:
+        """Its ``ResponseRecord`` field, in seconds (also the key of ``ResponseFinished.latencies``)."""
+        return f"{self.value}_s"
+
+
 class Transport(models.TextChoices):
     WEBSOCKET = "websocket", "WebSocket"
     WEBRTC = "webrtc", "WebRTC"

@@ -12,11 +12,10 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from realtime.models import ClientSecret, Node, RealtimeSession, RefusalCount
+from realtime.models import ClientSecret, Node, RealtimeSession, RefusalCount, Stage
 
 logger = logging.getLogger(__name__)
 
-LATENCY_FIELDS = ("stt_s", "lm_first_token_s", "tts_first_audio_s", "voice_to_voice_s")
 FORGET_NODES_AFTER = timedelta(days=1)
 
 
@@ -37,9 +36,9 @@ def summarize(session_id: str) -> dict[str, Any] | None:
         return None
     responses = list(session.responses.all())
     latency: dict[str, dict[str, float | int | None]] = {}
-    for field in LATENCY_FIELDS:
-        values = [getattr(r, field) for r in responses if getattr(r, field) is not None]
-        latency[field.removesuffix("_s")] = {
+    for stage in Stage:
+        values = [getattr(r, stage.field) for r in responses if getattr(r, stage.field) is not None]
+        latency[stage.value] = {
             "count": len(values),
             "p50": _round(percentile(values, 50)),
             "p90": _round(percentile(values, 90)),

@@ -16,7 +16,7 @@ from realtime.access import auth
 from realtime.node import channel_layer
 from realtime.node import runtime
 from realtime.audit import metrics as metrics_exposition
-from realtime.models import ResponseRecord
+from realtime.models import ResponseRecord, Stage
 
 REALTIME_PATH = "/v1/realtime"
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
@@ -69,12 +69,6 @@ def installed_voices(engines: EngineConfig) -> list[tuple[str, str]]:
 
 
 TIMINGS_PATH = "/v1/realtime/sessions/SESSION_ID/timings"
-TIMING_FIELDS = {
-    "stt_ms": "stt_s",
-    "lm_first_token_ms": "lm_first_token_s",
-    "tts_first_audio_ms": "tts_first_audio_s",
-    "voice_to_voice_ms": "voice_to_voice_s",
-}
 
 
 def session_timings(request: HttpRequest, session_id: str) -> JsonResponse:
@@ -115,7 +109,7 @@ def session_timings(request: HttpRequest, session_id: str) -> JsonResponse:
             "response_id": row.response_id,
             "item_id": row.item_id,
             "status": row.status,
-            **{key: _ms(getattr(row, field)) for key, field in TIMING_FIELDS.items()},
+            **{f"{stage.value}_ms": _ms(getattr(row, stage.field)) for stage in Stage},
         }
         for row in rows
     ]

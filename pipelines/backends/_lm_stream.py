@@ -7,6 +7,8 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from ._decode import text_pieces, tokenizer_decode
+
 if TYPE_CHECKING:
     from ._lm_grammar import ToolConstraint
     from .transformers_lm import TransformersLM
@@ -86,16 +88,7 @@ class LMStream:
         self.finish_reason: str | None = None
 
     def __iter__(self) -> Iterator[str]:
-        decoded = ""
-        generated: list[int] = []
-        for token in self._tokens():
-            generated.append(token)
-            text = self._lm.tokenizer.decode(generated, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-            if text.endswith("\ufffd"):
-                continue  # a multi-byte character is split across tokens
-            if len(text) > len(decoded):
-                yield text[len(decoded) :]
-                decoded = text
+        yield from text_pieces(self._tokens(), tokenizer_decode(self._lm.tokenizer))
 
     def _tokens(self) -> Iterator[int]:
         import torch

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._decode import text_pieces, tokenizer_decode
 from ._lm_stream import PrefixCache, sampling_processors
 from .transformers_lm import PromptTooLongError
 
@@ -81,24 +82,15 @@ class BatchedStream:
 
     def __iter__(self) -> Iterator[str]:
         row = self._row
-        tokenizer = self._owner.lm.tokenizer
         self._owner.submit(row)
-        generated: list[int] = []
-        decoded = ""
         try:
-            while True:
-                item = self._next(row)
-                if item is _END:
-                    return
-                generated.append(item)
-                text = tokenizer.decode(generated, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-                if text.endswith("\ufffd"):
-                    continue  # a multi-byte character is split across tokens
-                if len(text) > len(decoded):
-                    yield text[len(decoded) :]
-                    decoded = text
+            yield from text_pieces(self._tokens(row), tokenizer_decode(self._owner.lm.tokenizer))
         finally:
             row.abandoned = True  # harmless once finished; stops the row if the reader left early
+
+    def _tokens(self, row: _Row) -> Iterator[int]:
+        while (item := self._next(row)) is not _END:
+            yield item
 
     def _next(self, row: _Row) -> Any:
         while True:

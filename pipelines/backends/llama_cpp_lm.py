@@ -33,6 +33,7 @@ from ._llama_tools import (
     forced_call,
     opens_another,
 )
+from ._decode import text_pieces
 from ._lm_stream import REPETITION_PENALTY, TOP_K, TOP_P
 from .transformers_lm import PromptTooLongError
 
@@ -383,32 +384,33 @@ class LlamaCppStream:
             context.set_seed(self._seed)
         else:
             context.set_seed(llama_cpp.LLAMA_DEFAULT_SEED)
-        vocab = context._model.vocab
-        generated: list[int] = []
-        decoded = ""
         self.finish_reason = "length"
         tokens = self._tokens(context, feed)
+
+        def decode(ids: list[int]) -> str:
+            # special=True keeps markup tokens such as <tool_call>; end-of-turn tokens never get here.
+            return context.detokenize(ids, prev_tokens=self._prompt_ids, special=True).decode("utf-8", errors="replace")
+
         try:
-            for token in tokens:
-                if self._cancel is not None and self._cancel.is_set():
-                    self.finish_reason = "cancelled"
-                    return
-                if llama_cpp.llama_vocab_is_eog(vocab, token):
-                    self.finish_reason = "stop"
-                    return
-                self.output_tokens += 1
-                generated.append(token)
-                # special=True keeps markup tokens such as <tool_call>; end-of-turn tokens never get here.
-                text = context.detokenize(generated, prev_tokens=self._prompt_ids, special=True).decode(
-                    "utf-8", errors="replace"
-                )
-                if not text.endswith("\ufffd") and len(text) > len(decoded):
-                    yield text[len(decoded) :]
-                    decoded = text
-                if self.output_tokens >= self._max_new_tokens:
-                    return
+            yield from text_pieces(self._accepted(tokens, context._model.vocab), decode)
         finally:
             tokens.close()
+
+    def _accepted(self, tokens: Iterator[int], vocab: Any) -> Iterator[int]:
+        """The tokens of the answer: up to a cancellation, an end-of-generation token or the limit."""
+        import llama_cpp
+
+        for token in tokens:
+            if self._cancel is not None and self._cancel.is_set():
+                self.finish_reason = "cancelled"
+                return
+            if llama_cpp.llama_vocab_is_eog(vocab, token):
+                self.finish_reason = "stop"
+                return
+            self.output_tokens += 1
+            yield token
+            if self.output_tokens >= self._max_new_tokens:
+                return
 
     def _tokens(self, context: Any, feed: list[int]) -> Iterator[int]:
         """The sampled tokens, the first one under ``first`` if set: a generation of one token under that

@@ -16,7 +16,16 @@ from django.utils import timezone
 
 from realtime.node import cluster
 from realtime.admin.detail import session_detail
-from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, Recording, RefusalCount, ResponseRecord
+from realtime.models import (
+    ConversationItem,
+    EndReason,
+    Node,
+    RealtimeSession,
+    Recording,
+    RefusalCount,
+    ResponseRecord,
+    Stage,
+)
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -78,10 +87,7 @@ class ResponseRecordInline(ReadOnlyInline):
         "input_tokens",
         "output_tokens",
         "audio_ms",
-        "stt_s",
-        "lm_first_token_s",
-        "tts_first_audio_s",
-        "voice_to_voice_s",
+        *(stage.field for stage in Stage),
     )
     readonly_fields = fields
     ordering = ("finished_at",)

@@ -8,14 +8,8 @@ from typing import Any
 from django.urls import reverse
 from django.utils import timezone
 
-from realtime.models import RealtimeSession, Recording, ResponseRecord
+from realtime.models import RealtimeSession, Recording, ResponseRecord, Stage
 
-STAGES = (
-    ("voice_to_voice", "End of speech to first audio"),
-    ("stt", "Speech to text"),
-    ("lm_first_token", "LM first token"),
-    ("tts_first_audio", "TTS first audio"),
-)
 CHART_W, CHART_H, CHART_PAD = 640, 160, 28
 
 
@@ -61,11 +55,11 @@ def summary_rows(summary: dict[str, Any] | None) -> list[dict[str, str]]:
     """One row per stage with its percentiles in milliseconds."""
     latency = (summary or {}).get("latency_s", {})
     rows = []
-    for key, label in STAGES:
-        values = latency.get(key) or {}
+    for stage in Stage:
+        values = latency.get(stage.value) or {}
         rows.append(
             {
-                "label": label,
+                "label": stage.label,
                 "count": str(values.get("count", 0)),
                 **{q: ms(values.get(q)) for q in ("p50", "p90", "p99", "max")},
             }
@@ -88,7 +82,7 @@ def turns(session: RealtimeSession, responses: list[ResponseRecord]) -> list[dic
                 "response": response,
                 "timings": None
                 if response is None
-                else [(label, ms(getattr(response, f"{key}_s"))) for key, label in STAGES],
+                else [(stage.label, ms(getattr(response, stage.field))) for stage in Stage],
                 "recording_url": None
                 if recording is None
                 else reverse("admin:realtime_recording", args=[session.id, recording.pk]),

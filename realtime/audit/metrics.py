@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from realtime.models import Stage
+
 if TYPE_CHECKING:
     from pipelines.pool import PipelinePool
 
@@ -22,7 +24,6 @@ disable_created_metrics()  # no "*_created" series: nothing here needs them and 
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
-STAGES = ("stt", "lm_first_token", "tts_first_audio", "voice_to_voice")
 UNIT_STATES = ("warming", "idle", "busy", "draining", "quarantined")
 
 
@@ -45,8 +46,8 @@ class Metrics:
             buckets=BUCKETS,
             registry=self.registry,
         )
-        for stage in STAGES:
-            self.latency.labels(stage=stage)  # every stage shows, observed or not
+        for stage in Stage:
+            self.latency.labels(stage=stage.value)  # every stage shows, observed or not
         self.responses = Counter("s2s_responses", "Responses finished, by status.", ["status"], registry=self.registry)
         self.refusals = Counter(
             "s2s_connections_refused",
@@ -56,8 +57,8 @@ class Metrics:
         )
         self.registry.register(_ProcessCollector(node, pool, writer))
 
-    def observe(self, stage: str, seconds: float) -> None:
-        self.latency.labels(stage=stage).observe(seconds)
+    def observe(self, stage: Stage, seconds: float) -> None:
+        self.latency.labels(stage=stage.value).observe(seconds)
 
     def count_response(self, status: str) -> None:
         self.responses.labels(status=status).inc()

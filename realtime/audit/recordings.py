@@ -128,7 +128,7 @@ class TurnAudio:
             self._save(msg.item_id, "user", samples, RATE)
 
     def _answer_audio(self, msg: m.AudioOut, conversation: Conversation) -> None:
-        state = conversation.responses.get(msg.response_id)
+        state = conversation.responses.find(msg.response_id)
         if state is None or state.out_of_band:
             return
         kept = self._answer_bytes.get(msg.response_id, 0)
@@ -140,7 +140,7 @@ class TurnAudio:
     def _assistant_turn(self, msg: m.ResponseFinished, conversation: Conversation) -> None:
         chunks = self._answers.pop(msg.response_id, None)
         self._answer_bytes.pop(msg.response_id, None)
-        state = next((s for s in reversed(conversation.finished) if s.id == msg.response_id), None)
+        state = conversation.responses.find(msg.response_id)
         if not chunks or state is None:
             return
         rate = audio.RATES[state.output_format]

@@ -25,10 +25,11 @@ from django.utils import timezone
 
 from pipelines import messages as m
 from realtime.audit import recordings
-from realtime.models import ConversationItem, RealtimeSession, RefusalCount, ResponseRecord, upsert
+from realtime.models import ConversationItem, RealtimeSession, RefusalCount, ResponseRecord, Stage, upsert
 
 if TYPE_CHECKING:
-    from realtime.protocol.conversation import Conversation, ResponseState
+    from realtime.protocol.conversation import Conversation
+    from realtime.protocol.responses import ResponseState
     from realtime.protocol.events import ClientEvent
     from realtime.audit.metrics import Metrics
 
@@ -238,10 +239,10 @@ class SessionRecorder:
         elif isinstance(msg, m.TranscriptCompleted):
             self._stt_s = msg.stt_s
             if msg.stt_s is not None:
-                self.metrics.observe("stt", msg.stt_s)
+                self.metrics.observe(Stage.STT, msg.stt_s)
             self._item(msg.item_id, "user", msg.transcript, self._committed_ms.pop(msg.item_id, None))
         elif isinstance(msg, m.ResponseFinished):
-            state = next((s for s in reversed(conversation.finished) if s.id == msg.response_id), None)
+            state = conversation.responses.find(msg.response_id)
             if state is not None:
                 self._response(msg, state)
 
@@ -267,13 +268,9 @@ class SessionRecorder:
             "voice_to_voice_s": voice_to_voice,
             "finished_at": timezone.now(),
         }
-        for stage, key in (
-            ("lm_first_token", "lm_first_token_s"),
-            ("tts_first_audio", "tts_first_audio_s"),
-            ("voice_to_voice", "voice_to_voice_s"),
-        ):
-            if fields[key] is not None:
-                self.metrics.observe(stage, fields[key])
+        for stage in Stage:  # STT was observed when its transcript came
+            if stage is not Stage.STT and fields[stage.field] is not None:
+                self.metrics.observe(stage, fields[stage.field])
         self.metrics.count_response(msg.status)
         self._speech_end, self._stt_s = None, None
         if not state.out_of_band:

@@ -7,8 +7,8 @@ than ``S2S_NODE_TIMEOUT_S`` is shown as gone; ``Node.objects.reap_dead`` (run by
 Celery beat task) marks it gone and its open sessions interrupted.
 
 Ending a live session goes through the channel layer to the group named after
-the session, which only the consumer holding it has joined, on whichever
-process that is.
+the session (or its API key, or its call), which only the session's mailbox has
+joined, on whichever process holds it.
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ from s2s_project.celery import app as celery_app
 
 logger = logging.getLogger(__name__)
 
+# The messages a live session's mailbox (``realtime.protocol.mailbox``) is sent, by type.
 END_SESSION = "session.end"
 KEY_REVOKED = "key.revoked"
+HANG_UP = "call.hang_up"
 
 
 def session_group(session_id: str) -> str:
@@ -46,6 +48,11 @@ def session_group(session_id: str) -> str:
 def key_group(api_key_id: int) -> str:
     """The group of every live session opened with one API key (or a client secret it minted), on any node."""
     return f"s2s.key.{api_key_id}"
+
+
+def call_group(call_id: str) -> str:
+    """The group of one live call (WebRTC, SIP): a hang-up that reached another process finds it there."""
+    return f"s2s.call.{call_id}"
 
 
 def end_key_sessions(api_key_id: int) -> None:
@@ -59,6 +66,16 @@ def end_key_sessions(api_key_id: int) -> None:
         async_to_sync(layer.group_send)(key_group(api_key_id), {"type": KEY_REVOKED})
     except Exception:
         logger.exception("API key %s revoked, but its live sessions could not be told", api_key_id)
+
+
+async def hang_up_elsewhere(call_id: str, credential: str) -> bool:
+    """Asks whichever process holds ``call_id`` to hang it up (``credential`` "": an API key asked); False
+    without a channel layer. Fire and forget: a call that is gone already ignores it."""
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    await layer.group_send(call_group(call_id), {"type": HANG_UP, "credential": credential})
+    return True
 
 
 def end_session(session_id: str, reason: str = "") -> None:

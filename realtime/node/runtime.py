@@ -58,12 +58,12 @@ class LiveSession(Protocol):
 
 
 class LiveCall(Protocol):
-    """A WebRTC call, found by its id to hang it up (``DELETE /v1/realtime/calls/{call_id}``)."""
+    """A call's session (WebRTC, SIP), found by the call id to hang it up (``DELETE /v1/realtime/calls/ID``)."""
 
     credential: str  # the hash of the key or client secret that opened it ("" with authentication off)
 
     async def hang_up(self) -> None:
-        """Ends the call's session and closes its peer connection."""
+        """Ends the call's session and closes its connection."""
 
 
 class Listener(Protocol):
@@ -84,7 +84,7 @@ class Runtime:
         self.start_error: str | None = None
         self.heartbeat: Heartbeat | None = None
         self.sessions: set[LiveSession] = set()
-        self.calls: dict[str, LiveCall] = {}  # live WebRTC and SIP calls by call id (they are in ``sessions`` too)
+        self.calls: dict[str, LiveCall] = {}  # live calls' sessions by call id (they are in ``sessions`` too)
         self.listeners: list[Listener] = []
         self.started = False
         self._lock = threading.Lock()

@@ -1,20 +1,23 @@
 """One Realtime session, whatever carries it: the protocol without the transport.
 
-A transport (the WebSocket consumer today, a WebRTC data channel next) authenticates,
-then calls :meth:`SessionCore.claim`; it hands each client frame to :meth:`receive`
-and implements :class:`Transport` to send events and to close. Everything between
-is here: the session settings, the conversation, limits, the response lifecycle,
-the records. Every end of a session, whoever decides it, goes through :meth:`end`.
+A transport (the WebSocket consumer, a WebRTC call) opens its session with
+:func:`open_session`: authentication, the claim of a unit, the session's mailbox on the
+channel layer and the start are here, once for every transport. It then hands each
+client frame to :meth:`SessionCore.receive` and implements
+:class:`realtime.protocol.transport.Transport` to send events and to close. Everything
+between is here: the session settings, the conversation, limits, the response lifecycle,
+the records. Every end of a session, whoever decides it, goes through :meth:`SessionCore.end`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -22,54 +25,38 @@ from django.utils import timezone
 
 from pipelines import audio, messages as m
 from pipelines.pool import Lease
-from realtime.protocol import limits
-from realtime.protocol import prompts
+from realtime.access import auth
 from realtime.audit import records
-from realtime.protocol.conversation import Conversation, Port
-from realtime.protocol.mcp.session import McpSession
-from realtime.protocol.events import ClientEvent, EventError, error_event, parse_event, server_event, to_beta
 from realtime.models import EndReason, Prompt, Transport as TransportKind
+from realtime.node import cluster
 from realtime.node.runtime import Runtime
+from realtime.protocol import limits, prompts
+from realtime.protocol.conversation import Conversation, Port
+from realtime.protocol.events import ClientEvent, EventError, error_event, parse_event, server_event, to_beta
+from realtime.protocol.mailbox import Mailbox
+from realtime.protocol.mcp.session import McpSession
 from realtime.protocol.session import SessionConfig
+from realtime.protocol.transport import (
+    CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL,
+    CLOSE_NORMAL,
+    CLOSE_POLICY,
+    CLOSE_TRY_AGAIN,
+    ClearedReply,
+    Event,
+    OpenRequest,
+    PlaysAudio,
+    Refusal,
+    ServerEvent,
+    Transport,
+)
 
 logger = logging.getLogger(__name__)
 
-Event = dict[str, Any]
-
-CLOSE_GOING_AWAY = 1001
-CLOSE_POLICY = 1008
-CLOSE_INTERNAL = 1011
-CLOSE_TRY_AGAIN = 1013
 SESSION_LIMIT_REASON = "All session slots are in use"
+AUTH_STATUS = {"invalid_api_key": 401, "invalid_origin": 403}
+AUDIO_DONE = {"response.output_audio.done", "response.done"}
 FOLLOWER_SKIPS = {"response.output_audio.delta", "response.audio.delta"}  # followers get events, not audio
-
-
-class Transport(Protocol):
-    """What the session needs from whatever carries it."""
-
-    async def send_event(self, event: Event) -> None:
-        """Sends one server event (already shaped for the client: GA, or beta)."""
-
-    async def close(self, code: int, reason: str) -> None:
-        """Closes the connection from the server's side."""
-
-
-@runtime_checkable
-class PlaysAudio(Protocol):
-    """A transport that plays the reply itself (WebRTC), so the server owns the output audio buffer."""
-
-    def clear_output_audio(self) -> list[Event]:
-        """Stops the reply's audio at once (``output_audio_buffer.clear``); returns the events that say so."""
-
-
-@dataclass(eq=False)
-class Refusal(Exception):
-    """Why no session could start; the transport answers with it (WebSocket: error + close)."""
-
-    code: str
-    message: str
-    close_code: int
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -84,11 +71,11 @@ class Opening:
     client_addr: str = ""
     user_agent: str = ""
     session_config: dict[str, Any] | None = None  # a client secret's settings
-    call_config: dict[str, Any] | None = None  # the settings a WebRTC offer came with (applied after the secret's)
+    call_config: dict[str, Any] | None = None  # the settings a call came with (applied after the secret's)
     transport: str = TransportKind.WEBSOCKET
 
 
-def refuse(runtime: Runtime, opening: Opening, refusal: Refusal) -> None:
+def _count_refusal(runtime: Runtime, opening: Opening, refusal: Refusal) -> None:
     """Counts a connection that never became a session (per minute and reason: no row each, no user agent kept)."""
     if runtime.session_refused(refusal.code, refusal.close_code):
         logger.info(
@@ -97,6 +84,123 @@ def refuse(runtime: Runtime, opening: Opening, refusal: Refusal) -> None:
             opening.client_addr or "?",
             refusal.code,
         )
+
+
+# --- opening ------------------------------------------------------------------------------
+
+
+async def open_session(runtime: Runtime, transport: Transport, request: OpenRequest) -> SessionCore:
+    """Opens a session for ``transport``: authenticates, runs the transport's own checks, claims a unit, joins
+    the session's mailbox to its groups, starts it.
+
+    Raises :class:`Refusal` (counted) when no session can start; on that or any other failure a spent
+    ``ek_`` secret is given back. A unit is claimed only once the credentials passed (and the transport's
+    ``prepare`` did), with no ``await`` between finding it and taking it, and given back on any failure after.
+    """
+    opening = Opening(
+        session_id=request.session_id,
+        model=request.model or settings.S2S_DEFAULT_MODEL,
+        beta=request.beta,
+        transcription=request.transcription,
+        client_addr=request.client_addr,
+        user_agent=request.user_agent[:500],
+        transport=request.transport,
+    )
+    principal: auth.Principal | None = None
+    core: SessionCore | None = None
+    try:
+        principal = await _authenticate(request)
+        call_config = await request.prepare() if request.prepare is not None else request.call_config
+        opening = replace(
+            opening,
+            principal=_principal_name(principal, request.scope),
+            model=request.model or _model(principal.session_config, call_config),
+            session_config=principal.session_config or None,
+            call_config=call_config,
+        )
+        core = SessionCore._claim(runtime, transport, opening)
+        token = auth.scope_token(request.scope) if request.scope is not None else None
+        core.credential = auth.hash_token(token) if token else ""
+        core.call_id = request.call_id
+        await core.mailbox.open(_groups(core.id, principal, request.call_id))
+        await core.start()
+    except BaseException as exc:
+        if principal is not None:  # its session never started: a spent secret may open another
+            spent = principal
+            runtime.writer.submit(lambda: auth.give_back_secret(spent))
+        if isinstance(exc, Refusal):
+            _count_refusal(runtime, opening, exc)
+        if core is not None:
+            logger.exception("session %s failed to start", core.id)
+            await asyncio.shield(core.end(EndReason.ERROR, None))
+        raise
+    if request.call_id is not None:
+        runtime.calls[request.call_id] = core
+    used_at = core.started_at
+    runtime.writer.submit(lambda: auth.mark_used(principal, used_at))
+    return core
+
+
+async def _authenticate(request: OpenRequest) -> auth.Principal:
+    """The request's principal; raises :class:`Refusal` for missing or wrong credentials or a foreign Origin."""
+    if request.principal is not None:  # the transport authenticated otherwise
+        return request.principal
+    try:
+        return await auth.authenticate(request.scope or {}, request.session_id)
+    except auth.AuthError as exc:
+        raise Refusal(
+            exc.code, exc.message, exc.close_code, exc.reason, exc.error_type, AUTH_STATUS.get(exc.code, 503)
+        ) from None
+
+
+def _principal_name(principal: auth.Principal, scope: dict[str, Any] | None) -> str:
+    if principal.name:
+        return f"{principal.kind}:{principal.name}"[:200]
+    return records.principal_of(scope) if scope is not None else ""
+
+
+def _model(*configs: dict[str, Any] | None) -> str:
+    """The model the last of ``configs`` to name one names (a call's settings after a client secret's)."""
+    for config in reversed(configs):
+        if config and isinstance(config.get("model"), str) and config["model"]:
+            return config["model"]
+    return settings.S2S_DEFAULT_MODEL
+
+
+def _groups(session_id: str, principal: auth.Principal, call_id: str | None) -> list[str]:
+    groups = [cluster.session_group(session_id)]
+    if principal.api_key_id is not None:
+        groups.append(cluster.key_group(principal.api_key_id))
+    if call_id is not None:
+        groups.append(cluster.call_group(call_id))
+    return groups
+
+
+class Outbox:
+    """Pipeline output on its way to the session's send task, bounded.
+
+    It exists before the unit is claimed and is the claim's sink, so whatever a unit says,
+    even before the session object is made, is queued, never dropped.
+    """
+
+    def __init__(self, maxsize: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[m.Outbound] = asyncio.Queue(maxsize=maxsize)
+        self.closed = False
+        self.on_full: Callable[[], None] = lambda: None
+
+    def sink(self, out: m.Outbound) -> None:
+        """Called on stage threads: hops to the event loop."""
+        assert self.loop is not None
+        self.loop.call_soon_threadsafe(self._put, out)
+
+    def _put(self, out: m.Outbound) -> None:
+        if self.closed:
+            return
+        try:
+            self.queue.put_nowait(out)
+        except asyncio.QueueFull:
+            self.on_full()
 
 
 class SessionCore:
@@ -127,10 +231,18 @@ class SessionCore:
     }
 
     def __init__(
-        self, runtime: Runtime, transport: Transport, opening: Opening, lease: Lease | None, port: Port
+        self,
+        runtime: Runtime,
+        transport: Transport,
+        opening: Opening,
+        lease: Lease | None,
+        port: Port,
+        outbox: Outbox | None = None,
     ) -> None:
         self.runtime = runtime
         self.transport = transport
+        # A transport that plays the reply itself (WebRTC, SIP) is handed the audio, not audio deltas.
+        self.player: PlaysAudio | None = transport if isinstance(transport, PlaysAudio) else None
         self.opening = opening
         self.id = opening.session_id
         self.lease = lease
@@ -153,7 +265,11 @@ class SessionCore:
         self.started_at = timezone.now()
         self.ended = False
         self._active_at = self._rate_reported_at = self._session_started = time.monotonic()
-        self._outbox: asyncio.Queue[m.Outbound] = asyncio.Queue(maxsize=settings.S2S_SEND_BUFFER_EVENTS)
+        self.outbox = outbox or Outbox(settings.S2S_SEND_BUFFER_EVENTS)
+        self.outbox.on_full = self._overflow
+        self.mailbox = Mailbox(self.id, {kind: functools.partial(act, self) for kind, act in self.MAILBOX.items()})
+        self.credential = ""  # the hash of the key or secret that opened it: what may hang a call up by id
+        self.call_id: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._followers: set[Transport] = set()  # event-only transports attached to the session (?call_id=)
         self._turn_timeout: asyncio.Task[None] | None = None
@@ -179,10 +295,12 @@ class SessionCore:
     # --- start ------------------------------------------------------------------------
 
     @classmethod
-    def claim(cls, runtime: Runtime, transport: Transport, opening: Opening) -> SessionCore:
-        """Claims a unit for a new session; raises :class:`Refusal` when none can be had.
+    def _claim(cls, runtime: Runtime, transport: Transport, opening: Opening) -> SessionCore:
+        """Claims a unit for a new session (the part of :func:`open_session` that may not await); raises
+        :class:`Refusal` when none can be had.
 
-        Atomic: nothing awaits between finding a free unit and taking it.
+        Atomic: nothing awaits between finding a free unit and taking it. The unit's sink is the
+        session's outbox, made before the claim: nothing the unit says is lost.
         """
         pool = runtime.pool
         if pool is None or not pool.warm:
@@ -191,30 +309,28 @@ class SessionCore:
                 if runtime.start_error is None
                 else f"The server failed to start its pipeline: {runtime.start_error}"
             )
-            raise Refusal("server_not_ready", message, CLOSE_TRY_AGAIN, "Server is warming up")
-        loop = asyncio.get_running_loop()
-        core: SessionCore | None = None
-
-        def sink(out: m.Outbound) -> None:  # called on stage threads
-            if core is not None:  # a unit says nothing before it has its first message
-                loop.call_soon_threadsafe(core._deliver, out)
-
-        lease = pool.claim(sink, opening.session_id)
+            raise Refusal("server_not_ready", message, CLOSE_TRY_AGAIN, "Server is warming up", "server_error")
+        outbox = Outbox(settings.S2S_SEND_BUFFER_EVENTS, asyncio.get_running_loop())
+        lease = pool.claim(outbox.sink, opening.session_id)
         if lease is None and not pool.admitting:
             raise Refusal(
                 "server_shutting_down",
                 "The server is shutting down: connect to another one.",
                 CLOSE_TRY_AGAIN,
                 "Server is shutting down",
+                "server_error",
             )
         if lease is None:
-            raise Refusal("session_limit_reached", SESSION_LIMIT_REASON, CLOSE_POLICY, SESSION_LIMIT_REASON)
+            raise Refusal(
+                "session_limit_reached", SESSION_LIMIT_REASON, CLOSE_POLICY, SESSION_LIMIT_REASON, http_status=429
+            )
         try:
-            core = cls(runtime, transport, opening, lease, Port(lease.generation, lease.unit.submit, lease.unit.cancel))
+            port = Port(lease.generation, lease.unit.submit, lease.unit.cancel)
+            return cls(runtime, transport, opening, lease, port, outbox)
         except BaseException:
+            outbox.closed = True
             pool.release(lease)
             raise
-        return core
 
     async def start(self) -> None:
         """Records the session, starts its tasks and says ``session.created``."""
@@ -261,31 +377,37 @@ class SessionCore:
         if self.ended:
             return
         self.ended = True
-        if error is not None:
-            await self._send(error_event(error.code, error.message, error.param, None, error.error_type))
-        current = asyncio.current_task()
-        for task in [*self._tasks, self._turn_timeout]:
-            if task is not None and task is not current:
-                task.cancel()
+        self.outbox.closed = True
+        if self.call_id is not None and self.runtime.calls.get(self.call_id) is self:
+            del self.runtime.calls[self.call_id]
         try:
-            if self.lease is not None and self.runtime.pool is not None:
-                await asyncio.wrap_future(self.runtime.pool.release(self.lease))
+            if error is not None:
+                await self._send(error_event(error.code, error.message, error.param, None, error.error_type))
+            current = asyncio.current_task()
+            for task in [*self._tasks, self._turn_timeout]:
+                if task is not None and task is not current:
+                    task.cancel()
+            try:
+                if self.lease is not None and self.runtime.pool is not None:
+                    await asyncio.wrap_future(self.runtime.pool.release(self.lease))
+            finally:
+                self.runtime.session_ended(
+                    self,
+                    self.id,
+                    ended_at=timezone.now(),
+                    end_reason=reason,
+                    close_code=close_code,
+                    turns=self.conversation.turns,
+                    errors=self.conversation.errors,
+                    audio_in_seconds=self.conversation.audio_in_seconds,
+                )
+            if close_reason and close_code is not None:
+                await self.transport.close(close_code, close_reason)
+            followers, self._followers = self._followers, set()
+            for follower in followers:
+                await follower.close(CLOSE_NORMAL, "The call ended")
         finally:
-            self.runtime.session_ended(
-                self,
-                self.id,
-                ended_at=timezone.now(),
-                end_reason=reason,
-                close_code=close_code,
-                turns=self.conversation.turns,
-                errors=self.conversation.errors,
-                audio_in_seconds=self.conversation.audio_in_seconds,
-            )
-        if close_reason and close_code is not None:
-            await self.transport.close(close_code, close_reason)
-        followers, self._followers = self._followers, set()
-        for follower in followers:
-            await follower.close(1000, "The call ended")
+            await self.mailbox.close()
 
     async def going_away(self) -> None:
         await self.end(
@@ -312,6 +434,24 @@ class SessionCore:
             EventError("session_ended_by_admin", "An administrator ended this session.", error_type="server_error"),
             "Session ended by an administrator",
         )
+
+    async def hang_up(self) -> None:
+        """The call was hung up (``DELETE /v1/realtime/calls/{call_id}``, on this process or another)."""
+        await self.end(EndReason.CLIENT_CLOSED, None)
+        await self.transport.close(CLOSE_NORMAL, "The call was hung up")
+
+    async def _hang_up_by(self, message: dict[str, Any]) -> None:
+        """``call.hang_up`` from another process: honoured from an API key (``credential`` "") or the
+        credential that opened the call."""
+        if message.get("credential") in ("", self.credential):
+            await self.hang_up()
+
+    # The session's mailbox (realtime.protocol.mailbox): message type -> what it does.
+    MAILBOX: dict[str, Callable[[SessionCore, dict[str, Any]], Awaitable[None]]] = {
+        cluster.END_SESSION: lambda core, message: core.end_by_admin(),
+        cluster.KEY_REVOKED: lambda core, message: core.end_revoked(),
+        cluster.HANG_UP: lambda core, message: core._hang_up_by(message),
+    }
 
     # --- client -> server -----------------------------------------------------------------
 
@@ -415,14 +555,47 @@ class SessionCore:
             self.lease.unit.context.settings = self.session.settings()
 
     def _clear_output_audio(self) -> list[Event]:
-        if isinstance(self.transport, PlaysAudio):
-            return self.transport.clear_output_audio()
+        if self.player is not None:
+            return self._cleared(self.player.clear_reply())
         raise EventError(
             "invalid_value",
             "output_audio_buffer.clear is only supported for WebRTC and SIP connections; "
             "over WebSocket the client owns playback (use conversation.item.truncate).",
             "type",
         )
+
+    def _cleared(self, cleared: ClearedReply) -> list[Event]:
+        """``output_audio_buffer.cleared`` (said even when nothing played, about the latest reply, as the API's
+        type has it), and the reply's item truncated to what was played, as the server knows it."""
+        events = [server_event("output_audio_buffer.cleared", response_id=cleared.response_id)]
+        if cleared.item_id is not None:
+            try:
+                events += self.conversation.truncate_item(cleared.item_id, 0, cleared.played_ms)
+            except EventError as exc:  # e.g. an out-of-band response: nothing to truncate
+                logger.debug("session %s: no truncation of %s: %s", self.id, cleared.item_id, exc.message)
+        return events
+
+    # --- playout, for a transport that plays the reply itself (PlaysAudio) -------------------
+
+    def output_audio_started(self, response_id: str) -> None:
+        """The transport began playing ``response_id``: ``output_audio_buffer.started``."""
+        if not self.ended:
+            self._spawn(self._send(server_event("output_audio_buffer.started", response_id=response_id)), "playout")
+
+    def output_audio_stopped(self, response_id: str) -> None:
+        """The transport played the last of ``response_id``: ``output_audio_buffer.stopped``."""
+        if not self.ended:
+            self._spawn(self._send(server_event("output_audio_buffer.stopped", response_id=response_id)), "playout")
+
+    async def _played_after(self, player: PlaysAudio, event: Event) -> None:
+        """What a transport that plays the reply learns from an event it was sent: the reply is complete, or
+        the user barged in (the reply stops and is truncated, unless ``interrupt_response`` is off)."""
+        if event["type"] in AUDIO_DONE:
+            player.end_reply(event.get("response_id") or event.get("response", {}).get("id", ""))
+        elif event["type"] == "input_audio_buffer.speech_started" and player.playing is not None:
+            if (self.session.turn_detection or {}).get("interrupt_response", True):
+                for reply in self._cleared(player.clear_reply()):
+                    await self._send(reply)
 
     # --- limits ----------------------------------------------------------------------------
 
@@ -493,14 +666,10 @@ class SessionCore:
 
     # --- server -> client ---------------------------------------------------------------
 
-    def _deliver(self, out: m.Outbound) -> None:
-        """On the event loop: queue pipeline output for the send task (bounded)."""
-        if self.ended:
-            return
-        try:
-            self._outbox.put_nowait(out)
-        except asyncio.QueueFull:
-            logger.warning("session %s: send buffer full (%s events); closing", self.id, self._outbox.maxsize)
+    def _overflow(self) -> None:
+        """The outbox is full: the client does not read what the unit says."""
+        if not self.ended:
+            logger.warning("session %s: send buffer full (%s events); closing", self.id, self.outbox.queue.maxsize)
             self._spawn(
                 self.end(
                     EndReason.SERVER_CLOSED, CLOSE_POLICY, close_reason="Send buffer full: the client reads too slowly"
@@ -510,7 +679,7 @@ class SessionCore:
 
     async def _send_loop(self) -> None:
         while True:
-            out = await self._outbox.get()
+            out = await self.outbox.queue.get()
             self._active_at = time.monotonic()
             if isinstance(out, m.UnitFailed):
                 self._spawn(self._unit_failed(out), "unit-failed")
@@ -563,13 +732,19 @@ class SessionCore:
         )
 
     async def _send(self, event: Event) -> None:
-        if self.opening.beta:
-            event = to_beta(event)
-            if event is None:
-                return
-        await self.transport.send_event(event)
-        if self._followers and event["type"] not in FOLLOWER_SKIPS:
-            await self.tell_followers(event)
+        """Hands one event to the transport, typed: a transport that plays the reply gets its audio instead
+        of the audio delta."""
+        shaped = to_beta(event) if self.opening.beta else event
+        if shaped is not None:
+            out = ServerEvent.of(shaped)
+            if out.audio is not None and self.player is not None:
+                self.player.play_audio(out.payload["item_id"], out.audio, self.session.output_format)
+            else:
+                await self.transport.send_event(out)
+            if self._followers and out.type not in FOLLOWER_SKIPS:
+                await self.tell_followers(out)
+        if self.player is not None:
+            await self._played_after(self.player, event)
 
     # --- followers: a second, event-only transport on a live call (``/v1/realtime?call_id=``) --------
 
@@ -580,13 +755,14 @@ class SessionCore:
     def unfollow(self, follower: Transport) -> None:
         self._followers.discard(follower)
 
-    async def tell_followers(self, event: Event) -> None:
-        """Sends an event to the followers only (one the transport made itself: a key press, the playout)."""
+    async def tell_followers(self, event: ServerEvent | Event) -> None:
+        """Sends an event to the followers only (one the transport made itself: a key press)."""
+        out = event if isinstance(event, ServerEvent) else ServerEvent.of(event)
         for follower in list(self._followers):
             try:
-                await follower.send_event(event)
+                await follower.send_event(out)
             except Exception:  # a follower that went away must not stop the session's send loop
-                logger.debug("session %s: a follower could not be sent %s", self.id, event["type"])
+                logger.debug("session %s: a follower could not be sent %s", self.id, out.type)
 
     def _session_obj(self) -> Event:
         if self.opening.beta:

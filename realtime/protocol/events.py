@@ -463,3 +463,144 @@ def decode_audio(value: Any, param: str = "audio", max_bytes: int | None = None)
 
 def encode_audio(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
+
+
+# --- server shapes ---------------------------------------------------------------
+# Items and responses as the client sees them (``realtime.item``, ``realtime.response``), GA names.
+
+
+def stored_item(item: ClientItem, item_id: str) -> dict[str, Any]:
+    """The conversation's copy of a client item, as ``conversation.item.retrieve`` returns it."""
+    if item.type == "function_call_output":
+        return {
+            "id": item_id,
+            "object": "realtime.item",
+            "type": item.type,
+            "status": "completed",
+            "call_id": item.call_id,
+            "output": item.output,
+        }
+    if item.type == "function_call":
+        return function_call_item(item_id, item.call_id or "", item.name or "", item.arguments or "", "completed")
+    if item.type == "mcp_approval_response":
+        return {
+            "id": item_id,
+            "type": item.type,
+            "approval_request_id": item.approval_request_id,
+            "approve": item.approve,
+            "reason": item.reason,
+        }
+    parts = [
+        {"type": "input_audio", "transcript": None}
+        if part.audio is not None
+        else {"type": part.type, "text": part.text}
+        for part in item.content
+    ]
+    return message_item(item_id, item.role, "completed", parts)
+
+
+def message_item(item_id: str, role: str, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "message",
+        "status": status,
+        "role": role,
+        "content": content,
+    }
+
+
+def user_audio_item(item_id: str, transcript: str | None) -> dict[str, Any]:
+    """A user message of committed input audio (``transcript`` None: not transcribed yet)."""
+    return message_item(item_id, "user", "completed", [{"type": "input_audio", "transcript": transcript}])
+
+
+def function_call_item(
+    item_id: str, call_id: str, name: str, arguments: str = "", status: str = "in_progress"
+) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def mcp_call_item(
+    item_id: str, server_label: str, name: str, arguments: str, approval_request_id: str | None = None
+) -> dict[str, Any]:
+    """An ``mcp_call`` item, before it has run (``output`` and ``error`` come when it has)."""
+    return {
+        "id": item_id,
+        "type": "mcp_call",
+        "server_label": server_label,
+        "name": name,
+        "arguments": arguments,
+        "approval_request_id": approval_request_id,
+        "output": None,
+        "error": None,
+    }
+
+
+def mcp_approval_request_item(item_id: str, server_label: str, name: str, arguments: str) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "mcp_approval_request",
+        "server_label": server_label,
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def content_part(modalities: tuple[str, ...], text: str) -> dict[str, Any]:
+    """An assistant message's one part: the transcript of its audio, or its text."""
+    if "audio" in modalities:
+        return {"type": "output_audio", "transcript": text}
+    return {"type": "output_text", "text": text}
+
+
+def event_part(part: dict[str, Any]) -> dict[str, Any]:
+    """A content part as ``response.content_part.added``/``done`` carry it: type ``text`` or ``audio``.
+
+    Items say ``output_text``/``output_audio``; the content-part events use the short names (the SDK's ``Part``),
+    the same ones beta items have.
+    """
+    return {**part, "type": BETA_CONTENT_TYPES.get(part["type"], part["type"])}
+
+
+def response_error(error_code: str | None) -> dict[str, Any]:
+    """The ``type`` and ``code`` of a failed response's error: the client's to fix (``error_code``: a conversation
+    too long for the context with truncation disabled), or the server's (None)."""
+    if error_code is not None:
+        return {"type": "invalid_request_error", "code": error_code}
+    return {"type": "server_error", "code": "response_failed"}
+
+
+def status_details(status: str, reason: str | None, error_code: str | None) -> dict[str, Any] | None:
+    """A response's ``status_details``: why it is not (or not yet) ``completed``."""
+    match status:
+        case "cancelled" | "incomplete":
+            return {"type": status, "reason": reason}
+        case "failed":
+            return {"type": "failed", "error": {**response_error(error_code), "message": reason}}
+        case _:
+            return None
+
+
+def usage(input_tokens: int, output_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    """A response's token counts (every token is text: the pipeline reads transcripts, not audio)."""
+    return {
+        "total_tokens": input_tokens + output_tokens,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "input_token_details": {"text_tokens": input_tokens, "audio_tokens": 0, "cached_tokens": cached_tokens},
+        "output_token_details": {"text_tokens": output_tokens, "audio_tokens": 0},
+    }
+
+
+def logprobs(words: tuple[tuple[str, float], ...]) -> list[dict[str, Any]]:
+    """A transcript's ``logprobs``: one entry per word (see the STT backend)."""
+    return [{"token": word, "logprob": logprob, "bytes": list(word.encode("utf-8"))} for word, logprob in words]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from realtime.protocol.conversation import Caps
+from realtime.protocol.items import Caps
 from realtime.protocol.events import EventError
 
 Clock = Callable[[], float]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from pipelines import audio, tools as tool_parsing
-from pipelines.config import FunctionTool, SessionSettings, ToolChoice, Truncation, TurnDetection
+from pipelines.config import SPEED_RANGE, FunctionTool, SessionSettings, ToolChoice, Truncation, TurnDetection
 from pipelines.errors import ToolDefinitionError
 from realtime.protocol.events import ClientItem, EventError, ItemReference, check_type, optional, parse_prompt
 from realtime.protocol.mcp.config import HostedTool, McpPolicy, McpServer, parse_server
@@ -31,7 +31,6 @@ DEFAULT_TEMPERATURE = 0.0
 BETA_TEMPERATURE_RANGE = (0.6, 1.2)
 # The API's bounds: ``max_output_tokens`` (below this server's own cap too), ``speed``, ``metadata``.
 API_MAX_OUTPUT_TOKENS = 4096
-SPEED_RANGE = (0.25, 1.5)
 METADATA_MAX_PAIRS, METADATA_MAX_KEY, METADATA_MAX_VALUE = 16, 64, 512
 MAX_MODEL_NAME = 256
 TRACING_KEYS = {"group_id", "metadata", "workflow_name"}
@@ -122,18 +121,27 @@ BETA_TRANSCRIPTION_KEYS = {
     "turn_detection",
 } | READ_ONLY
 TRANSCRIPTION_KEYS = {"model", "language", "prompt"}
-TURN_DETECTION_KEYS = {
-    "server_vad": {
-        "type",
+# Each kind of turn detection's fields, in the order the session shows them.
+TURN_DETECTION_FIELDS = {
+    "server_vad": (
         "threshold",
         "prefix_padding_ms",
         "silence_duration_ms",
         "create_response",
         "interrupt_response",
         "idle_timeout_ms",
-    },
-    "semantic_vad": {"type", "eagerness", "create_response", "interrupt_response", "idle_timeout_ms"},
+    ),
+    "semantic_vad": ("eagerness", "create_response", "interrupt_response", "idle_timeout_ms"),
 }
+TURN_DETECTION_KEYS = {kind: {"type", *names} for kind, names in TURN_DETECTION_FIELDS.items()}
+# The turn detection a session starts with, and each kind's defaults as the session shows them: the values are
+# ``pipelines.config.TurnDetection``'s, the one place they are written (the page reads them from here too).
+DEFAULT_TURN_DETECTION = TurnDetection.type
+TURN_DETECTION_DEFAULTS: dict[str, dict[str, Any]] = {
+    kind: {"type": kind, **{name: getattr(TurnDetection, name) for name in names}}
+    for kind, names in TURN_DETECTION_FIELDS.items()
+}
+_DETECTION_FIELDS = {f.name for f in fields(TurnDetection)}
 NOISE_REDUCTION_TYPES = ("near_field", "far_field")
 # The OpenAI transcription models a client may name: every one is served by the configured STT (faster-whisper).
 TRANSCRIPTION_MODELS = (
@@ -201,15 +209,7 @@ class SessionConfig:
         self.voice = voices[0] if voices else "alloy"
         self.transcription: dict[str, Any] | None = {"model": "whisper-1"}
         self.noise_reduction: dict[str, Any] | None = None
-        self.turn_detection: dict[str, Any] | None = {
-            "type": "server_vad",
-            "threshold": 0.5,
-            "prefix_padding_ms": 300,
-            "silence_duration_ms": 500,
-            "create_response": True,
-            "interrupt_response": True,
-            "idle_timeout_ms": None,
-        }
+        self.turn_detection: dict[str, Any] | None = dict(TURN_DETECTION_DEFAULTS[DEFAULT_TURN_DETECTION])
         self.max_output_tokens: int | str = "inf"
         self.temperature = DEFAULT_TEMPERATURE
         self.include: list[str] | None = None
@@ -521,17 +521,10 @@ class SessionConfig:
         td = self.turn_detection
         if td is None:
             detection = TurnDetection(type=None)
-        else:
-            detection = TurnDetection(
-                type=td["type"],
-                eagerness=td.get("eagerness", "auto"),
-                threshold=td.get("threshold", 0.5),
-                prefix_padding_ms=td.get("prefix_padding_ms", 300),
-                silence_duration_ms=td.get("silence_duration_ms", 500),
-                create_response=td.get("create_response", True) and not self.transcription_only,
-                interrupt_response=td.get("interrupt_response", True) and not self.transcription_only,
-                idle_timeout_ms=None if self.transcription_only else td.get("idle_timeout_ms"),
-            )
+        else:  # the session's fields are the dataclass's; what a kind lacks keeps the dataclass's default
+            detection = TurnDetection(**{name: value for name, value in td.items() if name in _DETECTION_FIELDS})
+            if self.transcription_only:  # transcribes only: no responses, so none to make or interrupt
+                detection = replace(detection, create_response=False, interrupt_response=False, idle_timeout_ms=None)
         return SessionSettings(
             input_format=self.input_format,
             output_format=self.output_format,
@@ -1008,17 +1001,8 @@ def parse_turn_detection(value: Any, param: str, current: dict[str, Any] | None)
         )
     base = dict(current) if current and current.get("type") == kind else {}
     unknown_keys(value, TURN_DETECTION_KEYS[kind], param)
+    td = {**TURN_DETECTION_DEFAULTS[kind], **base}
     if kind == "server_vad":
-        td = {
-            "type": kind,
-            "threshold": 0.5,
-            "prefix_padding_ms": 300,
-            "silence_duration_ms": 500,
-            "create_response": True,
-            "interrupt_response": True,
-            "idle_timeout_ms": None,
-            **base,
-        }
         numbers = {
             "threshold": (0.0, 1.0),
             "prefix_padding_ms": (0, 10000),
@@ -1026,14 +1010,6 @@ def parse_turn_detection(value: Any, param: str, current: dict[str, Any] | None)
             "idle_timeout_ms": (1000, 30 * 60 * 1000),
         }
     else:
-        td = {
-            "type": kind,
-            "eagerness": "auto",
-            "create_response": True,
-            "interrupt_response": True,
-            "idle_timeout_ms": None,
-            **base,
-        }
         numbers = {"idle_timeout_ms": (1000, 30 * 60 * 1000)}
         if "eagerness" in value and (not isinstance(value["eagerness"], str) or value["eagerness"] not in EAGERNESS):
             raise EventError(

@@ -23,19 +23,18 @@ from django.views.decorators.http import require_http_methods
 
 from pipelines.ids import new_id
 from realtime.access import auth
-from realtime.node import runtime
-from realtime.protocol.core import CLOSE_POLICY, Opening, Refusal, refuse
-from realtime.protocol.events import EventError, error_event
 from realtime.models import Prompt, Transport
+from realtime.node import runtime
+from realtime.node.cluster import hang_up_elsewhere
+from realtime.protocol.core import AUTH_STATUS
+from realtime.protocol.transport import CLOSE_POLICY, OpenRequest, Refusal
+from realtime.protocol.events import EventError, error_event
 from realtime.protocol.session import SessionConfig
-from realtime.transports.webrtc import WebRTCCall, hang_up_elsewhere
+from realtime.transports.webrtc import WebRTCCall
 
 logger = logging.getLogger(__name__)
 
 CALLS_PATH = "/v1/realtime/calls/"
-# Refusals of the pool as HTTP statuses: a full pool is a rate limit, a starting or stopping server unavailable.
-REFUSAL_STATUS = {"session_limit_reached": 429}
-AUTH_STATUS = {"invalid_api_key": 401, "invalid_origin": 403}
 AUDIO_CODECS = {"audio/opus", "audio/pcmu", "audio/pcma", "audio/g722"}  # what aiortc encodes and decodes
 
 
@@ -137,76 +136,51 @@ def check_session(session: dict[str, Any] | None) -> None:
             raise BadOffer(exc.message, exc.param, exc.code) from None
 
 
-def _model(*configs: dict[str, Any] | None) -> str:
-    for config in reversed(configs):
-        if config and isinstance(config.get("model"), str) and config["model"]:
-            return config["model"]
-    return settings.S2S_DEFAULT_MODEL
+async def _read_call(request: HttpRequest, call: WebRTCCall) -> dict[str, Any] | None:
+    """The offer read, checked and applied once the credentials passed (before any claim); returns the call's
+    settings; raises :class:`Refusal` (a 400)."""
+    try:
+        sdp, call_config = read_offer(request)
+        await sync_to_async(check_session)(call_config)
+    except BadOffer as exc:
+        raise Refusal(exc.code, exc.message, CLOSE_POLICY, "Bad offer", http_status=400, param=exc.param) from None
+    try:
+        await call.accept_offer(sdp)
+    except Exception as exc:  # aiortc refused what the parser let through
+        logger.info("call %s: unusable offer: %s", call.id, exc)
+        message = f"The SDP offer cannot be answered: {exc}."
+        raise Refusal("invalid_offer", message, CLOSE_POLICY, "Bad offer", http_status=400, param="sdp") from None
+    return call_config
 
 
 @csrf_exempt
 @require_http_methods(["POST"])
 async def create_call(request: HttpRequest) -> HttpResponse:
     """``POST /v1/realtime/calls``: authenticate, check the offer, claim a unit, answer (201)."""
-    session_id, call_id = new_id("sess"), new_id("rtc")
-    rt = runtime.current()
-    opening = Opening(
-        session_id=session_id,
-        model=settings.S2S_DEFAULT_MODEL,
+    call = WebRTCCall(new_id("rtc"), runtime.current())
+    open_request = OpenRequest(
         transport=Transport.WEBRTC,
+        scope=request.scope,
         client_addr=str(request.META.get("REMOTE_ADDR") or ""),
-        user_agent=request.headers.get("User-Agent", "")[:500],
+        user_agent=request.headers.get("User-Agent", ""),
+        prepare=lambda: _read_call(request, call),
     )
-    authorization = request.headers.get("Authorization", "")
-    try:  # before any claim: a request without valid credentials never holds a unit
-        principal = await auth.authenticate_request(request.scope, authorization, session_id)
-    except auth.AuthError as exc:
-        logger.info("call %s refused: %s", call_id, exc.code)
-        return error_response(AUTH_STATUS.get(exc.code, 503), exc.code, exc.message, error_type=exc.error_type)
     try:
-        sdp, call_config = read_offer(request)
-        await sync_to_async(check_session)(call_config)
-    except BadOffer as exc:
-        rt.writer.submit(lambda: auth.give_back_secret(principal))
-        return error_response(400, exc.code, exc.message, exc.param)
-    principal_name = f"{principal.kind}:{principal.name}"[:200] if principal.name else ""
-    opening = Opening(
-        **{
-            **opening.__dict__,
-            "principal": principal_name,
-            "model": _model(principal.session_config, call_config),
-            "session_config": principal.session_config or None,
-            "call_config": call_config,
-        }
-    )
-    token = auth.bearer_token(authorization) if authorization else None
-    call = WebRTCCall(call_id, rt, auth.hash_token(token) if token else "")
-    try:
-        await call.accept_offer(sdp)
-    except Exception as exc:  # aiortc refused what the parser let through
-        await call.discard()
-        rt.writer.submit(lambda: auth.give_back_secret(principal))
-        logger.info("call %s: unusable offer: %s", call_id, exc)
-        return error_response(400, "invalid_offer", f"The SDP offer cannot be answered: {exc}.", "sdp")
-    try:
-        answer = await call.answer(rt, opening)
+        answer = await call.answer(open_request)
     except Refusal as refusal:
         await call.discard()
-        rt.writer.submit(lambda: auth.give_back_secret(principal))
-        refuse(rt, opening, refusal)
-        status = REFUSAL_STATUS.get(refusal.code, 503)
-        error_type = "invalid_request_error" if refusal.close_code == CLOSE_POLICY else "server_error"
-        return error_response(status, refusal.code, refusal.message, error_type=error_type)
+        logger.info("call %s refused: %s", call.id, refusal.code)
+        return error_response(refusal.http_status, refusal.code, refusal.message, refusal.param, refusal.error_type)
     except Exception:  # the unit went back in answer(); the client hears why, not an HTML page
-        logger.exception("call %s: could not answer", call_id)
+        logger.exception("call %s: could not answer", call.id)
+        await call.discard()
         return error_response(
             500, "server_error", "The server could not answer this call. Try again.", error_type="server_error"
         )
-    used_at = call.core.started_at  # type: ignore[union-attr]
-    rt.writer.submit(lambda: auth.mark_used(principal, used_at))
-    logger.info("call %s: session %s answered (%s)", call_id, session_id, principal_name or "anonymous")
+    assert call.core is not None
+    logger.info("call %s: session %s answered (%s)", call.id, call.core.id, call.core.opening.principal or "anonymous")
     response = HttpResponse(answer, status=201, content_type="application/sdp")
-    response["Location"] = CALLS_PATH + call_id
+    response["Location"] = CALLS_PATH + call.id
     return response
 
 

@@ -2,10 +2,13 @@
 
 Client and server events travel as JSON on the ``oai-events`` data channel, as over a
 WebSocket, except the reply's audio: it rides the outgoing Opus track
-(:class:`ReplyTrack`), so ``response.output_audio.delta`` never goes on the channel.
-Since the server plays the audio, it owns the output buffer: it says
-``output_audio_buffer.started``/``stopped``/``cleared``, clears it when the user barges
-in (and truncates the reply to what was played), and honours ``output_audio_buffer.clear``.
+(:class:`ReplyTrack`): the session core hands it the reply's audio
+(:class:`realtime.protocol.transport.PlaysAudio`), so ``response.output_audio.delta``
+never goes on the channel. Since the server plays the audio, it owns the output buffer:
+the core says ``output_audio_buffer.started``/``stopped``/``cleared`` when this track
+starts, stops or is cleared (on barge-in, or ``output_audio_buffer.clear``). The session
+is opened, and ended from elsewhere, as every transport's is
+(:func:`realtime.protocol.core.open_session`).
 
 The peer connection lives on the event loop the server runs the ASGI app on
 (daphne's Twisted asyncio reactor, or uvicorn's loop), which lives as long as the
@@ -15,49 +18,28 @@ process; its ICE, DTLS and RTP tasks run there beside the WebSocket sessions.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from aiortc import RTCConfiguration, RTCDataChannel, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from channels.layers import get_channel_layer
 from django.conf import settings
 
-from realtime.node import cluster
-from realtime.protocol.core import Event, Opening, SessionCore
-from realtime.protocol.events import EventError, server_event
+from pipelines import messages as m
 from realtime.models import EndReason
 from realtime.node.runtime import Runtime
+from realtime.protocol.core import SessionCore, open_session
+from realtime.protocol.transport import ClearedReply, OpenRequest, ServerEvent
 from realtime.transports.webrtc_media import MicrophoneConverter, ReplyTrack
 
 logger = logging.getLogger(__name__)
 
 EVENTS_CHANNEL = "oai-events"
-AUDIO_DELTAS = {"response.output_audio.delta", "response.audio.delta"}
-AUDIO_DONE = {"response.output_audio.done", "response.audio.done", "response.done"}
 MAX_EARLY_EVENTS = 1000  # events sent before the data channel opened, kept until it does
-
-
-HANG_UP = "call.hang_up"
-
-
-def call_group(call_id: str) -> str:
-    """The channel-layer group of one live call: a hang-up that reached another process finds it there."""
-    return f"s2s.call.{call_id}"
-
-
-async def hang_up_elsewhere(call_id: str, credential: str) -> bool:
-    """Asks whichever process holds ``call_id`` to hang it up (``credential`` "": an API key asked); False
-    without a channel layer. Fire and forget: a call that is gone already ignores it."""
-    layer = get_channel_layer()
-    if layer is None:
-        return False
-    await layer.group_send(call_group(call_id), {"type": HANG_UP, "credential": credential})
-    return True
 
 
 def ice_servers() -> list[RTCIceServer]:
@@ -70,10 +52,9 @@ def ice_servers() -> list[RTCIceServer]:
 class WebRTCCall:
     """One call: its peer connection, its data channel, its tracks, and the session behind them."""
 
-    def __init__(self, call_id: str, runtime: Runtime, credential: str) -> None:
+    def __init__(self, call_id: str, runtime: Runtime) -> None:
         self.id = call_id
         self.runtime = runtime
-        self.credential = credential
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice_servers()))
         self.reply = ReplyTrack(self._playout_started, self._playout_stopped)
         self.core: SessionCore | None = None
@@ -95,27 +76,21 @@ class WebRTCCall:
         if not any(t.kind == "audio" for t in self.pc.getTransceivers()):
             raise ValueError("the offer has no audio m-line")
 
-    async def answer(self, runtime: Runtime, opening: Opening) -> str:
-        """Claims a unit (raises :class:`realtime.protocol.core.Refusal`), then answers; the session starts at once."""
-        self.core = SessionCore.claim(runtime, self, opening)
+    async def answer(self, request: OpenRequest) -> str:
+        """Opens the session (raises :class:`realtime.protocol.core.Refusal`; ``request.prepare`` applies the
+        offer), then answers; the session starts at once."""
+        self.core = await open_session(self.runtime, self, replace(request, call_id=self.id))
         try:
             self.pc.addTrack(self.reply)
             await self.pc.setLocalDescription(await self.pc.createAnswer())
-            runtime.calls[self.id] = self
-            await self.core.start()
         except BaseException:
             await self.finish(EndReason.ERROR)
             raise
         self._spawn(self._watch_peer(), "peer-watch")
         self._spawn(self._handle_inbox(), "inbox")
-        self._spawn(self._listen_for_admin(), "admin")
         return self.pc.localDescription.sdp
 
     # --- the end ---------------------------------------------------------------------
-
-    async def hang_up(self) -> None:
-        """``DELETE /v1/realtime/calls/{call_id}``: the client hung up."""
-        await self.finish(EndReason.CLIENT_CLOSED)
 
     async def discard(self) -> None:
         """Closes a call that never became a session (a refused offer or a full pool)."""
@@ -136,7 +111,6 @@ class WebRTCCall:
         if self.closed:
             return
         self.closed = True
-        self.runtime.calls.pop(self.id, None)
         current = asyncio.current_task()
         for task in list(self._tasks):
             if task is not current:
@@ -152,29 +126,13 @@ class WebRTCCall:
             logger.info("call %s: %s; ending session %s", self.id, why, self.core.id)
         self._spawn(self.finish(reason), "finish")
 
-    # --- core.Transport -------------------------------------------------------------
+    # --- the transport (realtime.protocol.transport.Transport, PlaysAudio) ---------------
 
-    async def send_event(self, event: Event) -> None:
-        kind = event["type"]
+    async def send_event(self, event: ServerEvent) -> None:
         try:
-            if kind in AUDIO_DELTAS:  # the audio rides the track
-                assert self.core is not None
-                self.reply.push(
-                    event["response_id"],
-                    event["item_id"],
-                    base64.b64decode(event["delta"]),
-                    self.core.session.output_format,
-                )
-                return
-            self._send_text(json.dumps(event))
-            if kind in AUDIO_DONE:
-                response = event.get("response") or {}
-                self.reply.finish(event.get("response_id") or response.get("id", ""))
-            elif kind == "input_audio_buffer.speech_started" and self.reply.playing is not None and self._interrupts():
-                for reply in self.clear_output_audio():
-                    self._send_text(json.dumps(reply))
+            self._send_text(json.dumps(event.to_wire()))
         except Exception:  # the session's send loop must go on whatever one event does here
-            logger.exception("call %s: could not send %s", self.id, kind)
+            logger.exception("call %s: could not send %s", self.id, event.type)
 
     async def close(self, code: int, reason: str) -> None:
         """The server ends the call (a limit, an admin, shutdown): the ``error`` that says why went out already."""
@@ -182,23 +140,21 @@ class WebRTCCall:
             await asyncio.sleep(0.05)  # let the error event leave before the channel goes
         await self._close_peer()
 
-    def clear_output_audio(self) -> list[Event]:
-        """Stops the reply at once; truncates its item to what was played, as the server knows it."""
-        cleared = self.reply.clear()
-        if cleared is None:  # nothing was playing: still said, about the latest reply (as the API's type has it)
-            return [server_event("output_audio_buffer.cleared", response_id=self.reply.last_response_id)]
-        response_id, item_id, played_ms = cleared
-        events = [server_event("output_audio_buffer.cleared", response_id=response_id)]
-        assert self.core is not None
-        try:
-            events += self.core.conversation.truncate_item(item_id, 0, played_ms)
-        except EventError as exc:  # e.g. an out-of-band response: nothing to truncate
-            logger.debug("call %s: no truncation of %s: %s", self.id, item_id, exc.message)
-        return events
+    @property
+    def playing(self) -> str | None:
+        return self.reply.playing
 
-    def _interrupts(self) -> bool:
-        assert self.core is not None
-        return bool((self.core.session.turn_detection or {}).get("interrupt_response", True))
+    def play_audio(self, item_id: str, audio: m.AudioOut, audio_format: str) -> None:
+        self.reply.push(audio.response_id, item_id, audio.data, audio_format)
+
+    def end_reply(self, response_id: str) -> None:
+        self.reply.finish(response_id)
+
+    def clear_reply(self) -> ClearedReply:
+        cleared = self.reply.clear()
+        if cleared is None:
+            return ClearedReply(self.reply.last_response_id)
+        return ClearedReply(*cleared)
 
     def _send_text(self, text: str) -> None:
         channel = self.channel
@@ -214,10 +170,12 @@ class WebRTCCall:
         channel.send(text)
 
     def _playout_started(self, response_id: str) -> None:
-        self._send_text(json.dumps(server_event("output_audio_buffer.started", response_id=response_id)))
+        if self.core is not None:
+            self.core.output_audio_started(response_id)
 
     def _playout_stopped(self, response_id: str) -> None:
-        self._send_text(json.dumps(server_event("output_audio_buffer.stopped", response_id=response_id)))
+        if self.core is not None:
+            self.core.output_audio_stopped(response_id)
 
     # --- the peer --------------------------------------------------------------------
 
@@ -299,36 +257,6 @@ class WebRTCCall:
                 if stats.type == "remote-inbound-rtp":
                     return (datetime.now(UTC) - stats.timestamp).total_seconds()
         return None
-
-    async def _listen_for_admin(self) -> None:
-        """Joins the session's and the call's channel-layer groups, so an admin's "end session", and a hang-up
-        that reached another process of the cluster, end this call too."""
-        layer = get_channel_layer()
-        if layer is None or self.core is None:
-            return
-        groups = [cluster.session_group(self.core.id), call_group(self.id)]
-        name = await layer.new_channel()
-        try:
-            for group in groups:
-                await layer.group_add(group, name)
-            while True:
-                message = await layer.receive(name)
-                if message.get("type") == cluster.END_SESSION:
-                    await self.core.end_by_admin()
-                    return
-                if message.get("type") == HANG_UP and message.get("credential") in ("", self.credential):
-                    await self.hang_up()
-                    return
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.exception("call %s: the channel layer failed; admin actions cannot reach it", self.id)
-        finally:
-            for group in groups:
-                try:
-                    await asyncio.wait_for(asyncio.shield(layer.group_discard(group, name)), 2.0)
-                except Exception:
-                    logger.debug("call %s: could not leave %s", self.id, group)
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=f"{name}-{self.id}")

@@ -31,7 +31,7 @@ from realtime.protocol.events import ClientEvent
 from realtime.views import installed_voices
 from realtime.apps import AUDITORS_GROUP
 from realtime.management.commands.pool_status import Command as PoolStatus
-from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, Recording, ResponseRecord
+from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, Recording, ResponseRecord, Stage
 from tests.audit.conftest import with_database
 from tests.support.speech import tone
 
@@ -288,12 +288,12 @@ class TestSlotBoard:
 
 
 class FakeConversation:
-    """What TurnAudio reads of a conversation: the input format and the finished responses."""
+    """What TurnAudio reads of a conversation: the input format and its responses (``responses.find``)."""
 
     def __init__(self) -> None:
         self.session = SimpleNamespace(input_format=audio.PCM)
-        self.finished: list[SimpleNamespace] = []
-        self.responses: dict[str, SimpleNamespace] = {}
+        self.states: dict[str, SimpleNamespace] = {}  # running or finished: TurnAudio reads both alike
+        self.responses = SimpleNamespace(find=self.states.get)
 
 
 def wav_seconds(data: bytes) -> float:
@@ -320,11 +320,10 @@ class TestRecordings:
         turn.output(m.SpeechStopped(generation=0, item_id="item_1", audio_end_ms=2000), conversation)
         turn.output(m.AudioCommitted(generation=0, item_id="item_1", duration_ms=1500), conversation)
         state = SimpleNamespace(id="resp_a", item_id="item_2", out_of_band=False, output_format=audio.PCM)
-        conversation.responses["resp_a"] = state
+        conversation.states["resp_a"] = state
         answer = audio.encode(tone(1.2), audio.PCM)
         for start in range(0, len(answer), 4800):
             turn.output(m.AudioOut(generation=0, response_id="resp_a", data=answer[start : start + 4800]), conversation)
-        conversation.finished.append(conversation.responses.pop("resp_a"))
         turn.output(m.ResponseFinished(generation=0, response_id="resp_a", status="completed"), conversation)
         for write in writes:
             write()
@@ -409,7 +408,7 @@ def test_metrics_are_in_the_prometheus_text_format(client, loopback_pool):
 
     from realtime.node import runtime
 
-    runtime.current().metrics.observe("voice_to_voice", 0.3)
+    runtime.current().metrics.observe(Stage.VOICE_TO_VOICE, 0.3)
     response = client.get("/metrics")
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
     samples = {}
@@ -429,6 +428,25 @@ def test_metrics_are_in_the_prometheus_text_format(client, loopback_pool):
         samples[(bucket, (("le", "0.25"), ("stage", "voice_to_voice")))]
         <= samples[(bucket, (("le", "0.5"), ("stage", "voice_to_voice")))]
     )
+
+
+@pytest.mark.django_db
+def test_every_stage_is_a_record_field_a_metrics_label_and_a_timing_of_the_page(client, loopback_pool):
+    """The stages are named once (``Stage``): the record, ``/metrics`` and the page's timings all follow it."""
+    make_session("sess_stages")
+    ResponseRecord.objects.create(
+        session_id="sess_stages",
+        response_id="resp_stages",
+        status="completed",
+        **{stage.field: 0.25 for stage in Stage},
+    )
+    responses = client.get("/v1/realtime/sessions/sess_stages/timings").json()["responses"]
+    timings = next(response for response in responses if response["response_id"] == "resp_stages")
+    assert {key: timings[key] for key in timings if key.endswith("_ms")} == {
+        f"{stage.value}_ms": 250 for stage in Stage
+    }
+    exposition = client.get("/metrics").content.decode()
+    assert all(f'stage="{stage.value}"' in exposition for stage in Stage)
 
 
 def test_with_a_metrics_token_only_a_scraper_that_sends_it_gets_the_metrics(client, loopback_pool, settings):

@@ -10,6 +10,7 @@ from channels.testing import WebsocketCommunicator
 from realtime.node import runtime
 from s2s_project.asgi import application
 from tests.support.client import RealtimeClient
+from tests.support.transport import MemoryTransport, PlayingTransport
 
 Connect = Callable[..., Awaitable[RealtimeClient]]
 
@@ -65,6 +66,30 @@ async def connect(loopback_pool) -> AsyncIterator[Connect]:
     runtime.current().writer.flush(10)
     missing = [event["type"] for client in clients for event in client.received if not event.get("event_id")]
     assert not missing, f"server events without an event_id: {missing}"
+
+
+@pytest.fixture
+async def direct(loopback_pool) -> AsyncIterator[Callable[..., Awaitable[RealtimeClient]]]:
+    """Opens Realtime sessions over the in-memory test transport (tests/support/transport.py): the session
+    core alone, no socket. ``await direct()`` returns a client whose ``session.created`` was received
+    (``client.created``); ``direct(playing=True)`` opens one whose transport plays the reply itself
+    (``client.transport``); other keywords are :class:`OpenRequest` fields."""
+    transports: list[MemoryTransport] = []
+
+    async def open_session(playing: bool = False, expect_session: bool = True, **request) -> RealtimeClient:
+        transport = PlayingTransport() if playing else MemoryTransport()
+        transports.append(transport)
+        await transport.open(**request)
+        client = transport.client
+        client.transport = transport  # type: ignore[attr-defined]
+        if expect_session:
+            client.created = await client.until("session.created", timeout=10)  # type: ignore[attr-defined]
+        return client
+
+    yield open_session
+    for transport in transports:
+        await transport.disconnect()
+    runtime.current().writer.flush(10)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The OpenAI Realtime protocol over the real ASGI application, on the loopback profile (FAKE stages).
+"""The OpenAI Realtime protocol over the real ASGI application (``connect``) or the session core alone
+behind the in-memory test transport (``direct``), on the loopback profile (FAKE stages).
 
 The fake stages answer by fixed rules (pipelines/loopback.py): the fake STT
 transcribes a turn as "audio of N seconds", the fake LM replies
@@ -66,8 +67,8 @@ async def test_it_sends_session_created_with_the_realtime_subprotocol_and_the_mo
     assert session["audio"]["input"]["turn_detection"]["type"] == "server_vad"
 
 
-async def test_session_update_in_the_ga_shape_is_applied_and_echoed(connect):
-    client = await connect()
+async def test_session_update_in_the_ga_shape_is_applied_and_echoed(direct):
+    client = await direct()
     passthrough = {
         "tracing": "auto",
         "include": ["item.input_audio_transcription.logprobs"],
@@ -208,8 +209,8 @@ GA_ORDER_AUDIO = [
 ]
 
 
-async def test_a_text_response_comes_in_the_ga_order_and_response_done_carries_the_text(connect):
-    client = await connect()
+async def test_a_text_response_comes_in_the_ga_order_and_response_done_carries_the_text(direct):
+    client = await direct()
     await client.update_session(output_modalities=["text"])
     await client.send("conversation.item.create", item=text_item("hello there"))
     added = await client.until("conversation.item.done")
@@ -228,8 +229,8 @@ async def test_a_text_response_comes_in_the_ga_order_and_response_done_carries_t
     assert all(event.get("event_id") for event in client.received)
 
 
-async def test_rate_limits_are_reported_at_each_responses_start_with_its_tokens_reserved(connect, loopback_pool):
-    client = await connect()
+async def test_rate_limits_are_reported_at_each_responses_start_with_its_tokens_reserved(direct, loopback_pool):
+    client = await direct()
     await client.update_session(output_modalities=["text"])
     await client.send("conversation.item.create", item=text_item("hello there"))
     await client.send("response.create", response={"max_output_tokens": 5})
@@ -277,8 +278,8 @@ async def test_speech_before_idle_timeout_ms_cancels_the_prompt(connect):
     assert "input_audio_buffer.speech_stopped" in types(events)
 
 
-async def test_an_audio_response_comes_in_the_ga_order_with_audio_and_its_transcript(connect):
-    client = await connect()
+async def test_an_audio_response_comes_in_the_ga_order_with_audio_and_its_transcript(direct):
+    client = await direct()
     await client.say_text("hello sound")
     events = await client.collect("response.done")
     assert subsequence(GA_ORDER_AUDIO, types(events)), types(events)
@@ -324,8 +325,8 @@ async def test_a_spoken_turn_with_server_vad_is_transcribed_and_answered_with_it
     assert events[-1]["response"]["status"] == "completed"
 
 
-async def test_manual_mode_commits_and_answers_only_when_asked(connect):
-    client = await connect()
+async def test_manual_mode_commits_and_answers_only_when_asked(direct):
+    client = await direct()
     await client.update_session(**MANUAL)
     await client.append(tone(0.5))
     assert await client.drain(0.3) == []  # no turn detection: nothing happens until the commit
@@ -338,8 +339,8 @@ async def test_manual_mode_commits_and_answers_only_when_asked(connect):
     assert 440 <= echo_ms(audio_bytes(events)) <= 560
 
 
-async def test_committing_an_empty_buffer_is_an_error_and_clear_is_confirmed(connect):
-    client = await connect()
+async def test_committing_an_empty_buffer_is_an_error_and_clear_is_confirmed(direct):
+    client = await direct()
     await client.update_session(**MANUAL)
     event_id = await client.send("input_audio_buffer.commit")
     error = await client.error()
@@ -379,8 +380,8 @@ async def test_g711_audio_goes_in_and_comes_out_at_8_khz_one_byte_per_sample(con
 # --- conversation items ----------------------------------------------------------
 
 
-async def test_items_can_be_retrieved_and_deleted(connect):
-    client = await connect()
+async def test_items_can_be_retrieved_and_deleted(direct):
+    client = await direct()
     await client.send("conversation.item.create", item={**text_item("keep me"), "id": "item_mine"})
     await client.until("conversation.item.done")
     await client.send("conversation.item.retrieve", item_id="item_mine")
@@ -413,6 +414,30 @@ async def test_truncating_a_spoken_assistant_item_trims_its_transcript_to_what_w
     event_id = await client.send("conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=5000)
     error = await client.error()
     assert (error["code"], error["param"], error["event_id"]) == ("invalid_value", "audio_end_ms", event_id)
+
+
+async def test_an_early_reply_can_still_be_truncated_after_many_later_ones(connect):
+    """The API truncates any assistant audio item still in the conversation, however many replies came since."""
+    client = await connect()
+    await client.update_session(**MANUAL)
+    replies: list[dict] = []
+    for turn in range(25):
+        await client.say_text(f"turn {turn}")
+        replies.append((await client.until("response.done", timeout=30))["response"]["output"][0])
+    first = replies[0]
+    await client.send("conversation.item.truncate", item_id=first["id"], content_index=0, audio_end_ms=0)
+    truncated = await client.until("conversation.item.truncated")
+    assert (truncated["item_id"], truncated["audio_end_ms"]) == (first["id"], 0)
+    await client.send("conversation.item.retrieve", item_id=first["id"])
+    assert (await client.until("conversation.item.retrieved"))["item"]["content"][0]["transcript"] == ""
+
+    await client.send("conversation.item.delete", item_id=replies[1]["id"])
+    await client.until("conversation.item.deleted")
+    event_id = await client.send(
+        "conversation.item.truncate", item_id=replies[1]["id"], content_index=0, audio_end_ms=0
+    )
+    error = await client.error()
+    assert (error["code"], error["param"], error["event_id"]) == ("item_not_found", "item_id", event_id)
 
 
 # --- cancelling ----------------------------------------------------------------
@@ -478,8 +503,8 @@ async def test_an_out_of_band_response_stays_out_of_the_conversation(connect):
     assert (await client.error())["code"] == "item_not_found"
 
 
-async def test_a_second_response_while_one_is_active_is_refused(connect):
-    client = await connect()
+async def test_a_second_response_while_one_is_active_is_refused(direct):
+    client = await direct()
     await client.update_session(output_modalities=["text"])
     await client.say_text("slow and long")
     await client.until("response.created")
@@ -545,8 +570,8 @@ BAD_EVENTS = [
 
 
 @pytest.mark.parametrize("event, code, param", BAD_EVENTS)
-async def test_bad_input_gets_an_error_with_its_code_and_event_id_and_the_session_goes_on(connect, event, code, param):
-    client = await connect()
+async def test_bad_input_gets_an_error_with_its_code_and_event_id_and_the_session_goes_on(direct, event, code, param):
+    client = await direct()
     event_id = await client.send(event["type"], **{k: v for k, v in event.items() if k != "type"})
     error = await client.error()
     assert (error["code"], error["param"], error["event_id"]) == (code, param, event_id)
@@ -557,8 +582,8 @@ async def test_bad_input_gets_an_error_with_its_code_and_event_id_and_the_sessio
     ] == "You said: still here."
 
 
-async def test_invalid_json_gets_an_error_and_the_session_goes_on(connect):
-    client = await connect()
+async def test_invalid_json_gets_an_error_and_the_session_goes_on(direct):
+    client = await direct()
     await client.send_raw('{"type": "response.create", ')
     error = await client.error()
     assert error["code"] == "invalid_json"

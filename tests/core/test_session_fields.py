@@ -330,3 +330,20 @@ async def test_user_audio_kept_for_retrieval_is_capped_and_the_oldest_goes_first
         await client.send("conversation.item.retrieve", item_id=name)
         kept[name] = (await client.until("conversation.item.retrieved"))["item"]["content"][0].get("audio")
     assert kept["item_a"] is None and kept["item_b"] == kept["item_c"] == pcm
+
+
+# --- defaults, written once ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["server_vad", "semantic_vad"])
+def test_each_kind_of_turn_detection_starts_from_the_pipelines_defaults(kind):
+    """``pipelines.config.TurnDetection`` holds each default; the session shows and passes on exactly those."""
+    from pipelines.config import TurnDetection
+    from realtime.protocol.session import DEFAULT_TURN_DETECTION, TURN_DETECTION_DEFAULTS, SessionConfig
+
+    session = SessionConfig("sess_defaults", "gpt-realtime", ("alloy",))
+    assert (DEFAULT_TURN_DETECTION, session.turn_detection) == ("server_vad", TURN_DETECTION_DEFAULTS["server_vad"])
+    session.update({"type": "realtime", "audio": {"input": {"turn_detection": {"type": kind}}}}, beta=False)
+    assert session.as_ga()["audio"]["input"]["turn_detection"] == TURN_DETECTION_DEFAULTS[kind]
+    assert session.settings().turn_detection == TurnDetection(type=kind)
+    assert TURN_DETECTION_DEFAULTS["server_vad"]["silence_duration_ms"] == TurnDetection().silence_duration_ms

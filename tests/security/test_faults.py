@@ -111,7 +111,7 @@ async def test_a_full_send_buffer_closes_the_session_with_1008_and_frees_the_uni
     original = consumers.RealtimeConsumer.send_event
 
     async def slow_send(self, event):  # pipeline output meets a transport that does not drain
-        if not event["type"].startswith("response."):
+        if not event.type.startswith("response."):
             return await original(self, event)
         sent.set()
         await asyncio.sleep(3600)
@@ -127,17 +127,13 @@ async def test_a_full_send_buffer_closes_the_session_with_1008_and_frees_the_uni
 
 
 async def test_a_consumer_that_crashes_outside_any_handler_still_gives_its_unit_back(loopback_pool, monkeypatch):
-    from channels.layers import get_channel_layer
-
-    from realtime.node import cluster
-
-    async def crash(self, message):
+    async def crash(self, text_data=None, bytes_data=None):
         raise RuntimeError("a bug in a handler")
 
-    monkeypatch.setattr(consumers.RealtimeConsumer, "session_end", crash)
+    monkeypatch.setattr(consumers.RealtimeConsumer, "receive", crash)
     comm, session_id = await open_session()
     assert loopback_pool.free_units() == 1
-    await get_channel_layer().group_send(cluster.session_group(session_id), {"type": "session.end"})
+    await comm.send_to(text_data='{"type": "input_audio_buffer.clear"}')
     with pytest.raises(RuntimeError):
         await comm.receive_output(timeout=5)
     await until_free(loopback_pool, 2)

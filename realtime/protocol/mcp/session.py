@@ -19,10 +19,11 @@ from pipelines import messages as m, tools as tool_parsing
 from pipelines.errors import ToolDefinitionError
 from pipelines.ids import new_id
 from realtime.protocol.mcp import client as mcp_client
-from realtime.protocol.conversation import Conversation, ResponseState, mcp_call_item
-from realtime.protocol.events import server_event
+from realtime.protocol.conversation import Conversation
+from realtime.protocol.events import mcp_call_item, server_event
 from realtime.protocol.mcp.client import McpFailure
 from realtime.protocol.mcp.config import HostedTool, ListedTool, McpServer
+from realtime.protocol.responses import ResponseState
 from realtime.protocol.session import SessionConfig
 
 logger = logging.getLogger(__name__)
@@ -48,8 +49,8 @@ class McpSession:
         self._tools_changed = tools_changed
         self._servers: dict[str, McpServer] = {}  # label -> the server as its tools were (or are being) listed
         self._runs: dict[str, asyncio.Task[None]] = {}  # response id -> the task running its calls
-        conversation.list_tools = self.list_for_response
-        conversation.on_cancel = self._cancel_calls
+        conversation.responses.list_tools = self.list_for_response
+        conversation.responses.on_cancel = self._cancel_calls
 
     # --- listing ------------------------------------------------------------------------
 
@@ -104,7 +105,7 @@ class McpSession:
                 for tool in await self._fetch(server, item) or []:
                     found.setdefault(tool.name, HostedTool(server, tool))
         finally:  # always: the response waits for it
-            self.conversation.release_response(response_id, found)
+            self.conversation.responses.release(response_id, found)
 
     async def _fetch(
         self, server: McpServer, item: Event, adopt: Callable[[list[ListedTool]], None] | None = None
@@ -153,8 +154,8 @@ class McpSession:
         if (task := asyncio.current_task()) is not None:
             self._runs[msg.response_id] = task
         try:
-            state = self.conversation.responses.get(msg.response_id)
-            if state is None or state.status != "in_progress":
+            state = self.conversation.responses.live(msg.response_id)
+            if state is None:
                 return
             finish = False
             for call in msg.calls:
@@ -168,8 +169,10 @@ class McpSession:
                 results.append(replace(call, output=output))
             approved, state.approved = state.approved, []
             for request in approved:
-                item = mcp_call_item(new_id("item"), request.tool, request.arguments, request.id)
-                index, events = self.conversation.output_added(state, item)
+                tool = request.tool
+                item = mcp_call_item(new_id("item"), tool.server.label, tool.name, request.arguments, request.id)
+                events = self.conversation.responses.output_added(state, item)
+                index = len(state.output) - 1
                 for event in events:
                     await self._send(event)
                 output = await self._call(state, index, item, request.tool)
@@ -202,7 +205,7 @@ class McpSession:
         else:
             final, text = {**item, "output": output}, output
             await self._send(server_event("response.mcp_call.completed", **ids))
-        for event in self.conversation.output_done(state, index, final):
+        for event in self.conversation.responses.output_done(state, index, final):
             await self._send(event)
         return text
 

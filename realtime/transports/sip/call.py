@@ -11,7 +11,6 @@ Every end goes through :meth:`SipCall.finish` or the core's ``end``, which calls
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import time
@@ -20,40 +19,35 @@ from typing import TYPE_CHECKING, Any
 
 from aiosipua import IncomingCall, SdpMessage, SipUAC
 from aiosipua.dialog import DialogState
-from channels.layers import get_channel_layer
-from django.conf import settings
 
 from pipelines.ids import new_id
+from pipelines import messages as m
+from realtime.access import auth
 from realtime.models import EndReason, RealtimeSession, Transport as TransportKind
 from realtime.node import cluster
 from realtime.node.runtime import Runtime
-from realtime.protocol.core import Event, Opening, Refusal, SessionCore, refuse
-from realtime.protocol.events import EventError, server_event
+from realtime.protocol.core import SessionCore, open_session
+from realtime.protocol.events import server_event
+from realtime.protocol.transport import CLOSE_NORMAL, ClearedReply, OpenRequest, Refusal, ServerEvent
 from realtime.transports.sip.config import SipConfig
 from realtime.transports.playout import ReplyQueue
 from realtime.transports.sip.media import FRAME_SAMPLES, RATE, CallMedia, NoCommonCodec, NoPorts
-from realtime.transports.webrtc import HANG_UP, call_group
 
 if TYPE_CHECKING:
     from aiortp.port_allocator import PortAllocator
 
 logger = logging.getLogger(__name__)
 
-AUDIO_DELTAS = {"response.output_audio.delta", "response.audio.delta"}
-AUDIO_DONE = {"response.output_audio.done", "response.audio.done", "response.done"}
 # SIP statuses for the refusals of the pool: a full pool is busy, a starting or stopping server unavailable.
 REFUSAL_STATUS = {"session_limit_reached": 486}
-GROUP_TIMEOUT_S = 2.0
 MAX_MICROPHONE_BACKLOG = 500  # 10 s of 20 ms frames waiting for the event loop: more is dropped
 HIDDEN_HEADERS = {"authorization", "proxy-authorization"}  # never sent to the webhook
 
 
-def open_call(runtime: Runtime, call: SipCall, opening: Opening) -> SessionCore:
-    """The one place a SIP call gets its session: the claim (raises :class:`Refusal`).
-
-    Written against ``SessionCore.claim``; ``open_session`` takes its place when it lands.
-    """
-    return SessionCore.claim(runtime, call, opening)
+async def open_call(runtime: Runtime, call: SipCall, request: OpenRequest) -> SessionCore:
+    """The one place a SIP call gets its session (raises :class:`Refusal`): the opening every transport shares,
+    with the trunk trusted as the caller (no credentials: docs/deploy.md says what guards the SIP port)."""
+    return await open_session(runtime, call, request)
 
 
 def number_of(uri: Any) -> str:
@@ -103,30 +97,27 @@ class SipCall:
     # --- ringing ------------------------------------------------------------------
 
     async def ring(self) -> bool:
-        """Claims a unit, binds the media, starts the session; False: the INVITE was refused (486, 488, 503)."""
+        """Claims a unit and starts the session, binds the media; False: the INVITE was refused (486, 488, 503)."""
         source_ip, source_port = self.incoming.source_addr
-        opening = Opening(
-            session_id=new_id("sess"),
-            model=str(self.config.session.get("model") or settings.S2S_DEFAULT_MODEL),
+        request = OpenRequest(
             transport=TransportKind.SIP,
+            principal=auth.ANONYMOUS,
+            model=self.config.session.get("model") or None,
             client_addr=f"{source_ip}:{source_port}"[:100],
-            user_agent=(self.incoming.invite.get_header("user-agent") or "")[:500],
+            user_agent=self.incoming.invite.get_header("user-agent") or "",
+            call_id=self.id,
         )
         try:
-            self.core = open_call(self.runtime, self, opening)
+            self.core = await open_call(self.runtime, self, request)
         except Refusal as refusal:
-            refuse(self.runtime, opening, refusal)
             status = REFUSAL_STATUS.get(refusal.code, 503)
             logger.info("SIP call %s from %s refused (%s): %s", self.id, source_ip, status, refusal.code)
             self._decline(status)
             return False
-        self.runtime.calls[self.id] = self
         try:
             if self.incoming.sdp_offer is None:
                 raise NoCommonCodec("the INVITE has no SDP offer")
             self._answer = await self.media.open(self.incoming.sdp_offer, source_ip)
-            await self._open_mailbox([cluster.session_group(self.core.id), call_group(self.id)])
-            await self.core.start()
         except (NoCommonCodec, NoPorts) as exc:
             status = 488 if isinstance(exc, NoCommonCodec) else 503
             logger.warning("SIP call %s: %s (%s)", self.id, exc, status)
@@ -160,7 +151,7 @@ class SipCall:
         self.state = "active"
         self.api_key_id = api_key_id
         if api_key_id is not None:  # revoking the key that accepted the call ends it
-            await self._open_mailbox([cluster.key_group(api_key_id)])
+            await self.core.mailbox.join(cluster.key_group(api_key_id))
         self.incoming.accept(self._answer)
         self.media.start_playout()
         if session:
@@ -181,12 +172,6 @@ class SipCall:
         if self.state != "active" or self.incoming.dialog.state != DialogState.CONFIRMED:
             raise CallStateError(f"The call is {self.state}: only an answered call can be transferred.")
         self.uac.send_refer(self.incoming.dialog, target_uri, self.incoming.source_addr)
-
-    async def hang_up(self) -> None:
-        """``/hangup`` (or DELETE): a ringing call is declined (603), an answered one gets a BYE."""
-        if self.state == "ringing":
-            self._decline(603)
-        await self.finish(EndReason.CLIENT_CLOSED)
 
     # --- the end ------------------------------------------------------------------------
 
@@ -215,7 +200,6 @@ class SipCall:
         if self.incoming.dialog.state == DialogState.CONFIRMED:
             self.incoming.hangup()  # BYE
         self.state = "closed"
-        self.runtime.calls.pop(self.id, None)
         if self.on_closed is not None:
             self.on_closed(self)
         current = asyncio.current_task()
@@ -226,63 +210,40 @@ class SipCall:
         self.playout.clear()
         await self.media.close()
 
-    # --- core.Transport --------------------------------------------------------------
+    # --- core.Transport and core.PlaysAudio -------------------------------------------------
 
-    async def send_event(self, event: Event) -> None:
-        """The session's events: the audio goes on RTP; the rest reach the followers through the core."""
-        kind = event["type"]
-        try:
-            if kind in AUDIO_DELTAS:  # the audio rides RTP
-                assert self.core is not None
-                self.playout.push(
-                    event["response_id"],
-                    event["item_id"],
-                    base64.b64decode(event["delta"]),
-                    self.core.session.output_format,
-                )
-                return
-            if kind in AUDIO_DONE:
-                response = event.get("response") or {}
-                self.playout.finish(event.get("response_id") or response.get("id", ""))
-            elif kind == "input_audio_buffer.speech_started" and self.playout.playing and self._interrupts():
-                for reply in self.clear_output_audio():
-                    await self._tell_followers(reply)
-        except Exception:  # the session's send loop must go on whatever one event does here
-            logger.exception("SIP call %s: could not send %s", self.id, kind)
+    async def send_event(self, event: ServerEvent) -> None:
+        """Nobody on the line reads events: the reply's audio comes through :meth:`play_audio`, and the
+        session's events reach the call's followers (``?call_id=``) through the core."""
 
     async def close(self, code: int, reason: str) -> None:
-        """The server ends the call (a limit, an admin, a revoked key, shutdown): BYE."""
+        """The server ends the call (a hang-up by id, a limit, an admin, a revoked key, shutdown): BYE, or a
+        final answer to a call still ringing (603 for a hang-up, else 503)."""
         logger.info("SIP call %s: ended by the server (%s)", self.id, reason)
+        self._decline(603 if code == CLOSE_NORMAL else 503)
         await self._tear_down()
 
-    def clear_output_audio(self) -> list[Event]:
-        """Stops the reply at once; truncates its item to what was played."""
+    @property
+    def playing(self) -> str | None:
+        return self.playout.playing
+
+    def play_audio(self, item_id: str, audio: m.AudioOut, audio_format: str) -> None:
+        self.playout.push(audio.response_id, item_id, audio.data, audio_format)
+
+    def end_reply(self, response_id: str) -> None:
+        self.playout.finish(response_id)
+
+    def clear_reply(self) -> ClearedReply:
         cleared = self.playout.clear()
-        if cleared is None:
-            return [server_event("output_audio_buffer.cleared", response_id=self.playout.last_response_id)]
-        response_id, item_id, played_ms = cleared
-        events = [server_event("output_audio_buffer.cleared", response_id=response_id)]
-        assert self.core is not None
-        try:
-            events += self.core.conversation.truncate_item(item_id, 0, played_ms)
-        except EventError as exc:
-            logger.debug("SIP call %s: no truncation of %s: %s", self.id, item_id, exc.message)
-        return events
-
-    def _interrupts(self) -> bool:
-        assert self.core is not None
-        return bool((self.core.session.turn_detection or {}).get("interrupt_response", True))
-
-    async def _tell_followers(self, event: Event) -> None:
-        """Events the call makes itself go to the followers (the session's own reach them from the core)."""
-        if self.core is not None:
-            await self.core.tell_followers(event)
+        return ClearedReply(self.playout.last_response_id) if cleared is None else ClearedReply(*cleared)
 
     def _playout_started(self, response_id: str) -> None:
-        self._spawn(self._tell_followers(server_event("output_audio_buffer.started", response_id=response_id)), "ev")
+        if self.core is not None:
+            self.core.output_audio_started(response_id)
 
     def _playout_stopped(self, response_id: str) -> None:
-        self._spawn(self._tell_followers(server_event("output_audio_buffer.stopped", response_id=response_id)), "ev")
+        if self.core is not None:
+            self.core.output_audio_stopped(response_id)
 
     # --- the caller ----------------------------------------------------------------------
 
@@ -303,7 +264,8 @@ class SipCall:
         """An RFC 4733 key press: ``input_audio_buffer.dtmf_event_received``, as the API sends it."""
         logger.debug("SIP call %s: DTMF %s", self.id, digit)
         event = server_event("input_audio_buffer.dtmf_event_received", event=digit, received_at=int(time.time()))
-        self._spawn(self._tell_followers(event), "dtmf")
+        if self.core is not None:
+            self._spawn(self.core.tell_followers(event), "dtmf")
 
     async def _watch_media(self) -> None:
         """Hangs up a caller that sends no RTP (nor RTCP) for ``S2S_SIP_RTP_TIMEOUT_S``."""
@@ -315,49 +277,6 @@ class SipCall:
                 await self.finish(EndReason.CLIENT_CLOSED)
                 return
             await asyncio.sleep(timeout - silent_for)
-
-    # --- the cluster -----------------------------------------------------------------------
-
-    async def _open_mailbox(self, groups: list[str]) -> None:
-        """Joins ``groups`` (before the session is seen: an admin's "end session" is never missed), then reads
-        them in a task: an admin's "end session", a revoked key, a hang-up that reached another process."""
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        try:
-            name = await layer.new_channel()
-            for group in groups:
-                await asyncio.wait_for(layer.group_add(group, name), GROUP_TIMEOUT_S)
-        except Exception:
-            logger.exception("SIP call %s: could not join %s; admin actions cannot reach it", self.id, groups)
-            return
-        self._spawn(self._read_mailbox(layer, name, groups), "mailbox")
-
-    async def _read_mailbox(self, layer: Any, name: str, groups: list[str]) -> None:
-        assert self.core is not None
-        try:
-            while True:
-                message = await layer.receive(name)
-                kind = message.get("type")
-                if kind == cluster.END_SESSION:
-                    await self.core.end_by_admin()
-                    return
-                if kind == cluster.KEY_REVOKED:
-                    await self.core.end_revoked()
-                    return
-                if kind == HANG_UP and message.get("credential") in ("", self.credential):
-                    await self.hang_up()
-                    return
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.exception("SIP call %s: the channel layer failed; admin actions cannot reach it", self.id)
-        finally:
-            for group in groups:
-                try:
-                    await asyncio.wait_for(asyncio.shield(layer.group_discard(group, name)), GROUP_TIMEOUT_S)
-                except Exception:
-                    logger.debug("SIP call %s: could not leave %s", self.id, group)
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=f"{name}-{self.id}")

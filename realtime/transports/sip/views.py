@@ -17,7 +17,8 @@ from django.views.decorators.http import require_POST
 
 from realtime.access import auth
 from realtime.node import runtime
-from realtime.transports.calls import AUTH_STATUS, BadOffer, check_session, error_response
+from realtime.protocol.core import AUTH_STATUS
+from realtime.transports.calls import BadOffer, check_session, error_response
 from realtime.transports.sip.call import CallStateError, SipCall
 
 logger = logging.getLogger(__name__)
@@ -41,9 +42,10 @@ async def _control(request: HttpRequest, call_id: str) -> tuple[SipCall | None, 
         return None, None, error_response(status, exc.code, exc.message, error_type=exc.error_type)
     if settings.S2S_AUTH_REQUIRED and principal.kind != "api_key":
         return None, None, error_response(401, "invalid_api_key", "Controlling a call takes an API key.")
-    call = runtime.current().calls.get(call_id)
+    core = runtime.current().calls.get(call_id)  # a live call's session, whichever transport carries it
+    call = getattr(core, "transport", None)
     if not isinstance(call, SipCall):
-        message = f"No SIP call with id '{call_id}' on this server." if call is None else "This is not a SIP call."
+        message = f"No SIP call with id '{call_id}' on this server." if core is None else "This is not a SIP call."
         return None, None, error_response(404, "call_not_found", message, "call_id")
     return call, principal, None
 
