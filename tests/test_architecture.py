@@ -64,7 +64,9 @@ def within(name: str, *prefixes: str) -> bool:
 
 
 MODULES = modules()
-PROTOCOL = tuple(n for n in MODULES if within(n, "realtime.protocol") and not within(n, "realtime.protocol.core"))
+# The protocol's own modules; the core and the transport interface sit above access, audit and node.
+ABOVE = ("realtime.protocol.core", "realtime.protocol.transport")
+PROTOCOL = tuple(n for n in MODULES if within(n, "realtime.protocol") and not within(n, *ABOVE))
 
 
 def test_the_doc_names_every_module():
@@ -88,7 +90,7 @@ def test_pipelines_import_nothing_of_django_or_the_app(name):
 def test_the_protocol_below_the_core_imports_only_pipelines_and_itself(name):
     found = imports(name, MODULES[name])
     ours = {i for i in found if within(i, "realtime", "s2s_project")}
-    wrong = {i for i in ours if not within(i, "realtime.protocol") or within(i, "realtime.protocol.core")}
+    wrong = {i for i in ours if not within(i, "realtime.protocol") or within(i, *ABOVE)}
     assert not wrong, f"{name} imports {sorted(wrong)}"
 
 
@@ -96,17 +98,14 @@ def test_the_protocol_below_the_core_imports_only_pipelines_and_itself(name):
     "name", sorted(n for n in MODULES if within(n, "realtime.access", "realtime.audit", "realtime.node"))
 )
 def test_access_audit_and_node_import_neither_a_transport_nor_the_core(name):
-    wrong = {i for i in imports(name, MODULES[name]) if within(i, "realtime.transports", "realtime.protocol.core")}
+    wrong = {i for i in imports(name, MODULES[name]) if within(i, "realtime.transports", *ABOVE)}
     assert not wrong, f"{name} imports {sorted(wrong)}"
 
 
-def test_the_core_imports_no_transport():
-    wrong = {
-        i
-        for i in imports("realtime.protocol.core", MODULES["realtime.protocol.core"])
-        if within(i, "realtime.transports")
-    }
-    assert not wrong, f"realtime.protocol.core imports {sorted(wrong)}"
+@pytest.mark.parametrize("name", ABOVE)
+def test_the_core_and_the_transport_interface_import_no_transport(name):
+    wrong = {i for i in imports(name, MODULES[name]) if within(i, "realtime.transports")}
+    assert not wrong, f"{name} imports {sorted(wrong)}"
 
 
 def test_the_import_reader_sees_local_relative_and_type_checking_imports():

@@ -16,7 +16,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -24,6 +24,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from pipelines import audio, messages as m
+from pipelines.ids import new_id
 from pipelines.pool import Lease
 from realtime.access import auth
 from realtime.audit import records
@@ -44,7 +45,6 @@ from realtime.protocol.transport import (
     CLOSE_TRY_AGAIN,
     ClearedReply,
     Event,
-    OpenRequest,
     PlaysAudio,
     Refusal,
     ServerEvent,
@@ -57,6 +57,32 @@ SESSION_LIMIT_REASON = "All session slots are in use"
 AUTH_STATUS = {"invalid_api_key": 401, "invalid_origin": 403}
 AUDIO_DONE = {"response.output_audio.done", "response.done"}
 FOLLOWER_SKIPS = {"response.output_audio.delta", "response.audio.delta"}  # followers get events, not audio
+
+
+@dataclass(frozen=True)
+class OpenRequest:
+    """What a transport knows when it opens a session.
+
+    Credentials: ``principal`` when the transport authenticated otherwise (a SIP trunk it
+    trusts, a test); else the ASGI ``scope`` (its ``Authorization`` header, or a WebSocket's
+    ``openai-insecure-api-key.`` subprotocol, and its ``Origin``); with neither, only a
+    server without authentication opens it.
+    """
+
+    transport: TransportKind
+    scope: dict[str, Any] | None = None
+    principal: auth.Principal | None = None
+    model: str | None = None  # None: the model a client secret or the call's settings name, else the default
+    beta: bool = False
+    transcription: bool = False  # opened as a transcription session (``?intent=transcription``)
+    client_addr: str = ""
+    user_agent: str = ""
+    call_id: str | None = None  # a call's id: it joins the call's group and ``Runtime.calls`` (hang-up by id)
+    call_config: dict[str, Any] | None = None  # settings the call came with (applied after a client secret's)
+    # The transport's own checks once the credentials passed and before any claim (a WebRTC call reads and
+    # applies its offer here); returns the call's settings (replacing ``call_config``); raises Refusal.
+    prepare: Callable[[], Awaitable[dict[str, Any] | None]] | None = None
+    session_id: str = field(default_factory=lambda: new_id("sess"))
 
 
 @dataclass(frozen=True)

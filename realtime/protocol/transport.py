@@ -2,20 +2,17 @@
 
 A transport (the WebSocket consumer, a WebRTC call, a SIP call, the tests' in-memory one)
 implements :class:`Transport`; one that plays the reply itself implements :class:`PlaysAudio`
-too. It opens its session with :func:`realtime.protocol.core.open_session` and an
-:class:`OpenRequest`, which raises :class:`Refusal` when no session can start.
+too. It opens its session with :func:`realtime.protocol.core.open_session` and a
+:class:`realtime.protocol.core.OpenRequest`, which raises :class:`Refusal` when no session
+can start. Nothing here knows the records, the credentials or the node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from pipelines import messages as m
-from pipelines.ids import new_id
-from realtime.access.auth import Principal
-from realtime.models import Transport as TransportKind
 from realtime.protocol.events import encode_audio, error_event
 
 Event = dict[str, Any]
@@ -116,29 +113,3 @@ class Refusal(Exception):
 
     def event(self) -> ServerEvent:
         return ServerEvent.of(error_event(self.code, self.message, self.param, None, self.error_type))
-
-
-@dataclass(frozen=True)
-class OpenRequest:
-    """What a transport knows when it opens a session.
-
-    Credentials: ``principal`` when the transport authenticated otherwise (a SIP trunk it
-    trusts, a test); else the ASGI ``scope`` (its ``Authorization`` header, or a WebSocket's
-    ``openai-insecure-api-key.`` subprotocol, and its ``Origin``); with neither, only a
-    server without authentication opens it.
-    """
-
-    transport: TransportKind
-    scope: dict[str, Any] | None = None
-    principal: Principal | None = None
-    model: str | None = None  # None: the model a client secret or the call's settings name, else the default
-    beta: bool = False
-    transcription: bool = False  # opened as a transcription session (``?intent=transcription``)
-    client_addr: str = ""
-    user_agent: str = ""
-    call_id: str | None = None  # a call's id: it joins the call's group and ``Runtime.calls`` (hang-up by id)
-    call_config: dict[str, Any] | None = None  # settings the call came with (applied after a client secret's)
-    # The transport's own checks once the credentials passed and before any claim (a WebRTC call reads and
-    # applies its offer here); returns the call's settings (replacing ``call_config``); raises Refusal.
-    prepare: Callable[[], Awaitable[dict[str, Any] | None]] | None = None
-    session_id: str = field(default_factory=lambda: new_id("sess"))

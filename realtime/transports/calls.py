@@ -26,8 +26,8 @@ from realtime.access import auth
 from realtime.models import Prompt, Transport
 from realtime.node import runtime
 from realtime.node.cluster import hang_up_elsewhere
-from realtime.protocol.core import AUTH_STATUS
-from realtime.protocol.transport import CLOSE_POLICY, OpenRequest, Refusal
+from realtime.protocol.core import AUTH_STATUS, OpenRequest
+from realtime.protocol.transport import CLOSE_POLICY, Refusal
 from realtime.protocol.events import EventError, error_event
 from realtime.protocol.session import SessionConfig
 from realtime.transports.webrtc import WebRTCCall

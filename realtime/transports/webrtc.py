@@ -32,8 +32,8 @@ from django.conf import settings
 from pipelines import messages as m
 from realtime.models import EndReason
 from realtime.node.runtime import Runtime
-from realtime.protocol.core import SessionCore, open_session
-from realtime.protocol.transport import ClearedReply, OpenRequest, ServerEvent
+from realtime.protocol.core import OpenRequest, SessionCore, open_session
+from realtime.protocol.transport import ClearedReply, ServerEvent
 from realtime.transports.webrtc_media import MicrophoneConverter, ReplyTrack
 
 logger = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ from django.conf import settings
 from realtime.access import auth
 from realtime.models import EndReason, Transport
 from realtime.node import runtime
-from realtime.protocol.core import SessionCore, open_session
+from realtime.protocol.core import OpenRequest, SessionCore, open_session
 from realtime.protocol.events import error_event, server_event
-from realtime.protocol.transport import CLOSE_POLICY, OpenRequest, Refusal, ServerEvent
+from realtime.protocol.transport import CLOSE_POLICY, Refusal, ServerEvent
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any
 from pipelines import messages as m
 from realtime.models import EndReason, Transport
 from realtime.node import runtime
-from realtime.protocol.core import SessionCore, open_session
-from realtime.protocol.transport import ClearedReply, OpenRequest, Refusal, ServerEvent
+from realtime.protocol.core import OpenRequest, SessionCore, open_session
+from realtime.protocol.transport import ClearedReply, Refusal, ServerEvent
 from tests.support.client import Closed, RealtimeClient
 
 CLOSE_NORMAL = 1000

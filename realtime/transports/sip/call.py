@@ -26,9 +26,9 @@ from realtime.access import auth
 from realtime.models import EndReason, RealtimeSession, Transport as TransportKind
 from realtime.node import cluster
 from realtime.node.runtime import Runtime
-from realtime.protocol.core import SessionCore, open_session
+from realtime.protocol.core import OpenRequest, SessionCore, open_session
 from realtime.protocol.events import server_event
-from realtime.protocol.transport import CLOSE_NORMAL, ClearedReply, OpenRequest, Refusal, ServerEvent
+from realtime.protocol.transport import CLOSE_NORMAL, ClearedReply, Refusal, ServerEvent
 from realtime.transports.sip.config import SipConfig
 from realtime.transports.playout import ReplyQueue
 from realtime.transports.sip.media import FRAME_SAMPLES, RATE, CallMedia, NoCommonCodec, NoPorts
