@@ -23,6 +23,18 @@ class Lease:
     session_id: str
 
 
+def _settle(future: concurrent.futures.Future[bool], outcome: bool | BaseException) -> None:
+    """Resolves a release's future, unless its waiter gave up on it (a cancelled task cancels the future it
+    awaited): the unit is free all the same, and nobody is left to tell."""
+    try:
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+    except concurrent.futures.InvalidStateError:
+        logger.debug("a release finished after its waiter was cancelled")
+
+
 class PipelinePool:
     """N units, claimed atomically and released only once every stage has let go.
 
@@ -108,11 +120,11 @@ class PipelinePool:
                     clean = False
                 except Exception:
                     logger.exception("unit %s: rebuild failed; it stays quarantined", lease.unit.index)
-                    future.set_exception(exc)
+                    _settle(future, exc)
                     return
             with self._lock:
                 lease.unit.set_state(UnitState.IDLE)
-            future.set_result(clean)
+            _settle(future, clean)
 
         threading.Thread(target=run, name=f"release-unit{lease.unit.index}", daemon=True).start()
         return future

@@ -24,6 +24,7 @@ from django.conf import settings  # noqa: E402
 from realtime.node import runtime  # noqa: E402
 from realtime.transports.routing import websocket_urlpatterns  # noqa: E402
 from realtime.transports.sip.signalling import listeners  # noqa: E402
+from s2s_project.body_limit import BodyLimit  # noqa: E402
 
 
 async def lifespan(scope, receive, send) -> None:
@@ -42,7 +43,7 @@ async def lifespan(scope, receive, send) -> None:
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyLimit(django_asgi_app),  # request bodies capped as they arrive
         "websocket": URLRouter(websocket_urlpatterns),
         "lifespan": lifespan,
     }

@@ -12,7 +12,11 @@ ever, and a few hundred such sockets exhaust the open-files limit. Here:
   ``S2S_WS_HANDSHAKE_TIMEOUT_S`` of the TCP accept in total (daphne's own
   connect check measures from the upgrade otherwise);
 * one client address may have at most ``S2S_MAX_PENDING_PER_ADDRESS``
-  connections whose request has not arrived yet; more are closed at once.
+  connections whose request has not arrived yet; more are closed at once;
+* a request body over its cap (:func:`s2s_project.body_limit.cap_for`) is refused with a JSON 413
+  as soon as its ``Content-Length`` says so, or as soon as that many bytes came (chunked):
+  what else it sends is read and dropped for up to ``LINGER_S``, so the client reads
+  the 413 instead of a reset, and nothing of it is kept (:class:`CappedRequest`).
 """
 
 from __future__ import annotations
@@ -26,10 +30,15 @@ from daphne import http_protocol
 from django.conf import settings
 from twisted.web import http
 
+from s2s_project import body_limit
+
 logger = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 ABORT_AFTER_S = 2.0  # a client that does not read even the 408 is cut off
+# A refused body is read and dropped this long after the 413 (as nginx's lingering close), so that a client
+# that sends its whole body before it reads (most do, without Expect: 100-continue) still reads the 413.
+LINGER_S = 10.0
 
 
 class PendingByAddress:
@@ -122,11 +131,59 @@ class DeadlineHTTPChannel(http.HTTPChannel):
         super().connectionLost(reason)
 
 
+class CappedRequest(http_protocol.WebRequest):
+    """daphne's request, whose body may not pass its cap (see the module's docstring)."""
+
+    _cap = 0
+    _received = 0
+    _refused = False
+
+    def gotLength(self, length: int | None) -> None:
+        path = (getattr(self.channel, "_path", b"") or b"").split(b"?", 1)[0].decode("latin-1")
+        self._cap = body_limit.cap_for(path)
+        if length is not None and length > self._cap:
+            super().gotLength(0)
+            self._refuse()
+            return
+        super().gotLength(length)
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if self._refused:
+            return
+        self._received += len(data)
+        if self._received > self._cap:
+            self._refuse()
+            return
+        super().handleContentChunk(data)
+
+    def _refuse(self) -> None:
+        """Answers 413 now; the rest of the body is dropped as it comes, and the connection closes after it."""
+        self._refused = True
+        channel = self.channel
+        logger.info("%s: a request body over %s bytes: 413", getattr(channel, "_address", "?"), self._cap)
+        if isinstance(channel, DeadlineHTTPChannel):
+            channel._request_arrived()  # its own deadline does not apply to a refused request
+        channel.persistent = False
+        channel.transport.write(body_limit.too_large_response(self._cap))
+        channel._abortingCall = channel.callLater(LINGER_S, channel.forceAbortClient)
+
+    def process(self) -> Any:
+        if self._refused:  # the whole (dropped) body came: close cleanly, the 413 went out already
+            self.channel.loseConnection()
+            return None
+        return super().process()
+
+
 class DeadlineHTTPFactory(http_protocol.HTTPFactory):
-    """daphne's HTTP factory, building :class:`DeadlineHTTPChannel` channels."""
+    """daphne's HTTP factory, building :class:`DeadlineHTTPChannel` channels with :class:`CappedRequest`."""
 
     def protocol(self) -> http._GenericHTTPChannelProtocol:  # type: ignore[override]
         return http._GenericHTTPChannelProtocol(DeadlineHTTPChannel())
+
+    def buildProtocol(self, addr: Any) -> Any:
+        protocol = super().buildProtocol(addr)
+        protocol.requestFactory = CappedRequest
+        return protocol
 
 
 def opened_at(transport: Any) -> float | None:

@@ -274,6 +274,32 @@ S2S_ICE_SERVERS = envicelist("S2S_ICE_SERVERS")
 # A call whose peer sends no media (and whose data channel does not open) for this long is hung up.
 S2S_WEBRTC_PEER_TIMEOUT_S = envfloat("S2S_WEBRTC_PEER_TIMEOUT_S", 15.0, minimum=1.0)
 S2S_MAX_SDP_BYTES = envint("S2S_MAX_SDP_BYTES", 64 * 1024, minimum=1024)
+# What one offer may hold, counted before it is parsed (realtime/transports/offer_limits.py); a browser's audio,
+# video and data offer has about 150 lines, 3 m-lines, 40 codecs, 60 feedback lines and 2-12 candidates.
+S2S_MAX_SDP_LINES = envint("S2S_MAX_SDP_LINES", 1000, minimum=16)
+S2S_MAX_SDP_MEDIA = envint("S2S_MAX_SDP_MEDIA", 16, minimum=1)
+S2S_MAX_SDP_CODECS = envint("S2S_MAX_SDP_CODECS", 128, minimum=1)
+S2S_MAX_SDP_FEEDBACK = envint("S2S_MAX_SDP_FEEDBACK", 256, minimum=0)  # a=rtcp-fb:* counts once per codec
+S2S_MAX_SDP_CANDIDATES = envint("S2S_MAX_SDP_CANDIDATES", 32, minimum=1)
+# Candidates on loopback and link-local addresses: "auto" keeps them only when the offer reached the server on
+# a loopback address (the client is on this host); "drop" always drops them (set it behind a proxy on this host).
+S2S_WEBRTC_LOCAL_CANDIDATES = envchoice("S2S_WEBRTC_LOCAL_CANDIDATES", "auto", ("auto", "allow", "drop"))
+# Request bodies, counted as they arrive (s2s_project/body_limit.py): an offer with its session settings, and
+# any other request. Over the cap: 413 before the rest is read.
+S2S_MAX_CALL_BODY_BYTES = envint(
+    "S2S_MAX_CALL_BODY_BYTES", S2S_MAX_SDP_BYTES + S2S_MAX_CLIENT_SECRET_CONFIG_BYTES, minimum=S2S_MAX_SDP_BYTES
+)
+S2S_MAX_REQUEST_BODY_BYTES = envint("S2S_MAX_REQUEST_BODY_BYTES", 2_621_440, minimum=64 * 1024)
+# Offers per second from one client address, and with one API key (its client secrets count as the key); 0: none.
+S2S_CALL_OFFERS_PER_SECOND = envfloat("S2S_CALL_OFFERS_PER_SECOND", 2.0, minimum=0.0)
+S2S_CALL_OFFERS_BURST = envint("S2S_CALL_OFFERS_BURST", 10, minimum=1)
+# Live calls one client address, and one API key, may hold on a node (0: no cap; behind a proxy, see docs).
+S2S_MAX_CALLS_PER_ADDRESS = envint("S2S_MAX_CALLS_PER_ADDRESS", 4, minimum=0)
+S2S_MAX_CALLS_PER_KEY = envint("S2S_MAX_CALLS_PER_KEY", 16, minimum=0)
+# An answered call whose peer connection has not connected (ICE and DTLS) this long after the answer is ended.
+S2S_WEBRTC_CONNECT_TIMEOUT_S = envfloat("S2S_WEBRTC_CONNECT_TIMEOUT_S", 10.0, minimum=1.0)
+# A connected call that sends no microphone audio and no event this long is ended, even while RTCP reports come.
+S2S_WEBRTC_SILENCE_TIMEOUT_S = envfloat("S2S_WEBRTC_SILENCE_TIMEOUT_S", 60.0, minimum=1.0)
 
 
 # Phone calls over SIP (realtime/transports/sip/, docs/deploy.md): the listener on UDP and TCP at

@@ -68,13 +68,14 @@ def end_key_sessions(api_key_id: int) -> None:
         logger.exception("API key %s revoked, but its live sessions could not be told", api_key_id)
 
 
-async def hang_up_elsewhere(call_id: str, credential: str) -> bool:
-    """Asks whichever process holds ``call_id`` to hang it up (``credential`` "": an API key asked); False
+async def hang_up_elsewhere(call_id: str, caller: dict[str, Any]) -> bool:
+    """Asks whichever process holds ``call_id`` to hang it up if ``caller`` may (a
+    :meth:`realtime.access.call_owner.Caller.as_message`: the holder decides); False
     without a channel layer. Fire and forget: a call that is gone already ignores it."""
     layer = get_channel_layer()
     if layer is None:
         return False
-    await layer.group_send(call_group(call_id), {"type": HANG_UP, "credential": credential})
+    await layer.group_send(call_group(call_id), {"type": HANG_UP, "caller": caller})
     return True
 
 

@@ -25,6 +25,8 @@ from django.utils import timezone
 from pipelines.factory import build_pool, synthetic_turn
 from pipelines.pool import PipelinePool
 from realtime import tasks
+from realtime.access.call_owner import CallOwner
+from realtime.access.rate import CallLimits
 from realtime.audit import records
 from realtime.node.cluster import Heartbeat
 from realtime.audit.metrics import Metrics
@@ -60,7 +62,8 @@ class LiveSession(Protocol):
 class LiveCall(Protocol):
     """A call's session (WebRTC, SIP), found by the call id to hang it up (``DELETE /v1/realtime/calls/ID``)."""
 
-    credential: str  # the hash of the key or client secret that opened it ("" with authentication off)
+    owner: CallOwner  # the credentials that opened it: who may hang it up
+    client_addr: str  # the client's address (live calls are capped per address)
 
     async def hang_up(self) -> None:
         """Ends the call's session and closes its connection."""
@@ -84,6 +87,7 @@ class Runtime:
         self.start_error: str | None = None
         self.heartbeat: Heartbeat | None = None
         self.sessions: set[LiveSession] = set()
+        self.call_limits = CallLimits()  # offers per second and live calls, per client address and API key
         self.calls: dict[str, LiveCall] = {}  # live calls' sessions by call id (they are in ``sessions`` too)
         self.listeners: list[Listener] = []
         self.started = False

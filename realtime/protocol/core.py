@@ -27,6 +27,7 @@ from pipelines import audio, messages as m
 from pipelines.ids import new_id
 from pipelines.pool import Lease
 from realtime.access import auth
+from realtime.access.call_owner import Caller, CallOwner
 from realtime.audit import records
 from realtime.models import EndReason, Prompt, Transport as TransportKind
 from realtime.node import cluster
@@ -79,9 +80,10 @@ class OpenRequest:
     user_agent: str = ""
     call_id: str | None = None  # a call's id: it joins the call's group and ``Runtime.calls`` (hang-up by id)
     call_config: dict[str, Any] | None = None  # settings the call came with (applied after a client secret's)
-    # The transport's own checks once the credentials passed and before any claim (a WebRTC call reads and
-    # applies its offer here); returns the call's settings (replacing ``call_config``); raises Refusal.
-    prepare: Callable[[], Awaitable[dict[str, Any] | None]] | None = None
+    # The transport's own checks once the credentials passed (given the principal) and before any claim (a
+    # WebRTC call meters the key and reads and applies its offer here); returns the call's settings (replacing
+    # ``call_config``); raises Refusal.
+    prepare: Callable[[auth.Principal], Awaitable[dict[str, Any] | None]] | None = None
     session_id: str = field(default_factory=lambda: new_id("sess"))
 
 
@@ -136,7 +138,7 @@ async def open_session(runtime: Runtime, transport: Transport, request: OpenRequ
     core: SessionCore | None = None
     try:
         principal = await _authenticate(request)
-        call_config = await request.prepare() if request.prepare is not None else request.call_config
+        call_config = await request.prepare(principal) if request.prepare is not None else request.call_config
         opening = replace(
             opening,
             principal=_principal_name(principal, request.scope),
@@ -146,7 +148,7 @@ async def open_session(runtime: Runtime, transport: Transport, request: OpenRequ
         )
         core = SessionCore._claim(runtime, transport, opening)
         token = auth.scope_token(request.scope) if request.scope is not None else None
-        core.credential = auth.hash_token(token) if token else ""
+        core.owner = CallOwner.of(token, principal)
         core.call_id = request.call_id
         await core.mailbox.open(_groups(core.id, principal, request.call_id))
         await core.start()
@@ -294,7 +296,7 @@ class SessionCore:
         self.outbox = outbox or Outbox(settings.S2S_SEND_BUFFER_EVENTS)
         self.outbox.on_full = self._overflow
         self.mailbox = Mailbox(self.id, {kind: functools.partial(act, self) for kind, act in self.MAILBOX.items()})
-        self.credential = ""  # the hash of the key or secret that opened it: what may hang a call up by id
+        self.owner = CallOwner()  # who may hang the call up (realtime.access.call_owner)
         self.call_id: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._followers: set[Transport] = set()  # event-only transports attached to the session (?call_id=)
@@ -466,10 +468,14 @@ class SessionCore:
         await self.end(EndReason.CLIENT_CLOSED, None)
         await self.transport.close(CLOSE_NORMAL, "The call was hung up")
 
+    @property
+    def client_addr(self) -> str:
+        return self.opening.client_addr
+
     async def _hang_up_by(self, message: dict[str, Any]) -> None:
-        """``call.hang_up`` from another process: honoured from an API key (``credential`` "") or the
-        credential that opened the call."""
-        if message.get("credential") in ("", self.credential):
+        """``call.hang_up`` from another process: honoured when its caller may end this call
+        (:meth:`CallOwner.allows`: the credential that opened it, its API key, staff)."""
+        if self.owner.allows(Caller.from_message(message.get("caller"))):
             await self.hang_up()
 
     # The session's mailbox (realtime.protocol.mailbox): message type -> what it does.

@@ -6,10 +6,17 @@ The body is the offer itself (``Content-Type: application/sdp``) or a multipart 
 ``DELETE`` on that location (or ``POST .../hangup``) hangs up. Credentials are those of
 the WebSocket: an API key, or an ``ek_`` client secret (the browser's way), checked
 before a unit is claimed; a unit is claimed before the answer is sent.
+
+Every refusal before the claim is a JSON 400, 413 or 429 that gives a spent ``ek_`` secret back, in
+order of cost: the offer rate of the client address and a full pool (before the credentials), then,
+once they passed, the key's offer rate and live calls (:mod:`realtime.access.rate`), the body (capped
+as it arrived: :mod:`s2s_project.body_limit`), the offer's line counts
+(:mod:`realtime.transports.offer_limits`), then the parse, off the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -22,26 +29,25 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from pipelines.ids import new_id
-from realtime.access import auth
+from realtime.access import auth, call_owner
+from realtime.access.auth import Principal
+from realtime.access.rate import Limited
 from realtime.models import Prompt, Transport
 from realtime.node import runtime
 from realtime.node.cluster import hang_up_elsewhere
-from realtime.protocol.core import AUTH_STATUS, OpenRequest
+from realtime.node.runtime import Runtime
+from realtime.protocol.core import AUTH_STATUS, SESSION_LIMIT_REASON, OpenRequest
 from realtime.protocol.transport import CLOSE_POLICY, Refusal
 from realtime.protocol.events import EventError, error_event
 from realtime.protocol.session import SessionConfig
+from realtime.transports import offer_limits
+from realtime.transports.offer_limits import BadOffer
 from realtime.transports.webrtc import WebRTCCall
 
 logger = logging.getLogger(__name__)
 
 CALLS_PATH = "/v1/realtime/calls/"
 AUDIO_CODECS = {"audio/opus", "audio/pcmu", "audio/pcma", "audio/g722"}  # what aiortc encodes and decodes
-
-
-class BadOffer(Exception):
-    def __init__(self, message: str, param: str | None = "sdp", code: str = "invalid_offer") -> None:
-        super().__init__(message)
-        self.message, self.param, self.code = message, param, code
 
 
 def error_response(
@@ -54,11 +60,30 @@ def error_response(
     return response
 
 
+def rate_limited(limited: Limited) -> JsonResponse:
+    response = error_response(429, "rate_limit_exceeded", limited.message, error_type="rate_limit_error")
+    response["Retry-After"] = str(max(1, limited.retry_after_s))
+    return response
+
+
+def too_many(limited: Limited) -> Refusal:
+    """A limit of the key or of live calls, met once the credentials passed: the core gives the secret back."""
+    return Refusal("rate_limit_exceeded", limited.message, CLOSE_POLICY, "Rate limit", "rate_limit_error", 429)
+
+
+def pool_full(rt: Runtime) -> Refusal | None:
+    """The refusal a claim would meet now, when the pool is up and has no free unit: checked before the
+    credentials and the body (the claim itself stays the one atomic check)."""
+    if rt.pool is not None and rt.pool.warm and rt.pool.free_units() == 0:
+        return Refusal(
+            "session_limit_reached", SESSION_LIMIT_REASON, CLOSE_POLICY, SESSION_LIMIT_REASON, http_status=429
+        )
+    return None
+
+
 def read_offer(request: HttpRequest) -> tuple[str, dict[str, Any] | None]:
-    """(the SDP offer, the session settings or None) from either body shape; raises :class:`BadOffer`."""
-    length = int(request.headers.get("Content-Length") or 0)
-    if length > settings.S2S_MAX_SDP_BYTES * 4:
-        raise BadOffer(f"The request body is larger than {settings.S2S_MAX_SDP_BYTES * 4} bytes.", None)
+    """(the SDP offer, the session settings or None) from either body shape, its lines counted and not yet
+    parsed; raises :class:`BadOffer`. The body was capped as it arrived (:mod:`s2s_project.body_limit`)."""
     content_type = request.content_type or ""
     session: Any = None
     if content_type.startswith("multipart/form-data") or content_type == "application/x-www-form-urlencoded":
@@ -73,8 +98,8 @@ def read_offer(request: HttpRequest) -> tuple[str, dict[str, Any] | None]:
         if session:
             try:
                 session = json.loads(session)
-            except ValueError:
-                raise BadOffer("The 'session' field is not valid JSON.", "session") from None
+            except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
+                raise BadOffer("The 'session' field is not valid JSON (or is nested too deep).", "session") from None
     else:
         try:
             sdp = request.body.decode("utf-8")
@@ -82,7 +107,9 @@ def read_offer(request: HttpRequest) -> tuple[str, dict[str, Any] | None]:
             raise BadOffer("The SDP offer is not UTF-8 text.") from None
     if session is not None and not isinstance(session, dict):
         raise BadOffer("The 'session' field must be a JSON object.", "session")
-    check_sdp(sdp)
+    if len(sdp.encode()) > settings.S2S_MAX_SDP_BYTES:
+        raise BadOffer(f"The SDP offer is larger than {settings.S2S_MAX_SDP_BYTES} bytes.")
+    offer_limits.check_counts(sdp, offer_limits.OfferCaps.from_settings())
     return sdp, session
 
 
@@ -93,14 +120,13 @@ def _form_field(request: HttpRequest, name: str) -> str | None:
     upload = request.FILES.get(name)
     if upload is None:
         return None
-    return upload.read(settings.S2S_MAX_SDP_BYTES * 4 + 1).decode("utf-8")
+    return upload.read(settings.S2S_MAX_CALL_BODY_BYTES + 1).decode("utf-8")
 
 
 def check_sdp(sdp: str) -> None:
     """An offer this server can answer: parsable SDP, an audio m-line with a codec aiortc has, ICE and DTLS
-    credentials on every m-line (aiortc itself would take an offer without a fingerprint)."""
-    if len(sdp.encode()) > settings.S2S_MAX_SDP_BYTES:
-        raise BadOffer(f"The SDP offer is larger than {settings.S2S_MAX_SDP_BYTES} bytes.")
+    credentials on every m-line (aiortc itself would take an offer without a fingerprint). Sync and
+    CPU-bound: run it off the event loop, after :func:`read_offer` counted the lines."""
     if not sdp.lstrip().startswith("v=0"):
         raise BadOffer(
             "The body is not an SDP offer (it must start with 'v=0'): send the offer as "
@@ -134,16 +160,29 @@ def check_session(session: dict[str, Any] | None) -> None:
             trial.update(session, beta=False, prompts=Prompt.objects.lookup)
         except EventError as exc:
             raise BadOffer(exc.message, exc.param, exc.code) from None
+        except RecursionError:
+            raise BadOffer("The 'session' field is nested too deep.", "session") from None
 
 
-async def _read_call(request: HttpRequest, call: WebRTCCall) -> dict[str, Any] | None:
-    """The offer read, checked and applied once the credentials passed (before any claim); returns the call's
-    settings; raises :class:`Refusal` (a 400)."""
+async def _read_call(request: HttpRequest, call: WebRTCCall, principal: Principal) -> dict[str, Any] | None:
+    """The key's limits, then the offer read, checked and applied, once the credentials passed (before any
+    claim); returns the call's settings; raises :class:`Refusal` (a 429 or a 400)."""
+    rt, address, key = call.runtime, call.address, str(principal.api_key_id or "")
+    limited = rt.call_limits.offer_by(key) or rt.call_limits.live_calls(
+        ((live.client_addr, str(live.owner.api_key_id or "")) for live in rt.calls.values()), address, key
+    )
+    if limited is not None:
+        raise too_many(limited)
     try:
         sdp, call_config = read_offer(request)
+        await asyncio.to_thread(check_sdp, sdp)
         await sync_to_async(check_session)(call_config)
     except BadOffer as exc:
         raise Refusal(exc.code, exc.message, CLOSE_POLICY, "Bad offer", http_status=400, param=exc.param) from None
+    if not offer_limits.local_targets_allowed(request.scope.get("server")):
+        sdp, dropped = offer_limits.without_local_candidates(sdp)
+        if dropped:
+            logger.info("call %s: dropped %s candidates on loopback or link-local addresses", call.id, dropped)
     try:
         await call.accept_offer(sdp)
     except Exception as exc:  # aiortc refused what the parser let through
@@ -156,14 +195,24 @@ async def _read_call(request: HttpRequest, call: WebRTCCall) -> dict[str, Any] |
 @csrf_exempt
 @require_http_methods(["POST"])
 async def create_call(request: HttpRequest) -> HttpResponse:
-    """``POST /v1/realtime/calls``: authenticate, check the offer, claim a unit, answer (201)."""
-    call = WebRTCCall(new_id("rtc"), runtime.current())
+    """``POST /v1/realtime/calls``: meter, authenticate, check the offer, claim a unit, answer (201)."""
+    rt = runtime.current()
+    call = WebRTCCall(new_id("rtc"), rt, str(request.META.get("REMOTE_ADDR") or ""))
+    limited = rt.call_limits.offer_from(call.address)  # before anything costs: no database, no parsing
+    if limited is not None:
+        await call.discard()
+        return rate_limited(limited)
+    full = pool_full(rt)
+    if full is not None:
+        await call.discard()
+        rt.session_refused(full.code, full.close_code)
+        return error_response(full.http_status, full.code, full.message, error_type=full.error_type)
     open_request = OpenRequest(
         transport=Transport.WEBRTC,
         scope=request.scope,
-        client_addr=str(request.META.get("REMOTE_ADDR") or ""),
+        client_addr=call.address,
         user_agent=request.headers.get("User-Agent", ""),
-        prepare=lambda: _read_call(request, call),
+        prepare=lambda principal: _read_call(request, call, principal),
     )
     try:
         answer = await call.answer(open_request)
@@ -171,12 +220,10 @@ async def create_call(request: HttpRequest) -> HttpResponse:
         await call.discard()
         logger.info("call %s refused: %s", call.id, refusal.code)
         return error_response(refusal.http_status, refusal.code, refusal.message, refusal.param, refusal.error_type)
-    except Exception:  # the unit went back in answer(); the client hears why, not an HTML page
-        logger.exception("call %s: could not answer", call.id)
+    except Exception as exc:  # the unit and the secret went back; what aiortc could not answer is the offer's
+        logger.warning("call %s: could not answer the offer: %r", call.id, exc)
         await call.discard()
-        return error_response(
-            500, "server_error", "The server could not answer this call. Try again.", error_type="server_error"
-        )
+        return error_response(400, "invalid_offer", f"The SDP offer cannot be answered: {exc!r}.", "sdp")
     assert call.core is not None
     logger.info("call %s: session %s answered (%s)", call.id, call.core.id, call.core.opening.principal or "anonymous")
     response = HttpResponse(answer, status=201, content_type="application/sdp")
@@ -189,33 +236,19 @@ async def create_call(request: HttpRequest) -> HttpResponse:
 async def hang_up(request: HttpRequest, call_id: str) -> HttpResponse:
     """``DELETE /v1/realtime/calls/{call_id}`` (or ``POST .../hangup``): ends the call.
 
-    Allowed to an API key, or to the credential that opened the call (a browser's spent ``ek_`` secret).
-    A call held by another process of the cluster (behind a load balancer) is reached through the
-    channel layer; that answer cannot know whether the call still existed.
+    Allowed to the credentials that opened the call, the same API key's, and staff
+    (:mod:`realtime.access.call_owner`); to anyone else the call does not exist. A call held by another
+    process of the cluster (behind a load balancer) is asked through the channel layer, and decides there;
+    that answer cannot know whether the call still existed.
     """
-    done = HttpResponse(status=200 if request.method == "POST" else 204)
-    call = runtime.current().calls.get(call_id)
-    authorization = request.headers.get("Authorization", "")
-    token = auth.bearer_token(authorization) if authorization else None
-    credential = auth.hash_token(token) if token else ""
-    if call is not None and (not settings.S2S_AUTH_REQUIRED or (token and credential == call.credential)):
-        await call.hang_up()
-        return done
-    if token is not None and token.startswith(auth.SECRET_PREFIX) and settings.S2S_AUTH_REQUIRED:
-        if call is None and settings.REDIS_URL and await hang_up_elsewhere(call_id, credential):  # on another node
-            return done
-        return error_response(
-            401,
-            "invalid_api_key",
-            "Send an API key, or the credential that opened the call, as 'Authorization: Bearer KEY'.",
-        )
     try:
-        await auth.authenticate_request(request.scope, authorization, "")
+        caller = await call_owner.identify(request)
     except auth.AuthError as exc:
         return error_response(AUTH_STATUS.get(exc.code, 503), exc.code, exc.message, error_type=exc.error_type)
-    if call is not None:
+    call = runtime.current().calls.get(call_id)
+    if call is not None and call.owner.allows(caller):
         await call.hang_up()
-        return done
-    if settings.REDIS_URL and await hang_up_elsewhere(call_id, ""):  # another process of the cluster may hold it
-        return done
-    return error_response(404, "call_not_found", f"No live call with id '{call_id}' on this server.", "call_id")
+        return HttpResponse(status=200 if request.method == "POST" else 204)
+    if call is None and settings.REDIS_URL and await hang_up_elsewhere(call_id, caller.as_message()):
+        return HttpResponse(status=200 if request.method == "POST" else 204)
+    return error_response(404, "call_not_found", f"No live call with id '{call_id}' that you may end here.", "call_id")

@@ -33,8 +33,12 @@ from pipelines import messages as m
 from realtime.models import EndReason
 from realtime.node.runtime import Runtime
 from realtime.protocol.core import OpenRequest, SessionCore, open_session
+from realtime.protocol.events import error_event
 from realtime.protocol.transport import ClearedReply, ServerEvent
+from realtime.transports import sctp_limit
 from realtime.transports.webrtc_media import MicrophoneConverter, ReplyTrack
+
+sctp_limit.install()  # the data channel's advertised maximum, enforced while reassembling
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +56,10 @@ def ice_servers() -> list[RTCIceServer]:
 class WebRTCCall:
     """One call: its peer connection, its data channel, its tracks, and the session behind them."""
 
-    def __init__(self, call_id: str, runtime: Runtime) -> None:
+    def __init__(self, call_id: str, runtime: Runtime, address: str = "") -> None:
         self.id = call_id
         self.runtime = runtime
+        self.address = address  # the client's, for the per-address limits
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice_servers()))
         self.reply = ReplyTrack(self._playout_started, self._playout_stopped)
         self.core: SessionCore | None = None
@@ -87,6 +92,7 @@ class WebRTCCall:
             await self.finish(EndReason.ERROR)
             raise
         self._spawn(self._watch_peer(), "peer-watch")
+        self._spawn(self._connect_deadline(), "connect-deadline")
         self._spawn(self._handle_inbox(), "inbox")
         return self.pc.localDescription.sdp
 
@@ -185,6 +191,7 @@ class WebRTCCall:
             return
         self.channel = channel
         channel.on("message", self._on_message)
+        channel.on(sctp_limit.TOO_LARGE, self._on_message_too_large)
         channel.on("open", self._flush_early)
         channel.on("close", lambda: self._end_soon(EndReason.CLIENT_CLOSED, "the data channel closed"))
         if channel.readyState == "open":
@@ -201,6 +208,14 @@ class WebRTCCall:
             self._inbox.put_nowait((message, len(message.encode())))
         else:
             self._inbox.put_nowait((None, len(message)))
+
+    def _on_message_too_large(self, limit: int) -> None:
+        self._heard_at = time.monotonic()
+        message = (
+            f"The data channel message is over {limit} bytes, the maximum this server's answer advertises "
+            "(a=max-message-size). It was dropped."
+        )
+        self._send_text(json.dumps(error_event("event_too_large", message)))
 
     async def _handle_inbox(self) -> None:
         """Client events in the order they came (the core's rate limit bounds what one does)."""
@@ -237,18 +252,30 @@ class WebRTCCall:
 
     async def _watch_peer(self) -> None:
         """Hangs up a peer that sends nothing for ``S2S_WEBRTC_PEER_TIMEOUT_S``: no media, no event, and no
-        RTCP receiver report on the reply track (which a typing-only client still sends, about every second)."""
-        timeout = settings.S2S_WEBRTC_PEER_TIMEOUT_S
+        RTCP receiver report on the reply track (which a typing-only client still sends, about every second);
+        and one that sends only those reports for ``S2S_WEBRTC_SILENCE_TIMEOUT_S`` (no audio, no event)."""
+        timeout, silence = settings.S2S_WEBRTC_PEER_TIMEOUT_S, settings.S2S_WEBRTC_SILENCE_TIMEOUT_S
         while True:
             silent_for = time.monotonic() - self._heard_at
+            if silent_for >= silence:
+                self._end_soon(EndReason.CLIENT_CLOSED, f"the peer sent no audio and no event for {silence:.0f}s")
+                return
             if silent_for >= timeout:
                 report_age = await self._last_report_age()
                 if report_age is None or report_age >= timeout:
                     self._end_soon(EndReason.CLIENT_CLOSED, f"the peer sent nothing for {timeout:.0f}s")
                     return
-                self._heard_at = time.monotonic() - report_age
+                await asyncio.sleep(max(0.05, min(timeout - report_age, silence - silent_for)))
                 continue
-            await asyncio.sleep(timeout - silent_for)
+            await asyncio.sleep(min(timeout, silence) - silent_for)
+
+    async def _connect_deadline(self) -> None:
+        """Ends a call whose peer connection has not connected ``S2S_WEBRTC_CONNECT_TIMEOUT_S`` after the answer
+        (an offer that was never meant to connect holds a unit no longer than that)."""
+        timeout = settings.S2S_WEBRTC_CONNECT_TIMEOUT_S
+        await asyncio.sleep(timeout)
+        if self.pc.connectionState != "connected":
+            self._end_soon(EndReason.CLIENT_CLOSED, f"the peer did not connect within {timeout:.0f}s")
 
     async def _last_report_age(self) -> float | None:
         """Seconds since the peer's last RTCP report about the reply track, or None if it sent none."""

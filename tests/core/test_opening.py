@@ -11,6 +11,7 @@ from channels.layers import get_channel_layer
 
 from pipelines import messages as m
 from realtime.access.auth import Principal
+from realtime.access.call_owner import Caller, CallOwner
 from realtime.node import cluster, runtime
 from realtime.protocol.transport import Refusal, ServerEvent
 from tests.support.client import Closed, text_item, types
@@ -92,7 +93,7 @@ async def test_a_failure_at_any_step_of_the_opening_leaks_no_unit(direct, loopba
 
 
 async def test_a_refusal_from_the_transports_own_checks_claims_nothing_and_is_answered(direct, loopback_pool):
-    async def bad_offer():
+    async def bad_offer(principal):
         raise Refusal("invalid_offer", "No audio.", 1008, "Bad offer", http_status=400, param="sdp")
 
     refused = await direct(prepare=bad_offer, expect_session=False)
@@ -159,10 +160,11 @@ async def test_an_admin_end_or_a_revoked_key_ends_the_session_with_an_error_and_
 async def test_a_hang_up_from_elsewhere_needs_the_credential_that_opened_the_call(direct, loopback_pool):
     client = await direct(principal=KEY, call_id="rtc_test2")
     core = client.transport.core
-    core.credential = "digest-of-the-secret"
-    await cluster.hang_up_elsewhere("rtc_test2", "digest-of-another")
+    core.owner = CallOwner("digest-of-the-secret", 7)
+    await cluster.hang_up_elsewhere("rtc_test2", Caller("digest-of-another", 8).as_message())  # another key
+    await cluster.hang_up_elsewhere("rtc_test2", {"credential": "", "api_key_id": None})  # what an old node sent
     await client.update_session(instructions="still here")
-    await cluster.hang_up_elsewhere("rtc_test2", "digest-of-the-secret")
+    await cluster.hang_up_elsewhere("rtc_test2", Caller("digest-of-the-secret").as_message())
     assert (await closed_with(client)).code == 1000
     await until_free(loopback_pool, 2)
 

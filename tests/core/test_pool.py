@@ -274,3 +274,23 @@ def test_a_released_unit_is_claimable_again(size):
         assert again.unit.sessions_served >= 2
     finally:
         pool.shutdown()
+
+
+def test_a_release_whose_waiter_was_cancelled_frees_the_unit_without_an_error_in_its_thread(monkeypatch):
+    """A call's finishing task cancelled while it awaited the release (another path closed the call) cancels
+    the release's future; the release thread used to die on it with InvalidStateError and a traceback."""
+    died: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda hook_args: died.append(hook_args.exc_value))
+    pool = make_loopback_pool(1)
+    try:
+        lease = pool.claim(lambda out: None, "sess_cancelled")
+        assert lease is not None
+        future = pool.release(lease)
+        future.cancel()
+        deadline = time.monotonic() + 5
+        while pool.free_units() != 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert pool.free_units() == 1 and died == []
+    finally:
+        pool.shutdown()

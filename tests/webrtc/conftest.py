@@ -18,7 +18,8 @@ from tests.support.webrtc_client import WebRTCClient
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[LiveServer]:
     """One daphne server with a pool of 2, shared by the tests that leave it as they found it."""
-    live = LiveServer(tmp_path_factory.mktemp("webrtc")).start()
+    # many offers a second from one address: the offer rate is tested on its own (test_hardening.py)
+    live = LiveServer(tmp_path_factory.mktemp("webrtc"), env={"S2S_CALL_OFFERS_PER_SECOND": "0"}).start()
     yield live
     live.stop()
 

@@ -23,6 +23,7 @@ from aiosipua.dialog import DialogState
 from pipelines.ids import new_id
 from pipelines import messages as m
 from realtime.access import auth
+from realtime.access.call_owner import CallOwner
 from realtime.models import EndReason, RealtimeSession, Transport as TransportKind
 from realtime.node import cluster
 from realtime.node.runtime import Runtime
@@ -67,7 +68,6 @@ class SipCall:
         self.runtime = runtime
         self.config = config
         self.uac = uac
-        self.credential = ""  # only an API key may steer or hang up a phone call (none with auth off)
         self.state = "ringing"
         self.core: SessionCore | None = None
         self.api_key_id: int | None = None  # the key that accepted the call: revoking it ends the call
@@ -150,7 +150,8 @@ class SipCall:
             raise CallStateError(f"The call is {self.state}: only a ringing call can be accepted.")
         self.state = "active"
         self.api_key_id = api_key_id
-        if api_key_id is not None:  # revoking the key that accepted the call ends it
+        if api_key_id is not None:  # the key that accepted the call owns it; revoking that key ends it
+            self.core.owner = CallOwner(api_key_id=api_key_id)
             await self.core.mailbox.join(cluster.key_group(api_key_id))
         self.incoming.accept(self._answer)
         self.media.start_playout()
