@@ -69,13 +69,15 @@ def server(tmp_path_factory, webhook) -> Iterator[LiveServer]:
         S2S_SIP_WEBHOOK_SECRET=SECRET,
         S2S_SIP_ACCEPT_TIMEOUT_S="6",
     )
+    # A real key even with authentication off: a hang-up checks any bearer token it is sent (the SDK sends one).
+    live.api_key = live.manage("create_api_key", "operator").stdout.strip()
     yield live
     live.stop()
 
 
 @pytest.fixture
 def client(server) -> openai.OpenAI:
-    return openai.OpenAI(api_key="sk-local", base_url=f"{server.http}/v1", webhook_secret=SECRET, max_retries=0)
+    return openai.OpenAI(api_key=server.api_key, base_url=f"{server.http}/v1", webhook_secret=SECRET, max_retries=0)
 
 
 def incoming(webhook: Webhook, client: openai.OpenAI) -> str:
@@ -190,7 +192,7 @@ async def test_a_websocket_with_the_call_id_follows_the_call_steers_it_and_hears
     phone.dial(server.sip_uri)
     call_id = await asyncio.to_thread(incoming, webhook, client)
     await asyncio.to_thread(client.realtime.calls.accept, call_id, type="realtime")
-    sideband = openai.AsyncOpenAI(api_key="sk-local", base_url=f"{server.http}/v1", max_retries=0)
+    sideband = openai.AsyncOpenAI(api_key=server.api_key, base_url=f"{server.http}/v1", max_retries=0)
     seen: list[str] = []
     async with sideband.realtime.connect(call_id=call_id) as connection:
         first = await asyncio.wait_for(connection.recv(), 10)
@@ -220,7 +222,7 @@ async def test_the_follower_stops_the_reply_on_the_phone_with_output_audio_buffe
     phone.dial(server.sip_uri)
     call_id = await asyncio.to_thread(incoming, webhook, client)
     await asyncio.to_thread(client.realtime.calls.accept, call_id, type="realtime")
-    sideband = openai.AsyncOpenAI(api_key="sk-local", base_url=f"{server.http}/v1", max_retries=0)
+    sideband = openai.AsyncOpenAI(api_key=server.api_key, base_url=f"{server.http}/v1", max_retries=0)
     seen: list[str] = []
     async with sideband.realtime.connect(call_id=call_id) as connection:
         deadline = time.monotonic() + 40

@@ -95,8 +95,10 @@ class Baresip:
         self.process = subprocess.Popen(
             ["baresip", "-f", str(self.home)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
         )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # a busy machine takes its time to start it
         while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"baresip exited at its start:\n{self.log()}")
             try:
                 socket.create_connection(("127.0.0.1", self.ctrl_port), timeout=0.5).close()
                 return self
