@@ -128,7 +128,12 @@ def _tts(config: EngineConfig, device: str) -> Synthesizer:
         )
     from pipelines.backends.piper_tts import PiperEngine
 
-    return PiperEngine(voice_path=config.tts_model, use_cuda=device == "cuda" and config.tts_piper_cuda)
+    # A thread per core that sleeps when idle, not Piper's spinning ones (bench/tts_threads.py).
+    return PiperEngine(
+        voice_path=config.tts_model,
+        use_cuda=device == "cuda" and config.tts_piper_cuda,
+        threads=os.cpu_count() or 1,
+    )
 
 
 def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[str], None] | None = None) -> Engines:
@@ -164,7 +169,13 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
     )
     whisper = _timed(
         "stt (faster-whisper)",
-        lambda: WhisperEngine(config.stt_model, device=device, cpu_threads=stt_threads, num_workers=max(1, pool_size)),
+        lambda: WhisperEngine(
+            config.stt_model,
+            device=device,
+            cpu_threads=stt_threads,
+            num_workers=max(1, pool_size),
+            window_s=config.stt_window_s,
+        ),
         timings,
         progress,
     )

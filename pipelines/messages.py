@@ -20,6 +20,7 @@ from typing import Any
 
 from pipelines.config import FunctionTool, SessionSettings, ToolChoice, Truncation
 from pipelines.ids import new_id
+from pipelines.timeline import Timeline
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Message:
     # The speculative turn this belongs to ("" when it is not speculative): output of a
     # speculative turn is held until the turn is confirmed, and dropped if it is abandoned.
     turn: str = field(default="", kw_only=True)
+    # The user turn whose way to the reply this message is part of (pipelines/timeline.py), if any.
+    timeline: Timeline | None = field(default=None, kw_only=True, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -413,6 +416,7 @@ class ResponseFinished(Outbound):
     reason: str | None = None
     latencies: dict[str, float] = field(default_factory=dict)
     error_code: str | None = None  # failed: why, as the API names it (None: a server error)
+    breakdown: dict[str, float] = field(default_factory=dict)  # the turn's Timeline.breakdown(), when it had one
 
 
 @dataclass(frozen=True)

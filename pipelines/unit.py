@@ -9,7 +9,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from pipelines.messages import Downstream, Outbound, PipelineError, SessionEnd, Shutdown, UnitFailed
+from pipelines.messages import (
+    AudioOut,
+    Downstream,
+    Outbound,
+    PipelineError,
+    SessionEnd,
+    Shutdown,
+    TextDelta,
+    UnitFailed,
+)
 from pipelines.stages.base import SessionContext, Stage
 
 logger = logging.getLogger(__name__)
@@ -88,6 +97,8 @@ class _Wiring:
                 continue
             if self.retired or not context.is_current(msg.generation):
                 continue
+            if msg.timeline is not None:
+                msg.timeline.mark(f"{stage.name}_start")
             try:
                 for out in stage.process(msg):
                     if isinstance(out, Outbound):
@@ -209,6 +220,8 @@ class PipelineUnit:
                 return
             # Inside the lock: held output of a confirmed turn keeps its place in the stream.
             for ready in self.context.admit(out):
+                if isinstance(ready, (AudioOut, TextDelta)) and ready.timeline is not None:
+                    ready.timeline.mark("emitted")
                 try:
                     self._sink(ready)
                 except Exception:

@@ -192,6 +192,11 @@ class ResponseRecord(models.Model):
     voice_to_voice_s = models.FloatField(
         null=True, blank=True, help_text="From the end of the user's speech to the first audio sent back."
     )
+    breakdown = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Where the turn's time went, span by span (seconds; pipelines/timeline.py).",
+    )
     finished_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

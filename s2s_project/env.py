@@ -42,7 +42,7 @@ def envint(name: str, default: int, minimum: int | None = None, maximum: int | N
     return value
 
 
-def envfloat(name: str, default: float, minimum: float | None = None) -> float:
+def envfloat(name: str, default: float, minimum: float | None = None, maximum: float | None = None) -> float:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -52,6 +52,8 @@ def envfloat(name: str, default: float, minimum: float | None = None) -> float:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={value} is below the minimum {minimum}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name}={value} is above the maximum {maximum}")
     return value
 
 

@@ -177,6 +177,7 @@ S2S_POOL = PoolConfig(
         lm_timeout_s=envfloat("S2S_LM_TIMEOUT_S", 30.0, minimum=0.1),
         lm_context_length=envint("S2S_LM_CONTEXT_LENGTH", 8192, minimum=256),
         stt_batch_window_ms=envint("S2S_STT_BATCH_WINDOW_MS", 0, minimum=0),
+        stt_window_s=envfloat("S2S_STT_WINDOW_S", 10.0, minimum=1.0, maximum=30.0),
         tts_slots=envint("S2S_TTS_SLOTS", 0, minimum=0),
         lm_context=envint("S2S_LM_CONTEXT", 4096, minimum=256),
         lm_history_tokens=envint("S2S_LM_HISTORY_TOKENS", 0, minimum=0),

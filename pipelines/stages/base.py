@@ -42,6 +42,8 @@ class SessionContext:
         self._responding: dict[str, str] = {}  # responses started and not finished -> their audio format
         self._audio_until = 0.0  # time.monotonic() when the audio sent so far has played, at real-time pace
         self._turn_words: tuple[str, str] = ("", "")  # (speculative turn, its transcript): the latest only
+        # A partial transcript is on its way to the STT or being made: the VAD sends no other meanwhile.
+        self.partial_pending = threading.Event()
 
     def is_current(self, generation: int) -> bool:
         return generation == self.generation
@@ -146,6 +148,7 @@ class SessionContext:
             self._responding.clear()
             self._audio_until = 0.0
             self._turn_words = ("", "")
+        self.partial_pending.clear()
         self._cancel_all = False
         self.cancel_event.clear()
         self.settings = SessionSettings()

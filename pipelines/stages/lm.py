@@ -31,6 +31,7 @@ from pipelines.messages import (
 )
 from pipelines.stages.base import CancelFlag, SessionContext, Stage
 from pipelines.stages.lm_output import ResponseOutput
+from pipelines.timeline import Timeline
 from pipelines.tool_calls import chat_messages
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class _Run:
     first_token_s: float | None = None
     rounds: int = 0
     tokens: list[int] = field(default_factory=lambda: [0, 0, 0])  # input, output, cached over all rounds
+    timeline: Timeline | None = None  # of the user turn it answers (pipelines/timeline.py)
 
 
 class ContextExceeded(Exception):
@@ -150,7 +152,7 @@ class LmStage(Stage):
                     self._speculative[msg.turn] = [msg.item_id]
             if msg.create_response or msg.response is not None:
                 req = msg.response or ResponseRequest.from_settings(self.context.settings, msg.generation)
-                yield from self._respond(req, msg.turn)
+                yield from self._respond(req, msg.turn, msg.timeline)
         elif isinstance(msg, ResponseRequest):
             yield from self._respond(msg)
         elif isinstance(msg, ResponseResume):
@@ -321,8 +323,8 @@ class LmStage(Stage):
             return self.max_new_tokens
         return max(1, min(req.max_output_tokens, self.max_new_tokens))
 
-    def _respond(self, req: ResponseRequest, turn: str = "") -> Iterator[Message]:
-        run = _Run(req, turn, req.item_id or new_id("item"))
+    def _respond(self, req: ResponseRequest, turn: str = "", timeline: Timeline | None = None) -> Iterator[Message]:
+        run = _Run(req, turn, req.item_id or new_id("item"), timeline=timeline)
         yield ResponseStarted(
             generation=req.generation,
             response_id=req.response_id,
@@ -374,7 +376,7 @@ class LmStage(Stage):
         elif run.rounds and req.tool_choice.mode in ("required", "function"):
             req = replace(req, tool_choice=ToolChoice())  # the call it had to make is made: now it may answer
         cancel = CancelFlag(self.context, req.response_id, gen, turn)
-        output = ResponseOutput(req, turn, self.first_piece_words)
+        output = ResponseOutput(req, turn, self.first_piece_words, run.timeline)
         status, reason, error_code = "completed", None, None
         stream = None
         try:
@@ -391,6 +393,8 @@ class LmStage(Stage):
             for piece in self._pieces(stream, cancel):
                 if run.first_token_s is None:
                     run.first_token_s = time.perf_counter() - run.started
+                    if run.timeline is not None:
+                        run.timeline.mark("lm_first_token")
                 yield from output.feed(piece)
                 if output.repeated:
                     break
@@ -432,6 +436,7 @@ class LmStage(Stage):
             lm_first_token_s=run.first_token_s,
             turn=run.turn,
             error_code=error_code,
+            timeline=run.timeline,
         )
 
     def _remember(self, req: ResponseRequest, turn: str, item_id: str, output: ResponseOutput) -> None:

@@ -15,6 +15,7 @@ from pipelines.messages import (
     TextDelta,
     TextForSpeech,
 )
+from pipelines.timeline import Timeline
 from pipelines.text import SentenceSplitter
 from pipelines.tool_calls import ArgumentsPiece, CallEnd, CallParser, CallStart, MarkupFilter, Text, call_key
 
@@ -28,8 +29,10 @@ class ResponseOutput:
     through a ``MarkupFilter`` (what a small model may write of a call as text).
     """
 
-    def __init__(self, req: ResponseRequest, turn: str, first_piece_words: int) -> None:
-        self._req, self._turn = req, turn
+    def __init__(
+        self, req: ResponseRequest, turn: str, first_piece_words: int, timeline: Timeline | None = None
+    ) -> None:
+        self._req, self._turn, self._timeline = req, turn, timeline
         self._speak = "audio" in req.output_modalities
         self._splitter = SentenceSplitter(first_words=first_piece_words)
         self._parser = CallParser()
@@ -124,10 +127,20 @@ class ResponseOutput:
             yield from (self._speech(sentence) for sentence in self._splitter.feed(text))
         else:
             req = self._req
-            yield TextDelta(generation=req.generation, response_id=req.response_id, delta=text, turn=self._turn)
+            if self._timeline is not None:
+                self._timeline.mark("lm_first_piece")  # once: the first text out of the response
+            yield TextDelta(
+                generation=req.generation,
+                response_id=req.response_id,
+                delta=text,
+                turn=self._turn,
+                timeline=self._timeline,
+            )
 
     def _speech(self, text: str) -> TextForSpeech:
         req = self._req
+        if self._timeline is not None:
+            self._timeline.mark("lm_first_piece")  # once: the first words sent to TTS
         return TextForSpeech(
             generation=req.generation,
             response_id=req.response_id,
@@ -136,4 +149,5 @@ class ResponseOutput:
             output_format=req.output_format,
             speed=req.speed,
             turn=self._turn,
+            timeline=self._timeline,
         )

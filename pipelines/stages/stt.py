@@ -50,7 +50,10 @@ class SttStage(Stage):
 
     def process(self, msg: Downstream) -> Iterator[Message]:
         if isinstance(msg, PartialUtterance):
-            yield from self._partial(msg)
+            try:
+                yield from self._partial(msg)
+            finally:
+                self.context.partial_pending.clear()
         elif isinstance(msg, Utterance):
             yield from self._final(msg)
         else:
@@ -106,6 +109,8 @@ class SttStage(Stage):
             )
             return
         elapsed = time.perf_counter() - started
+        if msg.timeline is not None:
+            msg.timeline.mark("stt_end")
         said = self._said if msg.item_id == self._partial_item else []
         words = text.split()
         if len(words) > len(said) and _common_prefix(said, words) == len(said):
@@ -137,6 +142,7 @@ class SttStage(Stage):
             create_response=msg.create_response and bool(text),
             response=msg.response,
             turn=msg.turn,
+            timeline=msg.timeline,
         )
 
 

@@ -61,7 +61,10 @@ class TtsStage(Stage):
             yield from self._synthesize(msg)
             return
         cancel = CancelFlag(self.context, msg.response_id, msg.generation, msg.turn)
+        waiting = time.monotonic()
         with self.order.turn(first=msg.response_id not in self._first_audio, cancel=cancel) as admitted:
+            if msg.timeline is not None and msg.response_id not in self._first_audio:
+                msg.timeline.add("tts_order_wait_s", time.monotonic() - waiting)
             if admitted:
                 yield from self._synthesize(msg)
 
@@ -88,12 +91,15 @@ class TtsStage(Stage):
                     if cancel.is_set():
                         return
                     self._first_audio.setdefault(msg.response_id, time.perf_counter())
+                    if msg.timeline is not None:
+                        msg.timeline.mark("tts_first_audio")
                     yield AudioOut(
                         generation=msg.generation,
                         response_id=msg.response_id,
                         data=audio.encode(samples[at : at + step], msg.output_format),
                         transcript=transcript_pending,
                         turn=msg.turn,
+                        timeline=msg.timeline,
                     )
                     transcript_pending = ""
         except Exception as exc:
@@ -126,4 +132,5 @@ class TtsStage(Stage):
             latencies=latencies,
             turn=msg.turn,
             error_code=msg.error_code if status == msg.status else None,
+            breakdown={} if msg.timeline is None else msg.timeline.breakdown(),
         )

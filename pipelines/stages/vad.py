@@ -31,6 +31,7 @@ from pipelines.messages import (
     Utterance,
 )
 from pipelines.stages.base import SessionContext, Stage
+from pipelines.timeline import Timeline
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ class VadStage(Stage):
         self._start_ms = 0
         self._since_partial_ms = 0
         self._speculation = ""  # the turn sent ahead while the silence window is still open
+        self._timeline: Timeline | None = None  # the speculation's
         self._speech_end_at = 0.0
         self._rounds = 0
         self._verdict = ""  # of the current pause: "" (not asked), "unfinished", "sounds finished", "words unfinished"
@@ -206,16 +208,33 @@ class VadStage(Stage):
             # Start STT, LM and TTS now; their output is held until the turn ends.
             self._rounds += 1
             self._speculation = f"{self._item_id}#{self._rounds}"
+            self._timeline = Timeline(self._speech_end_at)
+            self._timeline.mark("speculation")
             yield Utterance(
                 generation=generation,
                 item_id=self._item_id,
                 samples=self._samples(),
                 create_response=detection.create_response,
                 turn=self._speculation,
+                timeline=self._timeline,
             )
-        elif self.partial_every_ms and self._since_partial_ms >= self.partial_every_ms and not self._silence_ms:
+        elif self._partial_due():
             self._since_partial_ms = 0
+            self.context.partial_pending.set()
             yield PartialUtterance(generation=generation, item_id=self._item_id, samples=self._samples())
+
+    def _partial_due(self) -> bool:
+        """Time for a partial transcript, and the STT is done with the last one.
+
+        A partial that would queue behind another would only delay the turn's final transcript
+        (partials of a long turn take longer than the second between them on a busy CPU).
+        """
+        return (
+            bool(self.partial_every_ms)
+            and self._since_partial_ms >= self.partial_every_ms
+            and not self._silence_ms
+            and not self.context.partial_pending.is_set()
+        )
 
     def _onset(self, generation: int, frame: np.ndarray, speech: bool) -> Iterator[Message]:
         """Before a turn: keeps the prefix padding; two speech frames in a row start a turn (one is a click)."""
@@ -329,6 +348,9 @@ class VadStage(Stage):
         self._stop_speaking()
         self._buffer = []
         speculation, self._speculation = self._speculation, ""
+        timeline = self._timeline if speculation and self._timeline is not None else Timeline(self._speech_end_at)
+        self._timeline = None
+        timeline.mark("decision")
         yield SpeechStopped(
             generation=generation, item_id=item_id, audio_end_ms=end_ms, speech_end_at=self._speech_end_at
         )
@@ -342,7 +364,11 @@ class VadStage(Stage):
             yield TurnConfirmed(generation=generation, turn=speculation)
         else:
             yield Utterance(
-                generation=generation, item_id=item_id, samples=samples, create_response=detection.create_response
+                generation=generation,
+                item_id=item_id,
+                samples=samples,
+                create_response=detection.create_response,
+                timeline=timeline,
             )
 
     def _commit(self, msg: CommitAudio) -> Iterator[Message]:
@@ -368,12 +394,15 @@ class VadStage(Stage):
             yield TurnAbandoned(generation=msg.generation, turn=self._speculation)
             self._speculation = ""
         yield AudioCommitted(generation=msg.generation, item_id=msg.item_id, duration_ms=duration, samples=samples)
+        timeline = Timeline()  # the commit ends the turn
+        timeline.mark("decision")
         yield Utterance(
             generation=msg.generation,
             item_id=msg.item_id,
             samples=samples,
             create_response=False,
             response=msg.response,
+            timeline=timeline,
         )
 
     def _samples(self) -> bytes:

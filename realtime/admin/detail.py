@@ -8,8 +8,24 @@ from typing import Any
 from django.urls import reverse
 from django.utils import timezone
 
+from pipelines.timeline import spans
 from realtime.models import RealtimeSession, Recording, ResponseRecord, Stage
 
+# A turn's breakdown (pipelines/timeline.py): each span named by the moment that ends it.
+SPANS = {
+    "speculation": "sent ahead to STT",
+    "stt_start": "STT thread took it",
+    "stt_end": "transcribed",
+    "lm_start": "LM thread took it",
+    "lm_first_token": "first token",
+    "lm_first_piece": "first words",
+    "tts_start": "TTS thread took them",
+    "tts_first_audio": "first audio made",
+    "decision": "turn over (speech_stopped)",
+    "emitted": "released to the session",
+    "sent": "sent to the client",
+}
+WAITS = (("tts_order_wait_s", "of which waiting for a TTS slot"), ("core_wait_s", "threads waiting for a core"))
 CHART_W, CHART_H, CHART_PAD = 640, 160, 28
 
 
@@ -80,15 +96,24 @@ def turns(session: RealtimeSession, responses: list[ResponseRecord]) -> list[dic
                 "item": item,
                 "time": timezone.localtime(item.created_at).strftime("%H:%M:%S"),
                 "response": response,
-                "timings": None
-                if response is None
-                else [(stage.label, ms(getattr(response, stage.field))) for stage in Stage],
+                "timings": None if response is None else timings(response),
                 "recording_url": None
                 if recording is None
                 else reverse("admin:realtime_recording", args=[session.id, recording.pk]),
                 "recording_ms": None if recording is None else recording.duration_ms,
             }
         )
+    return rows
+
+
+def timings(response: ResponseRecord) -> list[tuple[str, str]]:
+    """A response's stage figures, then its turn's breakdown: the spans as they happened (they add up to the
+    last), and what the turn waited for."""
+    rows = [(stage.label, ms(getattr(response, stage.field))) for stage in Stage]
+    marks = response.breakdown or {}
+    for name, span, at in spans(marks):
+        rows.append((f"+ {SPANS.get(name, name)}", f"{ms(span)} (at {ms(at)})"))
+    rows += [(label, ms(marks[key])) for key, label in WAITS if key in marks]
     return rows
 
 

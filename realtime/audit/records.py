@@ -24,6 +24,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from pipelines import messages as m
+from pipelines import timeline
 from realtime.audit import recordings
 from realtime.models import ConversationItem, RealtimeSession, RefusalCount, ResponseRecord, Stage, upsert
 
@@ -156,6 +157,14 @@ def session_ended(writer: RecordWriter, session_id: str, **fields: Any) -> None:
     writer.submit(lambda: RealtimeSession.objects.filter(id=session_id).update(**fields))
 
 
+def breakdown(marks: dict[str, float], first_audio_at: float | None) -> dict[str, float]:
+    """The pipeline's breakdown of a turn (``Timeline.breakdown``), with the moment its first audio was sent."""
+    result = dict(marks)
+    if "speech_end_at" in result and first_audio_at is not None and first_audio_at >= result["speech_end_at"]:
+        result[timeline.SENT] = first_audio_at - result["speech_end_at"]
+    return result
+
+
 def principal_of(scope: dict[str, Any]) -> str:
     """Who opened a session: the API key or client secret the auth layer put in the scope, else the Django user."""
     principal = scope.get("s2s_principal")
@@ -266,6 +275,7 @@ class SessionRecorder:
             "lm_first_token_s": lat.get("lm_first_token_s"),
             "tts_first_audio_s": lat.get("tts_first_audio_s"),
             "voice_to_voice_s": voice_to_voice,
+            "breakdown": breakdown(msg.breakdown, state.first_audio_at),
             "finished_at": timezone.now(),
         }
         for stage in Stage:  # STT was observed when its transcript came

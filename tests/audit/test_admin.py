@@ -114,6 +114,18 @@ class TestSessionAudit:
         assert positions == sorted(positions)
         assert "resp_1" in page and "resp_2" in page and "800 ms" in page  # voice-to-voice of the second response
 
+    def test_a_turn_shows_where_its_time_went_span_by_span_in_the_order_it_happened(self, admin_client):
+        make_session()
+        marks = {"speech_end_at": 1000.0, "speculation": 0.1, "stt_start": 0.12, "stt_end": 0.3, "decision": 0.55}
+        marks |= {"emitted": 0.6, "sent": 0.61, "core_wait_s": 0.25}
+        ResponseRecord.objects.filter(response_id="resp_1").update(breakdown=marks)
+        page = admin_client.get("/admin/realtime/realtimesession/sess_audit1/change/").content.decode()
+        spans = ["sent ahead to STT: <b>100 ms (at 100 ms)", "transcribed: <b>180 ms (at 300 ms)"]
+        spans += ["turn over (speech_stopped): <b>250 ms (at 550 ms)", "sent to the client: <b>10 ms (at 610 ms)"]
+        positions = [page.index(span) for span in spans]
+        assert positions == sorted(positions)
+        assert "threads waiting for a core: <b>250 ms" in page
+
     def test_the_audit_role_reads_but_cannot_change_or_delete_history(self, auditor):
         make_session()
         client = Client()

@@ -61,3 +61,30 @@ def test_two_threads_can_transcribe_at_once(whisper_engine, question_audio_16k):
         t.join()
     assert len(results) == 2
     assert all(word_errors(heard, QUESTION) <= 1 for heard in results.values()), results
+
+
+def test_a_short_question_is_encoded_in_the_short_window_and_heard_as_in_the_full_one(question_audio_16k):
+    """The 10 s window (the default) and faster-whisper's 30 s one hear the same words; the full window is
+    faster-whisper's own transcription."""
+    short, full = WhisperEngine(cpu_threads=2), WhisperEngine(cpu_threads=2, window_s=30)
+    assert short.window_frames == 1000 and short._frames(question_audio_16k) == 1000
+    assert full.window_frames == 3000
+    heard_short, heard_full = short.transcribe(question_audio_16k), full.transcribe(question_audio_16k)
+    assert word_errors(heard_short, QUESTION) <= 1, heard_short
+    assert word_errors(heard_full, QUESTION) <= 1, heard_full
+    assert heard_full == full._full(question_audio_16k, None, None)
+
+
+def test_an_utterance_longer_than_the_window_gets_a_window_a_second_longer_than_itself():
+    engine = WhisperEngine(cpu_threads=1, window_s=3)
+    assert engine._frames(np.zeros(16000 * 5, dtype=np.float32)) == 600
+    assert engine._frames(np.zeros(16000 * 40, dtype=np.float32)) == 3000  # never more than Whisper's own
+
+
+def test_a_transcript_that_says_its_last_words_twice_is_a_loop():
+    from pipelines.backends.faster_whisper_stt import looping
+
+    assert looping("What is the capital of France? What is the capital of France?")
+    assert looping("Tell me the joke. Tell me the joke. Tell me the")
+    assert not looping("What is the capital of France?")
+    assert not looping("No, no, I meant the other one.")

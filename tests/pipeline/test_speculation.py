@@ -27,6 +27,7 @@ from pipelines.stages.lm import LmStage
 from pipelines.stages.stt import SttStage
 from pipelines.stages.tts import TtsStage
 from pipelines.stages.vad import VadStage
+from pipelines.timeline import spans
 from pipelines.unit import PipelineUnit
 from tests.support.speech import silence, tone
 
@@ -104,3 +105,44 @@ def test_speech_after_the_speculation_point_drops_the_work_and_the_turn_goes_on(
     history = lm_history(unit)
     assert [role for role, _ in history] == ["user", "assistant"]
     assert history[0][1] == transcripts[0].transcript
+
+
+def test_a_speculative_turn_reports_where_its_time_went_from_the_end_of_speech_to_the_release(unit):
+    sink = Collector()
+    generation = unit.begin(sink, "sess_c")
+    feed(unit, generation, silence(0.3), tone(0.6), silence(0.8))
+    assert sink.finished.wait(10)
+    marks = sink.of(ResponseFinished)[0].breakdown
+    reached = [name for name, _, _ in spans(marks)]
+    # The work ran ahead of the decision; its first audio left the unit only once the turn was over.
+    assert reached.index("speculation") < reached.index("stt_start") < reached.index("stt_end")
+    assert reached.index("stt_end") < reached.index("lm_start") < reached.index("lm_first_piece")
+    assert reached.index("lm_first_piece") < reached.index("tts_start") < reached.index("tts_first_audio")
+    assert reached[-1] == "emitted" and "decision" in reached
+    assert 0 < marks["speculation"] < marks["decision"] <= marks["emitted"]
+    assert sum(span for _, span, _ in spans(marks)) == pytest.approx(marks["emitted"])
+    stopped = sink.of(SpeechStopped)[0]
+    assert marks["speech_end_at"] == stopped.speech_end_at
+
+
+def test_no_partial_transcript_is_sent_while_the_last_one_is_still_with_the_stt():
+    import numpy as np
+
+    from pipelines.loopback import FakeEnergyVad
+    from pipelines.messages import PartialUtterance
+
+    context = SessionContext()
+    vad = VadStage(context, FakeEnergyVad(), partial_every_ms=64)
+    vad.setup()
+    data = audio.encode(np.concatenate([silence(0.1), tone(1.0)]), audio.PCM)
+
+    def partials(seconds: float) -> int:
+        out = []
+        for at in range(0, int(len(data) * seconds), 960):
+            out += vad.process(AudioIn(generation=0, data=data[at : at + 960], audio_format=audio.PCM))
+        return sum(isinstance(o, PartialUtterance) for o in out)
+
+    assert partials(0.6) == 1  # the first is sent; the STT has not taken it yet, so no other follows
+    assert context.partial_pending.is_set()
+    context.partial_pending.clear()  # the STT is done with it
+    assert partials(0.3) == 1

@@ -43,8 +43,11 @@ class LiveServer:
         port: int | None = None,
         launcher: str = "daphne",
         open_files: tuple[int, int] | None = None,
+        root: Path = ROOT,
     ) -> None:
-        """``open_files``: the (soft, hard) limit on open files the server process starts with."""
+        """``open_files``: the (soft, hard) limit on open files the server process starts with; ``root``: the
+        checkout whose ``manage.py`` runs (a benchmark's other version of the code)."""
+        self.root = root
         self.launcher = launcher
         self.open_files = open_files
         self.port = port or free_port()
@@ -72,7 +75,7 @@ class LiveServer:
     def manage(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "manage.py", *args],
-            cwd=ROOT,
+            cwd=self.root,
             env=self.env,
             capture_output=True,
             text=True,
@@ -100,7 +103,7 @@ class LiveServer:
         limits = self.open_files
         self.process = subprocess.Popen(
             command,
-            cwd=ROOT,
+            cwd=self.root,
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
