@@ -39,7 +39,8 @@ $(VENV)/.installed: requirements.txt requirements-models.txt scripts/llama_cpp.s
 setup: $(VENV)/.installed
 
 # The Debian packages the tests need: Chromium for the browser tests (test speech comes from Piper), and npm
-# for OpenAI's JS Agents SDK, which a browser test loads (tests/browser/agents_sdk, installed from its lock file).
+# for OpenAI's JS Agents SDK, which a browser test loads (tests/browser/agents_sdk, installed from its lock file),
+# and baresip, the SIP phone of tests/sip.
 system-deps:
 	@if ! command -v chromium >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
@@ -48,6 +49,10 @@ system-deps:
 	@if ! command -v npm >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq npm >/dev/null; \
 		else echo "install npm (apt-get install npm)"; exit 1; fi; \
+	fi
+	@if ! command -v baresip >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq baresip >/dev/null; \
+		else echo "install baresip (apt-get install baresip)"; exit 1; fi; \
 	fi
 
 # Bound to loopback (the default), only this machine can connect: authentication is off unless

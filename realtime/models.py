@@ -77,6 +77,7 @@ class Stage(models.TextChoices):
 class Transport(models.TextChoices):
     WEBSOCKET = "websocket", "WebSocket"
     WEBRTC = "webrtc", "WebRTC"
+    SIP = "sip", "SIP"
 
 
 class SessionQuerySet(models.QuerySet):
@@ -127,6 +128,9 @@ class RealtimeSession(models.Model):
     client_addr = models.CharField(max_length=100, blank=True)
     transport = models.CharField(max_length=16, choices=Transport.choices, default=Transport.WEBSOCKET, db_index=True)
     user_agent = models.CharField(max_length=500, blank=True)
+    # A phone call's numbers, as S2S_SIP_NUMBERS allows (full, the last four digits, or nothing).
+    caller = models.CharField(max_length=100, blank=True)
+    callee = models.CharField(max_length=100, blank=True)
     started_at = models.DateTimeField(db_index=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=32, choices=EndReason.choices, default=EndReason.ACTIVE, db_index=True)

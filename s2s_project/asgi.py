@@ -23,6 +23,7 @@ from django.conf import settings  # noqa: E402
 
 from realtime.node import runtime  # noqa: E402
 from realtime.transports.routing import websocket_urlpatterns  # noqa: E402
+from realtime.transports.sip.signalling import listeners  # noqa: E402
 from s2s_project.body_limit import BodyLimit  # noqa: E402
 
 
@@ -30,7 +31,7 @@ async def lifespan(scope, receive, send) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
-            runtime.current().start()
+            runtime.current().start(listeners=listeners())
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             rt = runtime.current()

@@ -24,7 +24,7 @@ import signal
 from daphne import server as daphne_server
 from daphne import ws_protocol
 from daphne.endpoints import build_endpoint_description_strings
-from daphne.server import Server
+from daphne.server import Server, twisted_loop
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
@@ -32,6 +32,7 @@ from realtime.node import runtime
 from realtime.access.checks import uses_development_key
 from realtime.protocol.limits import max_frame_bytes
 from s2s_project import http_phase
+from realtime.transports.sip.signalling import listeners
 from s2s_project.asgi import application
 
 logger = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
     refuse_public_development_key(host)
     install_protocols()
     rt = runtime.current()
-    rt.start(warm=warm)
+    rt.start(warm=warm, listeners=listeners(), loop=twisted_loop)
     # The consumer answers a frame over the limit with "event_too_large" and goes on; only frames far over
     # it (beyond what is worth reading into memory) make autobahn close the socket with 1009.
     max_bytes = 2 * max_frame_bytes(settings.S2S_MAX_EVENT_BYTES)

@@ -23,6 +23,7 @@ from pipelines.config import (
     PoolConfig,
 )
 from realtime.protocol.mcp.config import McpPolicy
+from realtime.transports.sip import config as sip_config
 from s2s_project.env import envbool, envchoice, envfloat, envicelist, envint, envlist, envpairs, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -140,7 +141,13 @@ LOGGING = {
         "level": envchoice("S2S_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper(),
     },
     # faster-whisper logs every transcription at INFO: too chatty for partial transcripts; aioice every ICE check.
-    "loggers": {"faster_whisper": {"level": "WARNING"}, "aioice": {"level": "WARNING"}},
+    "loggers": {
+        "faster_whisper": {"level": "WARNING"},
+        "aioice": {"level": "WARNING"},
+        # aiosipua logs a traceback for each message it cannot parse: a flood of junk would flood the log
+        # (the listener counts what it drops, realtime.transports.sip.signalling).
+        "aiosipua": {"level": "ERROR"},
+    },
 }
 
 # --- the speech-to-speech server -------------------------------------------
@@ -294,6 +301,36 @@ S2S_MAX_CALLS_PER_KEY = envint("S2S_MAX_CALLS_PER_KEY", 16, minimum=0)
 S2S_WEBRTC_CONNECT_TIMEOUT_S = envfloat("S2S_WEBRTC_CONNECT_TIMEOUT_S", 10.0, minimum=1.0)
 # A connected call that sends no microphone audio and no event this long is ended, even while RTCP reports come.
 S2S_WEBRTC_SILENCE_TIMEOUT_S = envfloat("S2S_WEBRTC_SILENCE_TIMEOUT_S", 60.0, minimum=1.0)
+
+
+# Phone calls over SIP (realtime/transports/sip/, docs/deploy.md): the listener on UDP and TCP at
+# S2S_SIP_BIND=host:port (empty: none), RTP on even ports of S2S_SIP_RTP_PORTS. With S2S_SIP_WEBHOOK_URL an
+# incoming call is announced there (realtime.call.incoming, signed with S2S_SIP_WEBHOOK_SECRET) and waits for
+# POST /v1/realtime/calls/{call_id}/accept; without one, S2S_SIP_SESSION (JSON settings) answers at once.
+def _sip_settings() -> sip_config.SipConfig:
+    try:
+        bind = envstr("S2S_SIP_BIND", "").strip()
+        host, port = sip_config.parse_bind(bind) if bind else ("", 5060)
+        config = sip_config.SipConfig(
+            host=host,
+            port=port,
+            advertised_ip=envstr("S2S_SIP_ADVERTISED_IP", "").strip(),
+            rtp_ports=sip_config.parse_port_range(envstr("S2S_SIP_RTP_PORTS", "10000-20000")),
+            rtp_timeout_s=envfloat("S2S_SIP_RTP_TIMEOUT_S", 30.0, minimum=1.0),
+            webhook_url=envstr("S2S_SIP_WEBHOOK_URL", "").strip(),
+            webhook_secret=envstr("S2S_SIP_WEBHOOK_SECRET", "").strip(),
+            accept_timeout_s=envfloat("S2S_SIP_ACCEPT_TIMEOUT_S", 20.0, minimum=1.0),
+            numbers=envchoice("S2S_SIP_NUMBERS", "masked", sip_config.NUMBER_POLICIES),
+            session=sip_config.parse_session(envstr("S2S_SIP_SESSION", "")),
+        )
+    except sip_config.SipConfigError as exc:
+        raise ImproperlyConfigured(f"S2S_SIP_*: {exc}") from None
+    if config.webhook_url and not config.webhook_secret.startswith("whsec_"):
+        raise ImproperlyConfigured("S2S_SIP_WEBHOOK_URL needs S2S_SIP_WEBHOOK_SECRET=whsec_... to sign the webhooks")
+    return config
+
+
+S2S_SIP = _sip_settings()
 
 # Production mode: HTTPS-only cookies, HSTS, redirect to HTTPS (``check --deploy`` passes).
 # Off by default so that the local run command keeps working over plain http.

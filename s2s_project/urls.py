@@ -8,6 +8,7 @@ from realtime import views
 from realtime.access import views as auth_views
 
 from realtime.transports import calls as call_views
+from realtime.transports.sip import views as sip_views
 
 urlpatterns = [
     path("", views.index, name="index"),
@@ -19,6 +20,9 @@ urlpatterns = [
     path("v1/realtime/calls", call_views.create_call, name="calls"),
     path("v1/realtime/calls/<slug:call_id>", call_views.hang_up, name="call"),
     path("v1/realtime/calls/<slug:call_id>/hangup", call_views.hang_up, name="call_hangup"),
+    path("v1/realtime/calls/<slug:call_id>/accept", sip_views.accept, name="call_accept"),
+    path("v1/realtime/calls/<slug:call_id>/reject", sip_views.reject, name="call_reject"),
+    path("v1/realtime/calls/<slug:call_id>/refer", sip_views.refer, name="call_refer"),
     path("v1/realtime/sessions/<str:session_id>/timings", views.session_timings, name="session_timings"),
     path("admin/", admin.site.urls),
 ]

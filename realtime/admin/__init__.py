@@ -121,7 +121,7 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
     )
     list_display_links = ("started",)
     list_filter = ("started_at", "end_reason", "transport", "node", "principal")
-    search_fields = ("id", "principal", "client_addr", "items__text")
+    search_fields = ("id", "principal", "client_addr", "caller", "callee", "items__text")
     date_hierarchy = "started_at"
     readonly_fields = [f.name for f in RealtimeSession._meta.fields]
     inlines = [ConversationItemInline, ResponseRecordInline]

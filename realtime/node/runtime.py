@@ -15,6 +15,8 @@ import logging
 import resource
 import threading
 import time
+from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Protocol
 
 from django.conf import settings
@@ -67,6 +69,14 @@ class LiveCall(Protocol):
         """Ends the call's session and closes its connection."""
 
 
+class Listener(Protocol):
+    """A listener of its own (SIP) that lives on the server's event loop, beside the ASGI app."""
+
+    async def start(self, runtime: Runtime) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class Runtime:
     def __init__(self) -> None:
         self.started_at = timezone.now()
@@ -79,13 +89,21 @@ class Runtime:
         self.sessions: set[LiveSession] = set()
         self.call_limits = CallLimits()  # offers per second and live calls, per client address and API key
         self.calls: dict[str, LiveCall] = {}  # live calls' sessions by call id (they are in ``sessions`` too)
+        self.listeners: list[Listener] = []
         self.started = False
         self._lock = threading.Lock()
 
     # --- start --------------------------------------------------------------------
 
-    def start(self, warm: bool = True, background: bool = True) -> threading.Thread | None:
-        """Closes what a crashed earlier run left open, starts the heartbeat, then loads and warms the pool.
+    def start(
+        self,
+        warm: bool = True,
+        background: bool = True,
+        listeners: Sequence[Listener] = (),
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> threading.Thread | None:
+        """Closes what a crashed earlier run left open, starts the heartbeat, then loads and warms the pool,
+        and starts ``listeners`` on ``loop`` (the server's: running, or about to; default the running one).
 
         In the background the server answers probes (and turns sessions away with a
         clear error) while the models load. A second call does nothing.
@@ -99,6 +117,10 @@ class Runtime:
         self.writer.submit(lambda: self._interrupt_left_open(started_at))  # once the database answers
         self.heartbeat = Heartbeat(lambda: self.pool, started_at, settings.S2S_HEARTBEAT_S, on_beat=self.refusals.flush)
         self.heartbeat.start()
+        self.listeners = list(listeners)
+        for listener in self.listeners:
+            started = asyncio.run_coroutine_threadsafe(listener.start(self), loop or asyncio.get_running_loop())
+            started.add_done_callback(_report_listener_failure)
         if not background:
             self._load(warm)
             return None
@@ -176,6 +198,8 @@ class Runtime:
             if left:
                 logger.info("ended %s session(s) after the grace period", len(left))
                 await asyncio.sleep(0.2)  # let the close frames go out
+            for listener in self.listeners:
+                await listener.stop()
             self.refusals.flush()
             if not await asyncio.to_thread(self.writer.flush, 10.0):
                 logger.error("shutting down with %s session record(s) unwritten", self.writer.backlog)
@@ -191,6 +215,12 @@ class Runtime:
             self.pool.shutdown()
         self.refusals.flush()
         self.writer.flush(10.0)
+
+
+def _report_listener_failure(started: Future[None]) -> None:
+    """A listener that could not start (its port taken, say) is logged: nobody awaits its start."""
+    if not started.cancelled() and started.exception() is not None:
+        logger.error("a listener failed to start: %s", started.exception())
 
 
 _current: Runtime | None = None

@@ -57,6 +57,7 @@ logger = logging.getLogger(__name__)
 SESSION_LIMIT_REASON = "All session slots are in use"
 AUTH_STATUS = {"invalid_api_key": 401, "invalid_origin": 403}
 AUDIO_DONE = {"response.output_audio.done", "response.done"}
+FOLLOWER_SKIPS = {"response.output_audio.delta", "response.audio.delta"}  # followers get events, not audio
 
 
 @dataclass(frozen=True)
@@ -298,6 +299,7 @@ class SessionCore:
         self.owner = CallOwner()  # who may hang the call up (realtime.access.call_owner)
         self.call_id: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._followers: set[Transport] = set()  # event-only transports attached to the session (?call_id=)
         self._turn_timeout: asyncio.Task[None] | None = None
         self._turn_timeout_due: float | None = None
         # The settings a client secret was minted with, or a call offered with (validated then); one that
@@ -429,6 +431,9 @@ class SessionCore:
                 )
             if close_reason and close_code is not None:
                 await self.transport.close(close_code, close_reason)
+            followers, self._followers = self._followers, set()
+            for follower in followers:
+                await follower.close(CLOSE_NORMAL, "The call ended")
         finally:
             await self.mailbox.close()
 
@@ -768,8 +773,28 @@ class SessionCore:
                 self.player.play_audio(out.payload["item_id"], out.audio, self.session.output_format)
             else:
                 await self.transport.send_event(out)
+            if self._followers and out.type not in FOLLOWER_SKIPS:
+                await self.tell_followers(out)
         if self.player is not None:
             await self._played_after(self.player, event)
+
+    # --- followers: a second, event-only transport on a live call (``/v1/realtime?call_id=``) --------
+
+    def follow(self, follower: Transport) -> None:
+        """Attaches ``follower``: it gets the session's events (no audio) and may send client events."""
+        self._followers.add(follower)
+
+    def unfollow(self, follower: Transport) -> None:
+        self._followers.discard(follower)
+
+    async def tell_followers(self, event: ServerEvent | Event) -> None:
+        """Sends an event to the followers only (one the transport made itself: a key press)."""
+        out = event if isinstance(event, ServerEvent) else ServerEvent.of(event)
+        for follower in list(self._followers):
+            try:
+                await follower.send_event(out)
+            except Exception:  # a follower that went away must not stop the session's send loop
+                logger.debug("session %s: a follower could not be sent %s", self.id, out.type)
 
     def _session_obj(self) -> Event:
         if self.opening.beta:

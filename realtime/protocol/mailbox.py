@@ -66,6 +66,16 @@ class Mailbox:
         if not self.closed:
             self._reader = asyncio.create_task(self._read(), name=f"mailbox-{self.session_id}")
 
+    async def join(self, group: str) -> None:
+        """Joins one more group of an open mailbox (a SIP call's API key, known once the call is accepted)."""
+        if self.layer is None or not self.channel or self.closed or group in self.groups:
+            return
+        try:
+            await asyncio.wait_for(self.layer.group_add(group, self.channel), GROUP_TIMEOUT_S)
+            self.groups += (group,)
+        except Exception:
+            logger.exception("session %s: could not join the channel-layer group %s", self.session_id, group)
+
     async def _read(self) -> None:
         assert self.layer is not None
         while not self.closed:

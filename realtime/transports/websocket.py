@@ -14,10 +14,13 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 
+from realtime.access import auth
 from realtime.models import EndReason, Transport
 from realtime.node import runtime
 from realtime.protocol.core import OpenRequest, SessionCore, open_session
+from realtime.protocol.events import error_event, server_event
 from realtime.protocol.transport import CLOSE_POLICY, Refusal, ServerEvent
 
 logger = logging.getLogger(__name__)
@@ -34,6 +37,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     # The socket needs no channel of its own: the session's mailbox (realtime.protocol.mailbox) is on the layer.
     channel_layer_alias = None  # type: ignore[assignment]
     core: SessionCore | None = None
+    following: SessionCore | None = None  # ``?call_id=``: the live call's session this socket steers
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Whatever ends this consumer, even an exception no handler caught, the unit goes back."""
@@ -49,6 +53,9 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode())
         # Only "realtime" is ever echoed: never the "openai-insecure-api-key.KEY" subprotocol.
         await self.accept(subprotocol="realtime" if "realtime" in offered else None)
+        if query.get("call_id"):
+            await self._follow(query["call_id"][0])
+            return
         client = self.scope.get("client") or ("", 0)
         request = OpenRequest(
             transport=Transport.WEBSOCKET,
@@ -66,7 +73,30 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await self.send_event(refusal.event())
             await self.close(code=refusal.close_code, reason=refusal.reason)
 
+    async def _follow(self, call_id: str) -> None:
+        """Attaches this socket to a live call (SIP or WebRTC) beside its own transport: the session's events
+        without the audio, and client events into the same session. Ending the socket leaves the call alone."""
+        try:
+            principal = await auth.authenticate(self.scope, call_id)
+            if settings.S2S_AUTH_REQUIRED and principal.kind != "api_key":
+                raise auth.AuthError("invalid_api_key", "Following a call takes an API key.")
+        except auth.AuthError as exc:
+            await self.send_event(ServerEvent.of(error_event(exc.code, exc.message, error_type=exc.error_type)))
+            await self.close(code=exc.close_code, reason=exc.reason)
+            return
+        core = runtime.current().calls.get(call_id)
+        if not isinstance(core, SessionCore) or core.ended:
+            message = f"No live call with id '{call_id}'."
+            await self.send_event(ServerEvent.of(error_event("call_not_found", message, "call_id")))
+            await self.close(code=CLOSE_POLICY, reason="No such call")
+            return
+        self.following = core
+        core.follow(self)
+        await self.send_event(ServerEvent.of(server_event("session.created", session=core.session.as_ga())))
+
     async def disconnect(self, code: int) -> None:
+        if self.following is not None:
+            self.following.unfollow(self)
         if self.core is not None:
             # 1008 from the protocol itself: it dropped a client that does not read (send buffer full).
             reason = (
@@ -77,9 +107,10 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await self.core.end(reason, code)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if self.core is not None:
+        core = self.core or self.following
+        if core is not None:
             size = len(text_data) if text_data is not None else len(bytes_data or b"")
-            await self.core.receive(text_data, size)
+            await core.receive(text_data, size)
 
     # --- the transport the session core speaks through ---------------------------------
 

@@ -1,0 +1,289 @@
+"""One phone call as a Realtime transport: its SIP dialog (aiosipua), its RTP media, the session behind them.
+
+A call claims its unit when the INVITE arrives, before anything is answered, and its session
+starts then (so a ringing call is on the slot board and in the audit). It is answered (200 OK
+with the SDP answer) by :meth:`SipCall.accept`: at once with the default session, or when the
+operator's ``POST /v1/realtime/calls/{call_id}/accept`` comes. The reply's audio rides RTP, so
+the server owns the output buffer, as over WebRTC (``output_audio_buffer.*``, barge-in).
+Every end goes through :meth:`SipCall.finish` or the core's ``end``, which calls :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from aiosipua import IncomingCall, SdpMessage, SipUAC
+from aiosipua.dialog import DialogState
+
+from pipelines.ids import new_id
+from pipelines import messages as m
+from realtime.access import auth
+from realtime.access.call_owner import CallOwner
+from realtime.models import EndReason, RealtimeSession, Transport as TransportKind
+from realtime.node import cluster
+from realtime.node.runtime import Runtime
+from realtime.protocol.core import OpenRequest, SessionCore, open_session
+from realtime.protocol.events import server_event
+from realtime.protocol.transport import CLOSE_NORMAL, ClearedReply, Refusal, ServerEvent
+from realtime.transports.sip.config import SipConfig
+from realtime.transports.playout import ReplyQueue
+from realtime.transports.sip.media import FRAME_SAMPLES, RATE, CallMedia, NoCommonCodec, NoPorts
+
+if TYPE_CHECKING:
+    from aiortp.port_allocator import PortAllocator
+
+logger = logging.getLogger(__name__)
+
+# SIP statuses for the refusals of the pool: a full pool is busy, a starting or stopping server unavailable.
+REFUSAL_STATUS = {"session_limit_reached": 486}
+MAX_MICROPHONE_BACKLOG = 500  # 10 s of 20 ms frames waiting for the event loop: more is dropped
+HIDDEN_HEADERS = {"authorization", "proxy-authorization"}  # never sent to the webhook
+
+
+async def open_call(runtime: Runtime, call: SipCall, request: OpenRequest) -> SessionCore:
+    """The one place a SIP call gets its session (raises :class:`Refusal`): the opening every transport shares,
+    with the trunk trusted as the caller (no credentials: docs/deploy.md says what guards the SIP port)."""
+    return await open_session(runtime, call, request)
+
+
+def number_of(uri: Any) -> str:
+    """The user part of a From or To address (a phone number, or a SIP user)."""
+    return str(getattr(getattr(uri, "uri", None), "user", "") or "")
+
+
+class SipCall:
+    """One call: ``ringing`` (unit claimed, not answered), ``active`` (answered), ``ended``."""
+
+    def __init__(
+        self, incoming: IncomingCall, runtime: Runtime, config: SipConfig, ports: PortAllocator, uac: SipUAC
+    ) -> None:
+        """``uac``: the user agent client on the transport the INVITE came in on (for REFER)."""
+        self.id = new_id("rtc")
+        self.incoming = incoming
+        self.runtime = runtime
+        self.config = config
+        self.uac = uac
+        self.state = "ringing"
+        self.core: SessionCore | None = None
+        self.api_key_id: int | None = None  # the key that accepted the call: revoking it ends the call
+        self.caller = number_of(incoming.invite.from_addr)
+        self.callee = number_of(incoming.invite.to_addr)
+        self.playout = ReplyQueue(RATE, FRAME_SAMPLES, self._playout_started, self._playout_stopped)
+        self.media = CallMedia(config, ports, self._microphone, self._dtmf, self.playout)
+        self._answer: SdpMessage | None = None
+        self._microphone_queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_MICROPHONE_BACKLOG)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.on_closed: Callable[[SipCall], None] | None = None
+
+    @property
+    def sip_call_id(self) -> str:
+        return self.incoming.call_id
+
+    @property
+    def sip_headers(self) -> list[dict[str, str]]:
+        """The INVITE's headers as the webhook carries them (names as sent, order kept, no credentials)."""
+        return [
+            {"name": name, "value": value}
+            for name, values in self.incoming.invite.headers.items()
+            if name.lower() not in HIDDEN_HEADERS
+            for value in values
+        ]
+
+    # --- ringing ------------------------------------------------------------------
+
+    async def ring(self) -> bool:
+        """Claims a unit and starts the session, binds the media; False: the INVITE was refused (486, 488, 503)."""
+        source_ip, source_port = self.incoming.source_addr
+        request = OpenRequest(
+            transport=TransportKind.SIP,
+            principal=auth.ANONYMOUS,
+            model=self.config.session.get("model") or None,
+            client_addr=f"{source_ip}:{source_port}"[:100],
+            user_agent=self.incoming.invite.get_header("user-agent") or "",
+            call_id=self.id,
+        )
+        try:
+            self.core = await open_call(self.runtime, self, request)
+        except Refusal as refusal:
+            status = REFUSAL_STATUS.get(refusal.code, 503)
+            logger.info("SIP call %s from %s refused (%s): %s", self.id, source_ip, status, refusal.code)
+            self._decline(status)
+            return False
+        try:
+            if self.incoming.sdp_offer is None:
+                raise NoCommonCodec("the INVITE has no SDP offer")
+            self._answer = await self.media.open(self.incoming.sdp_offer, source_ip)
+        except (NoCommonCodec, NoPorts) as exc:
+            status = 488 if isinstance(exc, NoCommonCodec) else 503
+            logger.warning("SIP call %s: %s (%s)", self.id, exc, status)
+            self._decline(status)
+            await self.finish(EndReason.ERROR)
+            return False
+        except BaseException:
+            self._decline(500)
+            await self.finish(EndReason.ERROR)
+            raise
+        self._record_numbers()
+        return True
+
+    def _record_numbers(self) -> None:
+        assert self.core is not None
+        session_id = self.core.id
+        caller, callee = self.config.recorded_number(self.caller), self.config.recorded_number(self.callee)
+        self.runtime.writer.submit(
+            lambda: RealtimeSession.objects.filter(id=session_id).update(caller=caller, callee=callee)
+        )
+
+    def ringing(self) -> None:
+        self.incoming.ringing()
+
+    # --- the operator's answer ----------------------------------------------------------
+
+    async def accept(self, session: dict[str, Any] | None, api_key_id: int | None = None) -> None:
+        """Answers the call (200 OK with the SDP answer) with these session settings (checked already)."""
+        if self.state != "ringing" or self.core is None:
+            raise CallStateError(f"The call is {self.state}: only a ringing call can be accepted.")
+        self.state = "active"
+        self.api_key_id = api_key_id
+        if api_key_id is not None:  # the key that accepted the call owns it; revoking that key ends it
+            self.core.owner = CallOwner(api_key_id=api_key_id)
+            await self.core.mailbox.join(cluster.key_group(api_key_id))
+        self.incoming.accept(self._answer)
+        self.media.start_playout()
+        if session:
+            body = json.dumps({"type": "session.update", "session": session})
+            await self.core.receive(body, len(body))
+        self._spawn(self._pump_microphone(), "microphone")
+        self._spawn(self._watch_media(), "rtp-watch")
+        logger.info("SIP call %s answered (session %s)", self.id, self.core.id)
+
+    async def reject(self, status: int) -> None:
+        if self.state != "ringing":
+            raise CallStateError(f"The call is {self.state}: only a ringing call can be rejected.")
+        self._decline(status)
+        await self.finish(EndReason.SERVER_CLOSED)
+
+    def refer(self, target_uri: str) -> None:
+        """Asks the caller's side to call ``target_uri`` (REFER); the call ends when it hangs up on us."""
+        if self.state != "active" or self.incoming.dialog.state != DialogState.CONFIRMED:
+            raise CallStateError(f"The call is {self.state}: only an answered call can be transferred.")
+        self.uac.send_refer(self.incoming.dialog, target_uri, self.incoming.source_addr)
+
+    # --- the end ------------------------------------------------------------------------
+
+    async def finish(self, reason: str) -> None:
+        """Ends the session (nothing left to tell the caller but a BYE), then the dialog and the media."""
+        if self.core is not None and not self.core.ended:
+            await self.core.end(reason, None)
+        await self._tear_down()
+
+    def _decline(self, status: int) -> None:
+        """The final answer to a ringing INVITE (a 4xx-6xx); nothing more is sent on this call."""
+        if self.state == "ringing":
+            self.incoming.reject(status)
+        self.state = "ended"
+
+    def caller_left(self, why: str) -> None:
+        """BYE, CANCEL or no ACK: the dialog is over on the caller's side; no BYE goes back."""
+        logger.info("SIP call %s: %s", self.id, why)
+        self.state = "ended"
+        self._spawn(self.finish(EndReason.CLIENT_CLOSED), "finish")
+
+    async def _tear_down(self) -> None:
+        if self.state == "closed":
+            return
+        self._decline(503)  # still ringing: the server ended it (shutdown, an admin) before it was answered
+        if self.incoming.dialog.state == DialogState.CONFIRMED:
+            self.incoming.hangup()  # BYE
+        self.state = "closed"
+        if self.on_closed is not None:
+            self.on_closed(self)
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+        self.incoming._stop_retransmissions()
+        self.playout.clear()
+        await self.media.close()
+
+    # --- core.Transport and core.PlaysAudio -------------------------------------------------
+
+    async def send_event(self, event: ServerEvent) -> None:
+        """Nobody on the line reads events: the reply's audio comes through :meth:`play_audio`, and the
+        session's events reach the call's followers (``?call_id=``) through the core."""
+
+    async def close(self, code: int, reason: str) -> None:
+        """The server ends the call (a hang-up by id, a limit, an admin, a revoked key, shutdown): BYE, or a
+        final answer to a call still ringing (603 for a hang-up, else 503)."""
+        logger.info("SIP call %s: ended by the server (%s)", self.id, reason)
+        self._decline(603 if code == CLOSE_NORMAL else 503)
+        await self._tear_down()
+
+    @property
+    def playing(self) -> str | None:
+        return self.playout.playing
+
+    def play_audio(self, item_id: str, audio: m.AudioOut, audio_format: str) -> None:
+        self.playout.push(audio.response_id, item_id, audio.data, audio_format)
+
+    def end_reply(self, response_id: str) -> None:
+        self.playout.finish(response_id)
+
+    def clear_reply(self) -> ClearedReply:
+        cleared = self.playout.clear()
+        return ClearedReply(self.playout.last_response_id) if cleared is None else ClearedReply(*cleared)
+
+    def _playout_started(self, response_id: str) -> None:
+        if self.core is not None:
+            self.core.output_audio_started(response_id)
+
+    def _playout_stopped(self, response_id: str) -> None:
+        if self.core is not None:
+            self.core.output_audio_stopped(response_id)
+
+    # --- the caller ----------------------------------------------------------------------
+
+    def _microphone(self, pcm: bytes) -> None:
+        try:
+            self._microphone_queue.put_nowait(pcm)
+        except asyncio.QueueFull:
+            logger.warning("SIP call %s: microphone backlog full; a frame dropped", self.id)
+
+    async def _pump_microphone(self) -> None:
+        while True:
+            pcm = await self._microphone_queue.get()
+            if self.core is None or self.core.ended:
+                return
+            await self.core.receive_audio(pcm)
+
+    def _dtmf(self, digit: str) -> None:
+        """An RFC 4733 key press: ``input_audio_buffer.dtmf_event_received``, as the API sends it."""
+        logger.debug("SIP call %s: DTMF %s", self.id, digit)
+        event = server_event("input_audio_buffer.dtmf_event_received", event=digit, received_at=int(time.time()))
+        if self.core is not None:
+            self._spawn(self.core.tell_followers(event), "dtmf")
+
+    async def _watch_media(self) -> None:
+        """Hangs up a caller that sends no RTP (nor RTCP) for ``S2S_SIP_RTP_TIMEOUT_S``."""
+        timeout = self.config.rtp_timeout_s
+        while True:
+            silent_for = self.media.silent_for()
+            if silent_for >= timeout:
+                logger.info("SIP call %s: no RTP for %.0fs; hanging up", self.id, silent_for)
+                await self.finish(EndReason.CLIENT_CLOSED)
+                return
+            await asyncio.sleep(timeout - silent_for)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=f"{name}-{self.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+class CallStateError(Exception):
+    """An operation the call's state does not allow (the control endpoints answer 409)."""

@@ -1,0 +1,163 @@
+"""The audio of one phone call: RTP with G.711 (aiortp), into the pipeline's format and the reply out, paced.
+
+aiortp does the RTP: G.711 μ-law and A-law at 8 kHz, its jitter buffer (reordering, loss
+concealment) and RFC 4733 telephone events. This module guards the socket (only the caller's
+addresses are heard: RTP from a stranger is dropped and counted), converts 8 kHz to the
+session's ``audio/pcm`` with soxr, and plays the reply as one 20 ms frame per 20 ms of a
+drift-free clock (aiortp's ``MediaClock``), silence when there is nothing to say, so the
+caller's jitter buffer sees a steady stream and a reply never arrives in a burst.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import numpy as np
+from aiortp import RTPSession
+from aiortp.clock import MediaClock
+from aiortp.port_allocator import PortAllocator
+from aiosipua import SdpMessage, negotiate_sdp
+
+from pipelines import audio
+from realtime.transports.playout import ReplyQueue
+from realtime.transports.sip.config import SipConfig
+
+logger = logging.getLogger(__name__)
+
+RATE = 8000  # G.711
+FRAME_S = 0.020
+FRAME_SAMPLES = int(RATE * FRAME_S)
+G711 = [0, 8]  # payload types: PCMU, PCMA
+
+
+class NoCommonCodec(Exception):
+    """The offer has no audio this server speaks (the INVITE is answered 488)."""
+
+
+class NoPorts(Exception):
+    """Every RTP port pair of ``S2S_SIP_RTP_PORTS`` is taken (the INVITE is answered 503)."""
+
+
+class GuardedRTPSession(RTPSession):
+    """aiortp's RTP session that hears only the caller's addresses, and knows when it last did."""
+
+    allowed_hosts: frozenset[str] = frozenset()  # none until the call sets them: nothing is heard
+    heard_at: float = 0.0
+    refused: int = 0
+
+    def _handle_rtp(self, data: bytes, addr: tuple[str, int]) -> None:
+        if self._heard(addr):
+            super()._handle_rtp(data, addr)
+
+    def _handle_rtcp(self, data: bytes, addr: tuple[str, int]) -> None:
+        if self._heard(addr):
+            super()._handle_rtcp(data, addr)
+
+    def _heard(self, addr: tuple[str, int]) -> bool:
+        if addr[0] not in self.allowed_hosts:
+            self.refused += 1
+            if self.refused == 1 or self.refused % 1000 == 0:
+                logger.warning("RTP from a stranger (%s:%s) dropped (%s so far)", addr[0], addr[1], self.refused)
+            return False
+        self.heard_at = time.monotonic()
+        return True
+
+
+def telephone_event_type(offer: SdpMessage) -> int:
+    """The payload type the offer gives RFC 4733 events (0: it offers none)."""
+    media = offer.audio
+    for codec in media.codecs if media is not None else []:
+        if codec.encoding_name.lower() == "telephone-event":
+            return codec.payload_type
+    return 0
+
+
+class CallMedia:
+    """One call's RTP session: the caller's audio in (``audio/pcm``), the reply out on the clock, DTMF."""
+
+    def __init__(
+        self,
+        config: SipConfig,
+        ports: PortAllocator,
+        on_audio: Callable[[bytes], None],
+        on_dtmf: Callable[[str], None],
+        playout: ReplyQueue,
+    ) -> None:
+        self.config = config
+        self.ports = ports
+        self.playout = playout
+        self._on_audio = on_audio
+        self._on_dtmf = on_dtmf
+        self._upsampler = audio.StreamResampler(RATE, audio.RATES[audio.PCM])
+        self.session: GuardedRTPSession | None = None
+        self._port: int | None = None
+        self._clock: MediaClock | None = None
+        self.frames_sent = 0
+
+    async def open(self, offer: SdpMessage, signalling_host: str) -> SdpMessage:
+        """Binds an RTP port pair and returns the SDP answer; raises :class:`NoCommonCodec` or :class:`NoPorts`."""
+        remote = offer.rtp_address
+        if remote is None:
+            raise NoCommonCodec("the offer has no audio address (c= and m=audio)")
+        dtmf = telephone_event_type(offer)
+        try:
+            answer, payload_type = negotiate_sdp(
+                offer, self.config.sdp_ip, 0, supported_codecs=G711, dtmf_payload_type=dtmf or 0
+            )
+        except Exception as exc:  # aiosipua's SdpNegotiationError, or an offer it cannot read
+            raise NoCommonCodec(str(exc)) from None
+        try:
+            self._port, _ = await self.ports.allocate()
+        except RuntimeError as exc:  # aiortp's "No available port pair in range"
+            raise NoPorts(str(exc)) from None
+        session = await GuardedRTPSession.create(
+            local_addr=(self.config.media_ip, self._port),
+            remote_addr=remote,
+            payload_type=payload_type,
+            clock_rate=RATE,
+            dtmf_payload_type=dtmf or 101,
+            symmetric_rtp=True,  # behind NAT the caller's RTP comes from elsewhere than its SDP says
+        )
+        session.allowed_hosts = frozenset({remote[0], signalling_host})
+        session.heard_at = time.monotonic()
+        session.on_audio = self._caller_audio
+        session.on_dtmf = lambda digit, _duration: self._on_dtmf(digit)
+        self.session = session
+        answer.audio.port = self._port  # type: ignore[union-attr]
+        return answer
+
+    def start_playout(self) -> None:
+        """Starts the 20 ms clock: from now on a frame goes out every 20 ms (the reply, or silence)."""
+        if self._clock is None and self.session is not None:
+            self._clock = MediaClock(FRAME_S, self._tick)
+            self._clock.start()
+
+    def silent_for(self) -> float:
+        """Seconds since the caller's last RTP or RTCP packet."""
+        return time.monotonic() - (self.session.heard_at if self.session is not None else 0.0)
+
+    @property
+    def refused_packets(self) -> int:
+        return self.session.refused if self.session is not None else 0
+
+    async def close(self) -> None:
+        if self._clock is not None:
+            await self._clock.stop()
+            self._clock = None
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+        if self._port is not None:
+            await self.ports.release(self._port)
+            self._port = None
+
+    def _tick(self) -> None:
+        if self.session is not None:
+            self.session.send_audio_pcm_auto(self.playout.next_frame())
+            self.frames_sent += 1
+
+    def _caller_audio(self, pcm: bytes, _timestamp: int) -> None:
+        samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+        self._on_audio(audio.encode(self._upsampler.process(samples), audio.PCM))

@@ -1,0 +1,178 @@
+"""The SIP listener of this process: aiosipua's user agent server on UDP and TCP, one :class:`SipCall` per INVITE.
+
+aiosipua parses and answers SIP (RFC 3261: transactions, dialogs, 100 Trying, 2xx
+retransmission until the ACK, CANCEL matching by branch, 400 for a request missing a
+mandatory header, 405 for an unknown method, 481 for a request of no dialog); this
+module decides what an INVITE becomes: a claimed unit and a ringing call, or ``486 Busy
+Here`` when the pool is full. The listener lives on the server's event loop, started
+and stopped by :class:`realtime.node.runtime.Runtime` like the process's other parts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from functools import partial
+from typing import Any
+
+from aiortp.port_allocator import PortAllocator
+from aiosipua import IncomingCall, SipUAS, SipUAC
+from aiosipua.transport import SipTransport, TcpSipTransport, UdpSipTransport
+from django.conf import settings
+
+from realtime.node.runtime import Runtime
+from realtime.transports.sip.call import SipCall
+from realtime.transports.sip.config import SipConfig
+from realtime.transports.sip.webhook import announce
+
+logger = logging.getLogger(__name__)
+
+USER_AGENT = "s2s-realtime"
+
+
+class _DatagramProtocol(asyncio.DatagramProtocol):
+    def __init__(self, owner: UdpTransport) -> None:
+        self.owner = owner
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.owner._dispatch(data, (str(addr[0]), int(addr[1])))
+
+    def error_received(self, exc: Exception) -> None:
+        logger.debug("SIP over UDP: %s", exc)
+
+
+class UdpTransport(UdpSipTransport):
+    """aiosipua's UDP transport, bound without its protocol's ``assert isinstance(transport,
+    asyncio.DatagramTransport)``: Python 3.11's selector transport is not one, and the assertion
+    logged an error for every bind (the socket worked regardless)."""
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._udp_transport, _ = await loop.create_datagram_endpoint(
+            lambda: _DatagramProtocol(self), local_addr=self.local_addr
+        )
+
+
+def listeners() -> list[SipListener]:
+    """The SIP listener the settings ask for (``S2S_SIP_BIND``), or none."""
+    return [SipListener(settings.S2S_SIP)] if settings.S2S_SIP.enabled else []
+
+
+class SipListener:
+    """Answers INVITEs on ``config.host:config.port`` over UDP and TCP."""
+
+    def __init__(self, config: SipConfig) -> None:
+        self.config = config
+        self.ports = PortAllocator(config.rtp_ports)
+        self.runtime: Runtime | None = None
+        self._agents: list[SipUAS] = []
+        self._calls: dict[str, SipCall] = {}  # by SIP Call-ID
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.dropped = 0  # messages aiosipua parsed but could not handle
+
+    @property
+    def calls(self) -> dict[str, SipCall]:
+        return dict(self._calls)
+
+    async def start(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        address = (self.config.host, self.config.port)
+        advertised = (self.config.sdp_ip, self.config.port)
+        udp: SipTransport = UdpTransport(local_addr=address)
+        tcp: SipTransport = TcpSipTransport(local_addr=address)
+        for transport in (udp, tcp):
+            uac = SipUAC(transport, advertised_addr=advertised)
+            agent = SipUAS(transport, user_agent=USER_AGENT, uac=uac, advertised_addr=advertised)
+            agent.on_invite = self._on_invite
+            agent.on_bye = lambda call, _request: self._caller_left(call.call_id, "the caller hung up (BYE)")
+            agent.on_cancel = lambda request, _addr: self._caller_left(request.call_id or "", "the caller cancelled")
+            agent.on_ack_timeout = lambda call: self._caller_left(call.call_id, "no ACK for the 200 OK")
+            agent.on_transfer_progress = self._transfer_progress
+            if self._agents:
+                # One user agent on two transports: the 200 OK's Contact names no transport, so a caller that
+                # called over TCP may send its BYE over UDP (RFC 3261's default); both find the call.
+                agent._calls = self._agents[0]._calls
+            await agent.start()
+            transport.on_message = partial(self._guarded, transport.on_message)
+            self._agents.append(agent)
+        logger.info("SIP listening on %s:%s (UDP and TCP), RTP on %s-%s", *address, *self.config.rtp_ports)
+
+    async def stop(self) -> None:
+        """Closes the sockets (the runtime's drain has ended the calls already)."""
+        for call in list(self._calls.values()):
+            await call.finish("server_closed")
+        for agent in self._agents:
+            await agent.stop()
+        self._agents.clear()
+        for task in list(self._tasks):
+            task.cancel()
+
+    # --- requests ---------------------------------------------------------------------
+
+    def _guarded(self, dispatch: Any, message: Any, addr: tuple[str, int]) -> None:
+        """aiosipua's handling of one message; one that breaks it (a CSeq it cannot read) is dropped with a
+        line counted, not a traceback for each of a flood."""
+        try:
+            dispatch(message, addr)
+        except Exception as exc:
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                logger.warning(
+                    "SIP message from %s:%s dropped (%s: %s); %s so far", *addr, type(exc).__name__, exc, self.dropped
+                )
+
+    def _on_invite(self, incoming: IncomingCall) -> None:
+        agent = next(a for a in self._agents if a.transport is incoming.transport)
+        known = self._calls.get(incoming.call_id)
+        if known is not None:
+            # A retransmitted INVITE (the first is still being answered): aiosipua made a new dialog for it,
+            # with a tag of its own; the caller's ACK and BYE belong to the first one, which is put back.
+            agent._calls[incoming.call_id] = known.incoming
+            return
+        assert self.runtime is not None
+        assert agent.uac is not None
+        call = SipCall(incoming, self.runtime, self.config, self.ports, agent.uac)
+        call.on_closed = self.forget
+        self._calls[incoming.call_id] = call
+        self._spawn(self._answer(call), f"invite-{call.id}")
+
+    async def _answer(self, call: SipCall) -> None:
+        """Claims and rings; then the default session answers, or the webhook is told and the operator does."""
+        try:
+            if not await call.ring():
+                self._calls.pop(call.sip_call_id, None)
+                return
+            if not self.config.webhook_url:
+                await call.accept(self.config.session or None)
+                return
+            call.ringing()
+            if not await announce(self.config, call.id, call.sip_headers):
+                await call.reject(503)
+                return
+            await asyncio.sleep(self.config.accept_timeout_s)
+            if call.state == "ringing":
+                logger.info("SIP call %s: not accepted in %.0fs; declined (480)", call.id, self.config.accept_timeout_s)
+                await call.reject(480)
+        except Exception:
+            logger.exception("SIP call %s: could not be answered", call.id)
+            await call.finish("error")
+        finally:
+            if call.state == "ended":  # refused before it rang
+                self.forget(call)
+
+    def _caller_left(self, sip_call_id: str, why: str) -> None:
+        call = self._calls.pop(sip_call_id, None)
+        if call is not None:
+            call.caller_left(why)
+
+    def _transfer_progress(self, sip_call_id: str, status: int, reason: str) -> None:
+        call = self._calls.get(sip_call_id)
+        logger.info("SIP call %s: transfer %s %s", call.id if call else sip_call_id, status, reason)
+
+    def forget(self, call: SipCall) -> None:
+        self._calls.pop(call.sip_call_id, None)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,96 @@
+"""A real server with its SIP listener on loopback (loopback profile, a pool of 2), and real phones (baresip)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.support.baresip import Baresip, write_wav
+from tests.support.polling import wait_for
+from tests.support.server import LiveServer, free_port
+from tests.support.speech import silence, tone
+
+
+def sip_server(tmp_path: Path, launcher: str = "daphne", **env: str) -> LiveServer:
+    """A started server listening for SIP on a free port (``server.sip_uri``), with ``env`` on top."""
+    port = free_port()
+    live = LiveServer(
+        tmp_path,
+        env={
+            "S2S_SIP_BIND": f"127.0.0.1:{port}",
+            "S2S_SIP_RTP_PORTS": f"{20000 + port % 10000 * 2}-{20200 + port % 10000 * 2}",
+            "S2S_SIP_NUMBERS": "masked",
+            **env,
+        },
+        launcher=launcher,
+    )
+    live.sip_uri = f"sip:+15550001234@127.0.0.1:{port}"  # type: ignore[attr-defined]
+    return live.start(ready_timeout=180)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[LiveServer]:
+    live = sip_server(tmp_path_factory.mktemp("sip"), S2S_SIP_RTP_TIMEOUT_S="3")
+    yield live
+    live.stop()
+
+
+@pytest.fixture
+def phones(tmp_path: Path) -> Iterator[Callable[..., Baresip]]:
+    """Makes baresip phones (each speaking ``microphone``, a WAV) and stops them all after the test."""
+    made: list[Baresip] = []
+
+    def make(microphone: Path | None = None, codec: str = "PCMU") -> Baresip:
+        phone = Baresip(tmp_path / f"phone{len(made)}", microphone or a_tone(tmp_path), codec).start()
+        made.append(phone)
+        return phone
+
+    yield make
+    for phone in made:
+        phone.stop()
+
+
+def a_tone(tmp_path: Path, seconds: float = 1.5, then_silence: float = 20.0) -> Path:
+    """A WAV the loopback profile answers: half a second of silence, a tone (a turn), then silence."""
+    samples = np.concatenate([silence(0.5, 8000), tone(seconds, 8000), silence(then_silence, 8000)])
+    return write_wav(tmp_path / f"tone-{seconds}.wav", samples)
+
+
+def free_units(server: LiveServer) -> int:
+    """Free units as /readyz says (with authentication on, to the API key set as ``server.api_key``)."""
+    key = getattr(server, "api_key", None)
+    request = urllib.request.Request(f"{server.http}/readyz", headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:  # 503 when full: the body still counts
+        body = exc.read()
+    return json.loads(body)["free_units"]
+
+
+def wait_free(server: LiveServer, count: int, timeout: float = 15.0) -> int:
+    return wait_for(lambda: free_units(server) == count and count + 1, timeout, what=f"{count} free units") - 1
+
+
+def sip_sessions(server: LiveServer) -> list[dict]:
+    """The audit's rows of SIP sessions, newest first (the server's own SQLite file)."""
+    with sqlite3.connect(server.tmp_dir / "server.sqlite3") as db:
+        db.row_factory = sqlite3.Row
+        rows = db.execute(
+            "SELECT * FROM realtime_realtimesession WHERE transport = 'sip' ORDER BY started_at DESC"
+        ).fetchall()
+    return [dict(row) for row in rows]
+
+
+def loud_seconds(samples: np.ndarray, rate: int, threshold: float = 0.05) -> float:
+    """How long ``samples`` are loud (20 ms windows over ``threshold``)."""
+    window = rate // 50
+    frames = samples[: len(samples) // window * window].reshape(-1, window)
+    return float((np.abs(frames).max(axis=1) > threshold).sum() * 0.02)
