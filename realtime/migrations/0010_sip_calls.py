@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("realtime", "0007_prompts"),
+        ("realtime", "0009_session_engines"),
     ]
 
     operations = [
