@@ -204,6 +204,9 @@ class RtcTalker:
         await self.call.close()
 
 
+BLOCKS = ("single", "many")
+
+
 async def single_block(urls: dict[str, tuple[str, str]], turns: int, timeout: float) -> dict[tuple, list[Turn]]:
     """Block 1: per configuration, a WebSocket session (server_vad and semantic_vad alternating) and a call."""
     results: dict[tuple, list[Turn]] = {}
@@ -378,7 +381,12 @@ def figures(results: dict[tuple, list[Turn]], records: dict[str, dict[str, dict[
 
 
 def run(
-    configs: dict[str, dict[str, str]], turns: int, timeout: float, pipeline: str, trees: dict[str, Path]
+    configs: dict[str, dict[str, str]],
+    turns: int,
+    timeout: float,
+    pipeline: str,
+    trees: dict[str, Path],
+    blocks: tuple[str, ...] = BLOCKS,
 ) -> tuple[list[dict], float, float]:
     servers: dict[str, LiveServer] = {}
     try:
@@ -391,8 +399,11 @@ def run(
             ).start(ready_timeout=900)
         load_before = os.getloadavg()[0]
         urls = {name: (server.ws, server.http) for name, server in servers.items()}
-        results = asyncio.run(single_block(urls, turns, timeout))
-        results |= asyncio.run(talkers_block(urls, turns, timeout))
+        results: dict[tuple, list[Turn]] = {}
+        if "single" in blocks:
+            results |= asyncio.run(single_block(urls, turns, timeout))
+        if "many" in blocks:
+            results |= asyncio.run(talkers_block(urls, turns, timeout))
         load_after = os.getloadavg()[0]
         time.sleep(3)  # the record writers catch up
         records = {name: breakdowns(server.tmp_dir / "server.sqlite3") for name, server in servers.items()}
@@ -527,6 +538,9 @@ def main() -> None:
         metavar="CHECKOUT",
         help="also a server run from this checkout of the code (e.g. a git worktree of main), named 'before'",
     )
+    parser.add_argument(
+        "--blocks", nargs="+", choices=BLOCKS, default=list(BLOCKS), help="single: one talker; many: 1, 2, 4 talkers"
+    )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -543,7 +557,7 @@ def main() -> None:
     trees = {}
     if args.baseline:
         configs["before"], trees["before"] = {}, args.baseline.resolve()
-    rows, load_before, load_after = run(configs, args.turns, args.timeout, args.pipeline, trees)
+    rows, load_before, load_after = run(configs, args.turns, args.timeout, args.pipeline, trees, tuple(args.blocks))
     described = {name: env for name, env in configs.items() if name not in trees}
     for name, tree in trees.items():
         rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
