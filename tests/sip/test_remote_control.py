@@ -136,6 +136,9 @@ def test_a_bad_session_sent_through_b_is_a_400_and_the_call_rings_on(a, via_b, p
     with pytest.raises(openai.BadRequestError) as bad_status:
         via_b.realtime.calls.reject(call_id, status_code=200)
     assert bad_status.value.body["param"] == "status_code"
+    with pytest.raises(openai.BadRequestError) as huge:  # more than the channel layer carries: refused at B
+        via_b.realtime.calls.reject(call_id, status_code=10**30)
+    assert "out of range" in huge.value.body["message"]
     assert free_units(a) == 1  # still ringing
     via_b.realtime.calls.reject(call_id)
     wait_for(lambda: "603 Decline" in phone.log(), 10, what="603 at the phone")

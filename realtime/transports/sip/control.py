@@ -3,8 +3,8 @@ the request reached: the view on the call's own process calls it directly, the v
 request through the call's mailbox (``realtime.node.cluster.control_elsewhere``), and the answer is the same.
 
 Who may: anyone the call's owner allows (:mod:`realtime.access.call_owner`). A ringing call has no owner (it came
-in over the trunk); the API key that accepts it becomes its owner, so only that key (or the credential it came
-with) refers it later; to any other key it does not exist (404), as for a hang-up. Whether a request carries an
+in over the trunk); the API key that accepts it becomes its owner, so only that key refers it (or hangs it up)
+later; to any other key it does not exist (404), as for a hang-up. Whether a request carries an
 API key at all is checked where it arrived (:mod:`realtime.transports.sip.views`).
 """
 
