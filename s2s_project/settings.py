@@ -331,6 +331,9 @@ def _sip_settings() -> sip_config.SipConfig:
 
 
 S2S_SIP = _sip_settings()
+# With several processes (REDIS_URL), /accept, /reject and /refer of a call held by another process are asked
+# there through the channel layer; the asker waits this long for its answer (none: 404, no process holds it).
+S2S_CALL_CONTROL_TIMEOUT_S = envfloat("S2S_CALL_CONTROL_TIMEOUT_S", 5.0, minimum=0.5, maximum=60.0)
 
 # Production mode: HTTPS-only cookies, HSTS, redirect to HTTPS (``check --deploy`` passes).
 # Off by default so that the local run command keeps working over plain http.

@@ -8,11 +8,14 @@ Celery beat task) marks it gone and its open sessions interrupted.
 
 Ending a live session goes through the channel layer to the group named after
 the session (or its API key, or its call), which only the session's mailbox has
-joined, on whichever process holds it.
+joined, on whichever process holds it. Controlling a call held elsewhere
+(accept, reject, refer) is a request and its reply: the request names a channel
+of the asker's own, and the holder sends its answer there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -38,6 +41,9 @@ logger = logging.getLogger(__name__)
 END_SESSION = "session.end"
 KEY_REVOKED = "key.revoked"
 HANG_UP = "call.hang_up"
+CALL_CONTROL = "call.control"
+CALL_CONTROL_ANSWER = "call.control.answer"
+ANSWER_TIMEOUT_S = 2.0  # sending a control answer back (the asker waits longer for the whole round)
 
 
 def session_group(session_id: str) -> str:
@@ -77,6 +83,37 @@ async def hang_up_elsewhere(call_id: str, caller: dict[str, Any]) -> bool:
         return False
     await layer.group_send(call_group(call_id), {"type": HANG_UP, "caller": caller})
     return True
+
+
+async def control_elsewhere(
+    call_id: str, action: str, body: dict[str, Any], caller: dict[str, Any], timeout_s: float
+) -> dict[str, Any] | None:
+    """Asks whichever process holds ``call_id`` to run a control ``action`` (accept, reject, refer) with the
+    request's ``body`` for ``caller`` (a :meth:`realtime.access.call_owner.Caller.as_message`: the holder
+    decides, as it would locally), and waits up to ``timeout_s`` for its answer (a
+    :meth:`realtime.protocol.transport.ControlAnswer.as_message`). None: no channel layer, or nobody answered
+    in time (no process holds the call). Raises what the channel layer raises (Redis away)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return None
+    reply_to = await layer.new_channel()
+    request = {"type": CALL_CONTROL, "action": action, "body": body, "caller": caller, "reply_to": reply_to}
+    await layer.group_send(call_group(call_id), request)
+    try:
+        return await asyncio.wait_for(layer.receive(reply_to), timeout_s)
+    except TimeoutError:
+        return None
+
+
+async def answer_control(request: dict[str, Any], answer: dict[str, Any]) -> None:
+    """Sends the answer to a :data:`CALL_CONTROL` request back to the channel it names (a request without one
+    is only logged: nobody waits for it)."""
+    reply_to = request.get("reply_to")
+    layer = get_channel_layer()
+    if not isinstance(reply_to, str) or not reply_to or layer is None:
+        logger.warning("a call control request without a channel to answer on: dropped")
+        return
+    await asyncio.wait_for(layer.send(reply_to, {**answer, "type": CALL_CONTROL_ANSWER}), ANSWER_TIMEOUT_S)
 
 
 def end_session(session_id: str, reason: str = "") -> None:

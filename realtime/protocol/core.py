@@ -45,6 +45,8 @@ from realtime.protocol.transport import (
     CLOSE_POLICY,
     CLOSE_TRY_AGAIN,
     ClearedReply,
+    ControlAnswer,
+    Controlled,
     Event,
     PlaysAudio,
     Refusal,
@@ -478,11 +480,35 @@ class SessionCore:
         if self.owner.allows(Caller.from_message(message.get("caller"))):
             await self.hang_up()
 
+    async def control(self, action: str, body: dict[str, Any], caller: Caller) -> ControlAnswer:
+        """The operator's ``accept``, ``reject`` or ``refer`` of this session's call, asked on this process or
+        another (``call.control``): run by a transport that is :class:`Controlled` (a SIP call), which decides
+        who may; any other call is not found, as it would be locally."""
+        if not isinstance(self.transport, Controlled):
+            return ControlAnswer.not_found("This is not a SIP call.")
+        if self.ended:
+            return ControlAnswer.not_found(f"No SIP call with id '{self.call_id}' on this server.")
+        return await self.transport.control(action, body, caller)
+
+    async def _control_by(self, message: dict[str, Any]) -> None:
+        """``call.control`` from another process: :meth:`control`, its answer sent back where the request says."""
+        action, body = message.get("action"), message.get("body")
+        if not isinstance(action, str) or not isinstance(body, dict):
+            answer = ControlAnswer(400, "invalid_request", "The control request names no action or has no body.")
+        else:
+            try:
+                answer = await self.control(action, body, Caller.from_message(message.get("caller")))
+            except Exception:  # the asker gets a 500, not a 404 after its wait
+                logger.exception("session %s: the call control request %r failed", self.id, action)
+                answer = ControlAnswer(500, "server_error", "The call control request failed on the server.")
+        await cluster.answer_control(message, answer.as_message())
+
     # The session's mailbox (realtime.protocol.mailbox): message type -> what it does.
     MAILBOX: dict[str, Callable[[SessionCore, dict[str, Any]], Awaitable[None]]] = {
         cluster.END_SESSION: lambda core, message: core.end_by_admin(),
         cluster.KEY_REVOKED: lambda core, message: core.end_revoked(),
         cluster.HANG_UP: lambda core, message: core._hang_up_by(message),
+        cluster.CALL_CONTROL: lambda core, message: core._control_by(message),
     }
 
     # --- client -> server -----------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""A live session's mailbox on the channel layer: how an admin, a revoked key or a hang-up on any process reaches it.
+"""A live session's mailbox on the channel layer: how an admin, a revoked key, a hang-up or a call's control
+(accept, reject, refer) on any process reaches it.
 
 The mailbox is a channel of the session's own (``layer.new_channel()``), joined to the
 groups messages are sent to (the session's, its API key's, its call's). One task reads it

@@ -2,7 +2,8 @@
 
 A transport (the WebSocket consumer, a WebRTC call, a SIP call, the tests' in-memory one)
 implements :class:`Transport`; one that plays the reply itself implements :class:`PlaysAudio`
-too. It opens its session with :func:`realtime.protocol.core.open_session` and a
+too, and one the operator controls by its call id (a SIP call: accept, reject, refer) implements
+:class:`Controlled`. It opens its session with :func:`realtime.protocol.core.open_session` and a
 :class:`realtime.protocol.core.OpenRequest`, which raises :class:`Refusal` when no session
 can start. Nothing here knows the records, the credentials or the node.
 """
@@ -10,10 +11,13 @@ can start. Nothing here knows the records, the credentials or the node.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pipelines import messages as m
 from realtime.protocol.events import encode_audio, error_event
+
+if TYPE_CHECKING:
+    from realtime.access.call_owner import Caller
 
 Event = dict[str, Any]
 
@@ -93,6 +97,51 @@ class PlaysAudio(Protocol):
 
     def clear_reply(self) -> ClearedReply:
         """Stops the reply at once and drops what is queued."""
+
+
+@dataclass(frozen=True)
+class ControlAnswer:
+    """The answer to one control request (accept, reject, refer), wherever the call is held: an HTTP status,
+    and for a refusal the API's error (``code``, ``message``, ``param``). It crosses processes as a small dict
+    (:meth:`as_message`)."""
+
+    status: int
+    code: str = ""
+    message: str = ""
+    param: str | None = None
+
+    @classmethod
+    def not_found(cls, message: str) -> ControlAnswer:
+        return cls(404, "call_not_found", message, "call_id")
+
+    def as_message(self) -> dict[str, Any]:
+        return {"status": self.status, "code": self.code, "message": self.message, "param": self.param}
+
+    @classmethod
+    def from_message(cls, message: Any) -> ControlAnswer:
+        """What another process answered; anything malformed is a 502 (it answered, but not as a server does)."""
+        status = message.get("status") if isinstance(message, dict) else None
+        if not isinstance(status, int) or isinstance(status, bool) or not 200 <= status <= 599:
+            return cls(502, "server_error", "The server holding the call answered the control request wrongly.")
+        param = message.get("param")
+        return cls(
+            status,
+            str(message.get("code") or ""),
+            str(message.get("message") or ""),
+            param if isinstance(param, str) else None,
+        )
+
+
+@runtime_checkable
+class Controlled(Protocol):
+    """A transport the operator controls by its call id (a SIP call): ``accept``, ``reject``, ``refer``.
+
+    The core hands it each request, from an HTTP view on this process or from another process through the
+    session's mailbox (``call.control``), so both are decided by the same code; ``caller`` is who asks, already
+    authenticated where the request arrived."""
+
+    async def control(self, action: str, body: dict[str, Any], caller: Caller) -> ControlAnswer:
+        """Runs ``action`` with the request's JSON ``body``; never raises for the caller's mistakes."""
 
 
 @dataclass(eq=False)

@@ -2,7 +2,8 @@
 response, handed out one frame at a time, cleared at once on barge-in.
 
 It keeps no clock: the transport asks for the next frame on its own (aiortc's ``recv``, an RTP media clock),
-and gets silence when there is nothing to say.
+and gets silence when there is nothing to say. :class:`PlaysFromQueue` is the ``PlaysAudio`` half of such a
+transport, written once for both.
 """
 
 from __future__ import annotations
@@ -10,8 +11,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pipelines import audio
+from pipelines import audio, messages as m
+from realtime.protocol.transport import ClearedReply
+
+if TYPE_CHECKING:
+    from realtime.protocol.core import SessionCore
 
 
 @dataclass
@@ -107,3 +113,34 @@ class ReplyQueue:
             self._segments.popleft()
             self._on_stopped(segment.response_id)
         return chunk + self._silence[len(chunk) :]
+
+
+class PlaysFromQueue:
+    """``realtime.protocol.transport.PlaysAudio`` for a transport that holds its reply in a :class:`ReplyQueue`
+    (``self.playout``), and the queue's callbacks (:meth:`_playout_started`, :meth:`_playout_stopped`), which
+    tell the transport's session (``self.core``) as each reply starts and stops going out."""
+
+    playout: ReplyQueue
+    core: SessionCore | None
+
+    @property
+    def playing(self) -> str | None:
+        return self.playout.playing
+
+    def play_audio(self, item_id: str, audio: m.AudioOut, audio_format: str) -> None:
+        self.playout.push(audio.response_id, item_id, audio.data, audio_format)
+
+    def end_reply(self, response_id: str) -> None:
+        self.playout.finish(response_id)
+
+    def clear_reply(self) -> ClearedReply:
+        cleared = self.playout.clear()
+        return ClearedReply(self.playout.last_response_id) if cleared is None else ClearedReply(*cleared)
+
+    def _playout_started(self, response_id: str) -> None:
+        if self.core is not None:
+            self.core.output_audio_started(response_id)
+
+    def _playout_stopped(self, response_id: str) -> None:
+        if self.core is not None:
+            self.core.output_audio_stopped(response_id)

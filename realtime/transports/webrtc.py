@@ -29,13 +29,13 @@ from aiortc import RTCConfiguration, RTCDataChannel, RTCIceServer, RTCPeerConnec
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from django.conf import settings
 
-from pipelines import messages as m
 from realtime.models import EndReason
 from realtime.node.runtime import Runtime
 from realtime.protocol.core import OpenRequest, SessionCore, open_session
 from realtime.protocol.events import error_event
-from realtime.protocol.transport import ClearedReply, ServerEvent
+from realtime.protocol.transport import ServerEvent
 from realtime.transports import sctp_limit
+from realtime.transports.playout import PlaysFromQueue
 from realtime.transports.webrtc_media import MicrophoneConverter, ReplyTrack
 
 sctp_limit.install()  # the data channel's advertised maximum, enforced while reassembling
@@ -53,7 +53,7 @@ def ice_servers() -> list[RTCIceServer]:
     ]
 
 
-class WebRTCCall:
+class WebRTCCall(PlaysFromQueue):
     """One call: its peer connection, its data channel, its tracks, and the session behind them."""
 
     def __init__(self, call_id: str, runtime: Runtime, address: str = "") -> None:
@@ -62,6 +62,7 @@ class WebRTCCall:
         self.address = address  # the client's, for the per-address limits
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice_servers()))
         self.reply = ReplyTrack(self._playout_started, self._playout_stopped)
+        self.playout = self.reply.queue  # what PlaysFromQueue plays from
         self.core: SessionCore | None = None
         self.channel: RTCDataChannel | None = None
         self.closed = False
@@ -154,22 +155,6 @@ class WebRTCCall:
             await asyncio.sleep(0.05)  # let the error event leave before the channel goes
         await self._close_peer()
 
-    @property
-    def playing(self) -> str | None:
-        return self.reply.playing
-
-    def play_audio(self, item_id: str, audio: m.AudioOut, audio_format: str) -> None:
-        self.reply.push(audio.response_id, item_id, audio.data, audio_format)
-
-    def end_reply(self, response_id: str) -> None:
-        self.reply.finish(response_id)
-
-    def clear_reply(self) -> ClearedReply:
-        cleared = self.reply.clear()
-        if cleared is None:
-            return ClearedReply(self.reply.last_response_id)
-        return ClearedReply(*cleared)
-
     def _send_text(self, text: str) -> None:
         channel = self.channel
         if channel is None or channel.readyState != "open":
@@ -182,14 +167,6 @@ class WebRTCCall:
             )
             return
         channel.send(text)
-
-    def _playout_started(self, response_id: str) -> None:
-        if self.core is not None:
-            self.core.output_audio_started(response_id)
-
-    def _playout_stopped(self, response_id: str) -> None:
-        if self.core is not None:
-            self.core.output_audio_stopped(response_id)
 
     # --- the peer --------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from pipelines import messages as m
 from realtime.access.auth import Principal
 from realtime.access.call_owner import Caller, CallOwner
 from realtime.node import cluster, runtime
-from realtime.protocol.transport import Refusal, ServerEvent
+from realtime.protocol.transport import ControlAnswer, Refusal, ServerEvent
 from tests.support.client import Closed, text_item, types
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -167,6 +167,34 @@ async def test_a_hang_up_from_elsewhere_needs_the_credential_that_opened_the_cal
     await cluster.hang_up_elsewhere("rtc_test2", Caller("digest-of-the-secret").as_message())
     assert (await closed_with(client)).code == 1000
     await until_free(loopback_pool, 2)
+
+
+async def test_a_call_control_request_from_elsewhere_is_answered_on_its_reply_channel(direct, loopback_pool):
+    """The request/reply of accept, reject and refer across processes (here the in-memory layer): the holder
+    answers what it would answer locally (a call that is not SIP: 404), a malformed request gets a 400, one
+    without a reply channel is dropped, and nobody holding the call is no answer (the view's 404)."""
+    client = await direct(principal=KEY, call_id="rtc_test3")
+    answer = await cluster.control_elsewhere("rtc_test3", "accept", {}, Caller().as_message(), 5.0)
+    assert answer is not None
+    assert ControlAnswer.from_message(answer) == ControlAnswer.not_found("This is not a SIP call.")
+    layer = get_channel_layer()
+    reply_to = await layer.new_channel()
+    await layer.group_send(cluster.call_group("rtc_test3"), {"type": cluster.CALL_CONTROL, "reply_to": reply_to})
+    malformed = await asyncio.wait_for(layer.receive(reply_to), 5)
+    assert malformed["status"] == 400 and malformed["code"] == "invalid_request"
+    await layer.group_send(cluster.call_group("rtc_test3"), {"type": cluster.CALL_CONTROL, "action": "accept"})
+    again = await cluster.control_elsewhere("rtc_test3", "refer", {}, Caller().as_message(), 5.0)
+    assert again is not None and again["status"] == 404  # the mailbox read on past the dropped one
+    await client.update_session(instructions="still here")
+    assert await cluster.control_elsewhere("rtc_nobody", "accept", {}, Caller().as_message(), 0.5) is None
+    await client.transport.disconnect()
+    await until_free(loopback_pool, 2)
+
+
+def test_a_control_answer_that_is_not_one_is_a_502():
+    assert ControlAnswer.from_message({"status": 409, "code": "invalid_call_state", "message": "no"}).status == 409
+    for wrong in (None, "200", {"status": True}, {"status": "200"}, {"status": 42}, {"code": "x"}):
+        assert ControlAnswer.from_message(wrong).status == 502
 
 
 # --- the typed interface: a transport that plays the reply ---------------------------------------

@@ -21,17 +21,18 @@ from aiosipua import IncomingCall, SdpMessage, SipUAC
 from aiosipua.dialog import DialogState
 
 from pipelines.ids import new_id
-from pipelines import messages as m
 from realtime.access import auth
-from realtime.access.call_owner import CallOwner
+from realtime.access.call_owner import Caller, CallOwner
 from realtime.models import EndReason, RealtimeSession, Transport as TransportKind
 from realtime.node import cluster
 from realtime.node.runtime import Runtime
 from realtime.protocol.core import OpenRequest, SessionCore, open_session
 from realtime.protocol.events import server_event
-from realtime.protocol.transport import CLOSE_NORMAL, ClearedReply, Refusal, ServerEvent
+from realtime.protocol.transport import CLOSE_NORMAL, ControlAnswer, Refusal, ServerEvent
+from realtime.transports.sip import control
 from realtime.transports.sip.config import SipConfig
-from realtime.transports.playout import ReplyQueue
+from realtime.transports.sip.control import CallStateError
+from realtime.transports.playout import PlaysFromQueue, ReplyQueue
 from realtime.transports.sip.media import FRAME_SAMPLES, RATE, CallMedia, NoCommonCodec, NoPorts
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def number_of(uri: Any) -> str:
     return str(getattr(getattr(uri, "uri", None), "user", "") or "")
 
 
-class SipCall:
+class SipCall(PlaysFromQueue):
     """One call: ``ringing`` (unit claimed, not answered), ``active`` (answered), ``ended``."""
 
     def __init__(
@@ -174,6 +175,10 @@ class SipCall:
             raise CallStateError(f"The call is {self.state}: only an answered call can be transferred.")
         self.uac.send_refer(self.incoming.dialog, target_uri, self.incoming.source_addr)
 
+    async def control(self, action: str, body: dict[str, Any], caller: Caller) -> ControlAnswer:
+        """The operator's request (``core.Controlled``), from this process or another: :func:`control.run`."""
+        return await control.run(self, action, body, caller)
+
     # --- the end ------------------------------------------------------------------------
 
     async def finish(self, reason: str) -> None:
@@ -211,7 +216,7 @@ class SipCall:
         self.playout.clear()
         await self.media.close()
 
-    # --- core.Transport and core.PlaysAudio -------------------------------------------------
+    # --- core.Transport (core.PlaysAudio: PlaysFromQueue, on self.playout) ------------------------
 
     async def send_event(self, event: ServerEvent) -> None:
         """Nobody on the line reads events: the reply's audio comes through :meth:`play_audio`, and the
@@ -223,28 +228,6 @@ class SipCall:
         logger.info("SIP call %s: ended by the server (%s)", self.id, reason)
         self._decline(603 if code == CLOSE_NORMAL else 503)
         await self._tear_down()
-
-    @property
-    def playing(self) -> str | None:
-        return self.playout.playing
-
-    def play_audio(self, item_id: str, audio: m.AudioOut, audio_format: str) -> None:
-        self.playout.push(audio.response_id, item_id, audio.data, audio_format)
-
-    def end_reply(self, response_id: str) -> None:
-        self.playout.finish(response_id)
-
-    def clear_reply(self) -> ClearedReply:
-        cleared = self.playout.clear()
-        return ClearedReply(self.playout.last_response_id) if cleared is None else ClearedReply(*cleared)
-
-    def _playout_started(self, response_id: str) -> None:
-        if self.core is not None:
-            self.core.output_audio_started(response_id)
-
-    def _playout_stopped(self, response_id: str) -> None:
-        if self.core is not None:
-            self.core.output_audio_stopped(response_id)
 
     # --- the caller ----------------------------------------------------------------------
 
@@ -283,7 +266,3 @@ class SipCall:
         task = asyncio.create_task(coro, name=f"{name}-{self.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-class CallStateError(Exception):
-    """An operation the call's state does not allow (the control endpoints answer 409)."""
