@@ -177,6 +177,14 @@ def test_a_phone_with_a_wrong_password_is_refused_and_holds_nothing(locked, phon
 
 def test_an_srtp_call_over_tls_is_answered_heard_and_hung_up(locked, phones):
     byes = locked.full_log().count("the caller hung up (BYE)")
+    tls_port = int(locked.tls_uri.split(";")[0].rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", tls_port), timeout=10) as plain:  # no TLS: no SIP answer
+        plain.sendall(invite("plain-on-tls", OFFER).replace(b"SIP/2.0/UDP", b"SIP/2.0/TCP"))
+        try:
+            answer = plain.recv(65536)
+        except ConnectionResetError:
+            answer = b""
+        assert not answer.startswith(b"SIP/2.0 ")  # a TLS alert, or the connection closed
     phone = phones(account=f";auth_pass={PASSWORD};mediaenc=srtp-mand")
     phone.dial(locked.tls_uri)
     # Heard only if both ends agree on the keys: a packet that does not authenticate is dropped, not played.

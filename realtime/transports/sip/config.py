@@ -63,6 +63,13 @@ class SipConfig:
             return self.advertised_ip
         return "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
 
+    @property
+    def tls_contact(self) -> tuple[str, int]:
+        """The address the TLS listener's Contact names (as :attr:`sdp_ip` does for UDP and TCP)."""
+        if self.advertised_ip:
+            return self.advertised_ip, self.tls_port
+        return ("127.0.0.1" if self.tls_host in ("0.0.0.0", "::") else self.tls_host), self.tls_port
+
     def recorded_number(self, number: str) -> str:
         """A caller's or callee's number as the audit keeps it (``S2S_SIP_NUMBERS``)."""
         if self.numbers == "none" or not number:

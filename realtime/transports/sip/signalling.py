@@ -135,7 +135,7 @@ class SipListener:
         if self.config.tls_host:
             tls_address = (self.config.tls_host, self.config.tls_port)
             tls = TlsTransport(local_addr=tls_address, ssl_context=server_tls_context(self.config))
-            transports.append((tls, (self.config.advertised_ip or tls_address[0], self.config.tls_port)))
+            transports.append((tls, self.config.tls_contact))
         for transport, advertised in transports:
             uac = SipUAC(transport, advertised_addr=advertised)
             agent = SipUAS(transport, user_agent=USER_AGENT, uac=uac, advertised_addr=advertised)
