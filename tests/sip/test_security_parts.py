@@ -6,6 +6,7 @@ import asyncio
 import base64
 import hashlib
 import os
+import random
 import socket
 import struct
 
@@ -136,6 +137,50 @@ def test_the_authorization_for_our_realm_is_the_one_read():
     nonce = auth.nonce()
     other = authorization(nonce, realm="proxy.example.com")
     assert auth.check("203.0.113.9", "INVITE", [other, authorization(nonce)]).admitted
+
+
+def test_no_authorization_header_however_broken_makes_the_check_raise():
+    rng = random.Random(30)
+    auth = gate()
+    good = authorization(auth.nonce())
+    pieces = [
+        "Digest",
+        "Basic",
+        " ",
+        ",",
+        "=",
+        '"',
+        "\\",
+        "realm=",
+        f'realm="{REALM}"',
+        "username=",
+        '"alice"',
+        "nonce=",
+        '"1.2"',
+        "nc=",
+        "zzzzzzzz",
+        "00000001",
+        "qop=",
+        "auth",
+        "auth-int",
+        "algorithm=",
+        "SHA-512",
+        "MD5",
+        "response=",
+        "uri=",
+        "\udcff",
+        "\u00e9",
+        "\x00",
+        "a" * 300,
+    ]
+    for _ in range(3000):
+        if rng.random() < 0.3:  # a good header with a piece cut out or spliced in
+            cut = rng.randrange(len(good))
+            header = good[:cut] + rng.choice(pieces) + good[cut + rng.randrange(3) :]
+        else:
+            header = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 25)))
+        verdict = auth.check("203.0.113.9", "INVITE", [header])
+        assert verdict.status in (0, 401, 403)
 
 
 @pytest.mark.parametrize(

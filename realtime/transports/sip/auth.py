@@ -66,8 +66,9 @@ class Verdict:
 
 
 def _same(given: str, expected: str) -> bool:
-    """A constant-time comparison that takes any text (``hmac.compare_digest`` refuses non-ASCII strings)."""
-    return hmac.compare_digest(given.encode(), expected.encode())
+    """A constant-time comparison of any text (``compare_digest`` refuses non-ASCII ``str``; a header may hold
+    lone surrogates, the parser's escapes of undecodable bytes)."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass"))
 
 
 class DigestAuth:
@@ -154,7 +155,7 @@ class DigestAuth:
             return None
 
         def h(text: str) -> str:
-            return digest(text.encode()).hexdigest()
+            return digest(text.encode("utf-8", "surrogatepass")).hexdigest()
 
         ha1 = h(f"{params['username']}:{self.realm}:{password}")
         ha2 = h(f"{method}:{uri}")

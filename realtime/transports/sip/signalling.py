@@ -192,7 +192,13 @@ class SipListener:
             # with a tag of its own; the caller's ACK and BYE belong to the first one, which is put back.
             agent._calls[incoming.call_id] = known.incoming
             return
-        if not self._admitted(agent, incoming):
+        try:
+            admitted = self._admitted(agent, incoming)
+        except Exception:  # a gate that breaks must still answer, and leave nothing behind
+            logger.exception("SIP INVITE %s: the gate failed", incoming.call_id)
+            self._refuse(agent, incoming, 500, "the gate failed")
+            return
+        if not admitted:
             return
         assert self.runtime is not None
         assert agent.uac is not None
