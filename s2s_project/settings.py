@@ -307,10 +307,15 @@ S2S_WEBRTC_SILENCE_TIMEOUT_S = envfloat("S2S_WEBRTC_SILENCE_TIMEOUT_S", 60.0, mi
 # S2S_SIP_BIND=host:port (empty: none), RTP on even ports of S2S_SIP_RTP_PORTS. With S2S_SIP_WEBHOOK_URL an
 # incoming call is announced there (realtime.call.incoming, signed with S2S_SIP_WEBHOOK_SECRET) and waits for
 # POST /v1/realtime/calls/{call_id}/accept; without one, S2S_SIP_SESSION (JSON settings) answers at once.
+# Who may ring: S2S_SIP_TRUSTED (the trunk's addresses) and/or S2S_SIP_USERS (user:password digest logins);
+# neither set: anyone who reaches the port. S2S_SIP_TLS_BIND (+ _CERT, _KEY) adds SIP over TLS, and
+# S2S_SIP_SRTP (off, optional, required) SDES-keyed SRTP (docs/deploy.md#phone-calls-sip).
 def _sip_settings() -> sip_config.SipConfig:
     try:
         bind = envstr("S2S_SIP_BIND", "").strip()
         host, port = sip_config.parse_bind(bind) if bind else ("", 5060)
+        tls_bind = envstr("S2S_SIP_TLS_BIND", "").strip()
+        tls_host, tls_port = sip_config.parse_bind(tls_bind) if tls_bind else ("", 5061)
         config = sip_config.SipConfig(
             host=host,
             port=port,
@@ -322,11 +327,29 @@ def _sip_settings() -> sip_config.SipConfig:
             accept_timeout_s=envfloat("S2S_SIP_ACCEPT_TIMEOUT_S", 20.0, minimum=1.0),
             numbers=envchoice("S2S_SIP_NUMBERS", "masked", sip_config.NUMBER_POLICIES),
             session=sip_config.parse_session(envstr("S2S_SIP_SESSION", "")),
+            users=sip_config.parse_users(envstr("S2S_SIP_USERS", "")),
+            trusted=sip_config.parse_trusted(envstr("S2S_SIP_TRUSTED", "")),
+            realm=envstr("S2S_SIP_REALM", "s2s-realtime").strip() or "s2s-realtime",
+            digest_algorithms=sip_config.parse_digest_algorithms(envstr("S2S_SIP_DIGEST_ALGORITHMS", "MD5")),
+            tls_host=tls_host,
+            tls_port=tls_port,
+            tls_cert=envstr("S2S_SIP_TLS_CERT", "").strip(),
+            tls_key=envstr("S2S_SIP_TLS_KEY", "").strip(),
+            srtp=envchoice("S2S_SIP_SRTP", "optional", sip_config.SRTP_POLICIES),
         )
     except sip_config.SipConfigError as exc:
         raise ImproperlyConfigured(f"S2S_SIP_*: {exc}") from None
     if config.webhook_url and not config.webhook_secret.startswith("whsec_"):
         raise ImproperlyConfigured("S2S_SIP_WEBHOOK_URL needs S2S_SIP_WEBHOOK_SECRET=whsec_... to sign the webhooks")
+    if any(char in config.realm for char in '"\\') or not config.realm.isprintable():
+        raise ImproperlyConfigured("S2S_SIP_REALM: printable text without quotes or backslashes")
+    if config.tls_host and not (config.tls_cert and config.tls_key):
+        raise ImproperlyConfigured("S2S_SIP_TLS_BIND needs S2S_SIP_TLS_CERT and S2S_SIP_TLS_KEY (PEM files)")
+    if config.tls_host and not config.host:
+        raise ImproperlyConfigured("S2S_SIP_TLS_BIND needs S2S_SIP_BIND (the RTP and the UDP/TCP listener)")
+    for path in (config.tls_cert, config.tls_key) if config.tls_host else ():
+        if not os.path.isfile(path):
+            raise ImproperlyConfigured(f"S2S_SIP_TLS_CERT/S2S_SIP_TLS_KEY: {path!r} is not a file")
     return config
 
 

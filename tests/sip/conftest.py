@@ -47,8 +47,8 @@ def phones(tmp_path: Path) -> Iterator[Callable[..., Baresip]]:
     """Makes baresip phones (each speaking ``microphone``, a WAV) and stops them all after the test."""
     made: list[Baresip] = []
 
-    def make(microphone: Path | None = None, codec: str = "PCMU") -> Baresip:
-        phone = Baresip(tmp_path / f"phone{len(made)}", microphone or a_tone(tmp_path), codec).start()
+    def make(microphone: Path | None = None, codec: str = "PCMU", account: str = "") -> Baresip:
+        phone = Baresip(tmp_path / f"phone{len(made)}", microphone or a_tone(tmp_path), codec, account).start()
         made.append(phone)
         return phone
 

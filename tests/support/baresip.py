@@ -53,13 +53,15 @@ def read_wav(path: Path) -> tuple[np.ndarray, int]:
 class Baresip:
     """One phone: ``dial(uri)``, ``hang_up()``, ``heard()`` (what it received, as float samples)."""
 
-    def __init__(self, home: Path, microphone: Path, codec: str = "PCMU") -> None:
+    def __init__(self, home: Path, microphone: Path, codec: str = "PCMU", account: str = "") -> None:
+        """``account``: parameters of its SIP account, e.g. ``;auth_pass=secret;mediaenc=srtp-mand``."""
         self.home = home
         self.home.mkdir(parents=True, exist_ok=True)
         self.ctrl_port = free_port()
         self.sip_port = free_port()
         self.microphone = microphone
         self.codec = codec
+        self.account = account
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = home / "baresip.log"
 
@@ -80,6 +82,7 @@ class Baresip:
                     "module aufile.so",
                     "module aubridge.so",
                     "module sndfile.so",
+                    "module srtp.so",  # SDES SRTP, used only by an account with ;mediaenc=srtp...
                     "module ctrl_tcp.so",
                     "module_app account.so",
                     "module_app menu.so",
@@ -90,7 +93,7 @@ class Baresip:
                 ]
             )
         )
-        (self.home / "accounts").write_text(f"<sip:phone@127.0.0.1:{self.sip_port}>;regint=0\n")
+        (self.home / "accounts").write_text(f"<sip:phone@127.0.0.1:{self.sip_port}>;regint=0{self.account}\n")
         log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
             ["baresip", "-f", str(self.home)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT

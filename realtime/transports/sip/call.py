@@ -47,8 +47,9 @@ HIDDEN_HEADERS = {"authorization", "proxy-authorization"}  # never sent to the w
 
 
 async def open_call(runtime: Runtime, call: SipCall, request: OpenRequest) -> SessionCore:
-    """The one place a SIP call gets its session (raises :class:`Refusal`): the opening every transport shares,
-    with the trunk trusted as the caller (no credentials: docs/deploy.md says what guards the SIP port)."""
+    """The one place a SIP call gets its session (raises :class:`Refusal`): the opening every transport shares.
+    The listener's gate has let the INVITE in (a trusted address or digest credentials, when either is set;
+    docs/deploy.md says what else guards the SIP port); the session's principal is anonymous either way."""
     return await open_session(runtime, call, request)
 
 
@@ -129,6 +130,8 @@ class SipCall(PlaysFromQueue):
             self._decline(500)
             await self.finish(EndReason.ERROR)
             raise
+        if self.media.session is not None and self.media.session.srtp is not None:
+            logger.info("SIP call %s: SRTP (%s)", self.id, self.media.session.srtp.offered.suite)
         self._record_numbers()
         return True
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 NUMBER_POLICIES = ("full", "masked", "none")
+SRTP_POLICIES = ("off", "optional", "required")
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class SipConfigError(ValueError):
@@ -28,10 +32,24 @@ class SipConfig:
     accept_timeout_s: float = 20.0  # a ringing call nobody accepted is declined (480) after this
     numbers: str = "masked"  # what the audit keeps of the caller's and callee's numbers
     session: dict[str, Any] = field(default_factory=dict)  # the default session (no webhook)
+    users: dict[str, str] = field(default_factory=dict, repr=False)  # digest logins that may ring (S2S_SIP_USERS)
+    trusted: tuple[Network, ...] = ()  # networks that ring without credentials (the trunk)
+    realm: str = "s2s-realtime"  # the digest realm of the 401 challenge
+    digest_algorithms: tuple[str, ...] = ("MD5",)  # challenged (and accepted), in order of preference
+    tls_host: str = ""  # empty: no SIP over TLS
+    tls_port: int = 5061
+    tls_cert: str = ""  # PEM paths of the TLS listener's certificate chain and key
+    tls_key: str = ""
+    srtp: str = "optional"  # off: plain RTP only; optional: SRTP when offered; required: only SRTP (488 else)
 
     @property
     def enabled(self) -> bool:
         return bool(self.host)
+
+    @property
+    def authenticates(self) -> bool:
+        """Whether an INVITE must come from a trusted address or carry a login (else anyone may ring)."""
+        return bool(self.users or self.trusted)
 
     @property
     def media_ip(self) -> str:
@@ -44,6 +62,13 @@ class SipConfig:
         if self.advertised_ip:
             return self.advertised_ip
         return "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+
+    @property
+    def tls_contact(self) -> tuple[str, int]:
+        """The address the TLS listener's Contact names (as :attr:`sdp_ip` does for UDP and TCP)."""
+        if self.advertised_ip:
+            return self.advertised_ip, self.tls_port
+        return ("127.0.0.1" if self.tls_host in ("0.0.0.0", "::") else self.tls_host), self.tls_port
 
     def recorded_number(self, number: str) -> str:
         """A caller's or callee's number as the audit keeps it (``S2S_SIP_NUMBERS``)."""
@@ -93,3 +118,43 @@ def parse_session(raw: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise SipConfigError("must be a JSON object of session settings")
     return value
+
+
+def parse_users(raw: str) -> dict[str, str]:
+    """``user:password,user2:password2`` (a password may hold ``:``, not ``,``); raises :class:`SipConfigError`."""
+    users: dict[str, str] = {}
+    for entry in raw.split(","):
+        if not entry.strip():
+            continue
+        user, sep, password = entry.strip().partition(":")
+        if not sep or not user or not password:
+            raise SipConfigError(f"{entry.strip()!r} is not user:password")
+        if not re.fullmatch(r"[A-Za-z0-9._~+-]+", user):
+            raise SipConfigError(f"{user!r}: a SIP user is letters, digits and . _ ~ + -")
+        if user in users:
+            raise SipConfigError(f"{user!r} is named twice")
+        users[user] = password
+    return users
+
+
+DIGEST_ALGORITHMS = ("SHA-256", "MD5")
+
+
+def parse_digest_algorithms(raw: str) -> tuple[str, ...]:
+    """``MD5``, ``SHA-256`` or both in order of preference (``SHA-256,MD5``)."""
+    names = tuple(name.strip().upper() for name in raw.split(",") if name.strip())
+    if not names or any(name not in DIGEST_ALGORITHMS for name in names) or len(set(names)) != len(names):
+        raise SipConfigError(f"{raw!r}: digest algorithms are SHA-256 and/or MD5, comma-separated")
+    return names
+
+
+def parse_trusted(raw: str) -> tuple[Network, ...]:
+    """``203.0.113.10,198.51.100.0/24``: addresses and networks admitted without credentials."""
+    networks = []
+    for entry in raw.split(","):
+        if entry.strip():
+            try:
+                networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+            except ValueError:
+                raise SipConfigError(f"{entry.strip()!r} is not an IP address or a network") from None
+    return tuple(networks)

@@ -5,7 +5,9 @@ concealment) and RFC 4733 telephone events. This module guards the socket (only 
 addresses are heard: RTP from a stranger is dropped and counted), converts 8 kHz to the
 session's ``audio/pcm`` with soxr, and plays the reply as one 20 ms frame per 20 ms of a
 drift-free clock (aiortp's ``MediaClock``), silence when there is nothing to say, so the
-caller's jitter buffer sees a steady stream and a reply never arrives in a burst.
+caller's jitter buffer sees a steady stream and a reply never arrives in a burst. With
+SRTP (an offer's ``a=crypto``, :mod:`realtime.transports.sip.srtp`), every packet is unprotected as it comes off the
+socket, before aiortp reads it, and protected as aiortp hands it to the socket.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from aiortp import RTPSession
@@ -22,6 +25,7 @@ from aiosipua import SdpMessage, negotiate_sdp
 
 from pipelines import audio
 from realtime.transports.playout import ReplyQueue
+from realtime.transports.sip.srtp import SrtpContext, Unacceptable, choose
 from realtime.transports.sip.config import SipConfig
 
 logger = logging.getLogger(__name__)
@@ -33,7 +37,7 @@ G711 = [0, 8]  # payload types: PCMU, PCMA
 
 
 class NoCommonCodec(Exception):
-    """The offer has no audio this server speaks (the INVITE is answered 488)."""
+    """The offer has no audio this server speaks, or not as ``S2S_SIP_SRTP`` wants it (the INVITE is answered 488)."""
 
 
 class NoPorts(Exception):
@@ -46,23 +50,48 @@ class GuardedRTPSession(RTPSession):
     allowed_hosts: frozenset[str] = frozenset()  # none until the call sets them: nothing is heard
     heard_at: float = 0.0
     refused: int = 0
+    # Set right after create(), before anything is sent (the first RTCP report waits seconds, RTP the playout).
+    srtp: SrtpContext | None = None
+
+    async def _bind_transports(self, local_addr: tuple[str, int], remote_addr: tuple[str, int]) -> None:
+        await super()._bind_transports(local_addr, remote_addr)
+        for transport, rtcp in ((self._rtp_transport, False), (self._rtcp_transport, True)):
+            assert transport is not None
+            transport.send = partial(self._send, transport.send, rtcp)  # type: ignore[method-assign]
+
+    def _send(self, send: Callable[..., None], rtcp: bool, data: bytes, addr: tuple[str, int] | None = None) -> None:
+        packet = self.srtp.protect(data, rtcp) if self.srtp is not None else data
+        if packet is not None:
+            send(packet, addr)
 
     def _handle_rtp(self, data: bytes, addr: tuple[str, int]) -> None:
-        if self._heard(addr):
-            super()._handle_rtp(data, addr)
+        clear = self._heard(data, addr, rtcp=False)
+        if clear is not None:
+            super()._handle_rtp(clear, addr)
 
     def _handle_rtcp(self, data: bytes, addr: tuple[str, int]) -> None:
-        if self._heard(addr):
-            super()._handle_rtcp(data, addr)
+        clear = self._heard(data, addr, rtcp=True)
+        if clear is not None:
+            super()._handle_rtcp(clear, addr)
 
-    def _heard(self, addr: tuple[str, int]) -> bool:
+    def _heard(self, data: bytes, addr: tuple[str, int], rtcp: bool) -> bytes | None:
+        """The packet in clear if it is the caller's (and authenticates, with SRTP); None: dropped and counted."""
         if addr[0] not in self.allowed_hosts:
-            self.refused += 1
-            if self.refused == 1 or self.refused % 1000 == 0:
-                logger.warning("RTP from a stranger (%s:%s) dropped (%s so far)", addr[0], addr[1], self.refused)
-            return False
+            self._refuse("RTP from a stranger (%s:%s)", addr)
+            return None
+        if self.srtp is not None:
+            clear = self.srtp.unprotect(data, rtcp)
+            if clear is None:
+                self._refuse("SRTP that does not authenticate from %s:%s", addr)
+                return None
+            data = clear
         self.heard_at = time.monotonic()
-        return True
+        return data
+
+    def _refuse(self, what: str, addr: tuple[str, int]) -> None:
+        self.refused += 1
+        if self.refused == 1 or self.refused % 1000 == 0:
+            logger.warning(what + " dropped (%s so far)", addr[0], addr[1], self.refused)
 
 
 def telephone_event_type(offer: SdpMessage) -> int:
@@ -102,6 +131,11 @@ class CallMedia:
         if remote is None:
             raise NoCommonCodec("the offer has no audio address (c= and m=audio)")
         dtmf = telephone_event_type(offer)
+        assert offer.audio is not None  # rtp_address found it
+        try:
+            crypto = choose(offer.audio.proto, offer.audio.attributes.get("crypto", []), self.config.srtp)
+        except Unacceptable as exc:
+            raise NoCommonCodec(str(exc)) from None
         try:
             answer, payload_type = negotiate_sdp(
                 offer, self.config.sdp_ip, 0, supported_codecs=G711, dtmf_payload_type=dtmf or 0
@@ -120,12 +154,16 @@ class CallMedia:
             dtmf_payload_type=dtmf or 101,
             symmetric_rtp=True,  # behind NAT the caller's RTP comes from elsewhere than its SDP says
         )
+        if crypto is not None:
+            session.srtp = SrtpContext(crypto)
         session.allowed_hosts = frozenset({remote[0], signalling_host})
         session.heard_at = time.monotonic()
         session.on_audio = self._caller_audio
         session.on_dtmf = lambda digit, _duration: self._on_dtmf(digit)
         self.session = session
         answer.audio.port = self._port  # type: ignore[union-attr]
+        if session.srtp is not None:
+            answer.audio.attributes["crypto"] = [session.srtp.answer]  # type: ignore[union-attr]
         return answer
 
     def start_playout(self) -> None:
@@ -137,6 +175,10 @@ class CallMedia:
     def silent_for(self) -> float:
         """Seconds since the caller's last RTP or RTCP packet."""
         return time.monotonic() - (self.session.heard_at if self.session is not None else 0.0)
+
+    @property
+    def encrypted(self) -> bool:
+        return self.session is not None and self.session.srtp is not None
 
     @property
     def refused_packets(self) -> int:

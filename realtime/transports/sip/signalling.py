@@ -1,28 +1,36 @@
-"""The SIP listener of this process: aiosipua's user agent server on UDP and TCP, one :class:`SipCall` per INVITE.
+"""The SIP listener of this process: aiosipua's user agent server on UDP, TCP and TLS, one :class:`SipCall` per INVITE.
 
 aiosipua parses and answers SIP (RFC 3261: transactions, dialogs, 100 Trying, 2xx
 retransmission until the ACK, CANCEL matching by branch, 400 for a request missing a
 mandatory header, 405 for an unknown method, 481 for a request of no dialog); this
 module decides what an INVITE becomes: a claimed unit and a ringing call, or ``486 Busy
-Here`` when the pool is full. The listener lives on the server's event loop, started
-and stopped by :class:`realtime.node.runtime.Runtime` like the process's other parts.
+Here`` when the pool is full. Before anything is claimed, an INVITE passes the gate:
+a trusted source or valid digest credentials (:mod:`realtime.transports.sip.auth`, else
+``401``/``403``), and an offer the SRTP policy takes (else ``488``); a refused INVITE
+leaves nothing behind, not even aiosipua's dialog. The listener lives on the server's
+event loop, started and stopped by :class:`realtime.node.runtime.Runtime` like the
+process's other parts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from aiortp.port_allocator import PortAllocator
-from aiosipua import IncomingCall, SipUAS, SipUAC
+from aiosipua import IncomingCall, SipRequest, SipResponse, SipUAS, SipUAC
 from aiosipua.transport import SipTransport, TcpSipTransport, UdpSipTransport
 from django.conf import settings
 
 from realtime.node.runtime import Runtime
+from realtime.transports.sip.auth import DigestAuth
 from realtime.transports.sip.call import SipCall
 from realtime.transports.sip.config import SipConfig
+from realtime.transports.sip.srtp import Unacceptable, choose
 from realtime.transports.sip.webhook import announce
 
 logger = logging.getLogger(__name__)
@@ -53,17 +61,59 @@ class UdpTransport(UdpSipTransport):
         )
 
 
+@dataclass
+class TlsTransport(TcpSipTransport):
+    """aiosipua's TCP transport behind TLS (RFC 3261 s26.2): its server socket wrapped in ``ssl_context``.
+
+    What the server writes names TLS: the Contact of its answers (so the caller's BYE comes back over
+    TLS, not as plain UDP to the TLS port) and the Via of its own requests (a BYE, a REFER)."""
+
+    ssl_context: ssl.SSLContext | None = None
+    handshake_timeout_s: float = 10.0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._handle_connection,
+            host=self.local_addr[0],
+            port=self.local_addr[1],
+            ssl=self.ssl_context,
+            ssl_handshake_timeout=self.handshake_timeout_s,
+        )
+
+    def send(self, message: SipRequest | SipResponse, addr: tuple[str, int]) -> None:
+        contact = message.headers.get_first("contact")
+        if contact and "transport=" not in contact.lower() and contact.endswith(">"):
+            message.headers.set_single("Contact", contact[:-1] + ";transport=tls>")
+        if isinstance(message, SipRequest):
+            vias = message.headers.get("via")
+            if vias and vias[0].upper().startswith("SIP/2.0/UDP "):
+                message.headers.remove("via")
+                for index, via in enumerate(vias):
+                    message.headers.append("Via", "SIP/2.0/TLS " + via[12:] if index == 0 else via)
+        super().send(message, addr)
+
+
+def server_tls_context(config: SipConfig) -> ssl.SSLContext:
+    """The TLS listener's context: its certificate chain and key (PEM), TLS 1.2 at least, no client certificate."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(config.tls_cert, config.tls_key)
+    return context
+
+
 def listeners() -> list[SipListener]:
     """The SIP listener the settings ask for (``S2S_SIP_BIND``), or none."""
     return [SipListener(settings.S2S_SIP)] if settings.S2S_SIP.enabled else []
 
 
 class SipListener:
-    """Answers INVITEs on ``config.host:config.port`` over UDP and TCP."""
+    """Answers INVITEs on ``config.host:config.port`` over UDP and TCP, and ``config.tls_*`` over TLS."""
 
     def __init__(self, config: SipConfig) -> None:
         self.config = config
         self.ports = PortAllocator(config.rtp_ports)
+        self.auth = DigestAuth(config.users, config.trusted, config.realm, config.digest_algorithms)
+        self.refused = 0  # INVITEs refused at the gate (no or bad credentials, an offer the SRTP policy refuses)
         self.runtime: Runtime | None = None
         self._agents: list[SipUAS] = []
         self._calls: dict[str, SipCall] = {}  # by SIP Call-ID
@@ -78,9 +128,15 @@ class SipListener:
         self.runtime = runtime
         address = (self.config.host, self.config.port)
         advertised = (self.config.sdp_ip, self.config.port)
-        udp: SipTransport = UdpTransport(local_addr=address)
-        tcp: SipTransport = TcpSipTransport(local_addr=address)
-        for transport in (udp, tcp):
+        transports: list[tuple[SipTransport, tuple[str, int]]] = [
+            (UdpTransport(local_addr=address), advertised),
+            (TcpSipTransport(local_addr=address), advertised),
+        ]
+        if self.config.tls_host:
+            tls_address = (self.config.tls_host, self.config.tls_port)
+            tls = TlsTransport(local_addr=tls_address, ssl_context=server_tls_context(self.config))
+            transports.append((tls, self.config.tls_contact))
+        for transport, advertised in transports:
             uac = SipUAC(transport, advertised_addr=advertised)
             agent = SipUAS(transport, user_agent=USER_AGENT, uac=uac, advertised_addr=advertised)
             agent.on_invite = self._on_invite
@@ -89,13 +145,20 @@ class SipListener:
             agent.on_ack_timeout = lambda call: self._caller_left(call.call_id, "no ACK for the 200 OK")
             agent.on_transfer_progress = self._transfer_progress
             if self._agents:
-                # One user agent on two transports: the 200 OK's Contact names no transport, so a caller that
-                # called over TCP may send its BYE over UDP (RFC 3261's default); both find the call.
+                # One user agent on every transport: the 200 OK's Contact names no transport, so a caller that
+                # called over TCP may send its BYE over UDP (RFC 3261's default); all find the call.
                 agent._calls = self._agents[0]._calls
             await agent.start()
             transport.on_message = partial(self._guarded, transport.on_message)
             self._agents.append(agent)
         logger.info("SIP listening on %s:%s (UDP and TCP), RTP on %s-%s", *address, *self.config.rtp_ports)
+        if self.config.tls_host:
+            logger.info("SIP over TLS listening on %s:%s", self.config.tls_host, self.config.tls_port)
+        if not self.auth.enabled:
+            logger.warning(
+                "SIP: S2S_SIP_USERS and S2S_SIP_TRUSTED are unset: anyone who reaches the SIP port can call "
+                "(firewall it to the trunk's addresses)"
+            )
 
     async def stop(self) -> None:
         """Closes the sockets (the runtime's drain has ended the calls already)."""
@@ -129,12 +192,65 @@ class SipListener:
             # with a tag of its own; the caller's ACK and BYE belong to the first one, which is put back.
             agent._calls[incoming.call_id] = known.incoming
             return
+        try:
+            admitted = self._admitted(agent, incoming)
+        except Exception:  # a gate that breaks must still answer, and leave nothing behind
+            logger.exception("SIP INVITE %s: the gate failed", incoming.call_id)
+            self._refuse(agent, incoming, 500, "the gate failed")
+            return
+        if not admitted:
+            return
         assert self.runtime is not None
         assert agent.uac is not None
         call = SipCall(incoming, self.runtime, self.config, self.ports, agent.uac)
         call.on_closed = self.forget
         self._calls[incoming.call_id] = call
         self._spawn(self._answer(call), f"invite-{call.id}")
+
+    def _admitted(self, agent: SipUAS, incoming: IncomingCall) -> bool:
+        """The gate, before anything is claimed: credentials (401 challenge, 403), then the SRTP policy (488)."""
+        source_ip = incoming.source_addr[0]
+        verdict = self.auth.check(source_ip, incoming.invite.method, incoming.invite.headers.get("authorization"))
+        if not verdict.admitted:
+            challenge = self.auth.challenge(stale=verdict.stale) if verdict.status == 401 else []
+            self._refuse(agent, incoming, verdict.status, verdict.reason, challenge)
+            return False
+        offer = incoming.sdp_offer.audio if incoming.sdp_offer is not None else None
+        if offer is not None:
+            try:
+                choose(offer.proto, offer.attributes.get("crypto", []), self.config.srtp)
+            except Unacceptable as exc:
+                self._refuse(agent, incoming, 488, str(exc))
+                return False
+        if verdict.user:
+            logger.info("SIP INVITE %s from %s: authenticated as %r", incoming.call_id, source_ip, verdict.user)
+        return True
+
+    def _refuse(
+        self, agent: SipUAS, incoming: IncomingCall, status: int, why: str, challenge: list[str] | None = None
+    ) -> None:
+        """A final answer to an INVITE that never became a call; aiosipua forgets it at once (no ACK awaited),
+        so a flood of refused INVITEs holds no memory. Logged on the first and every 100th."""
+        response = incoming.dialog.create_response(incoming.invite, status)
+        for value in challenge or []:
+            response.headers.append("WWW-Authenticate", value)
+        if agent.user_agent:
+            response.headers.set_single("User-Agent", agent.user_agent)
+        incoming.dialog.terminate()
+        if agent._calls.get(incoming.call_id) is incoming:
+            del agent._calls[incoming.call_id]
+        agent._remove_invite_transaction(incoming.invite)
+        self.refused += 1
+        if status != 401 or why != "no credentials" or self.refused % 100 == 1:
+            logger.info(
+                "SIP INVITE from %s:%s refused (%s): %s; %s refused so far",
+                *incoming.source_addr,
+                status,
+                why,
+                self.refused,
+            )
+        assert incoming.transport is not None
+        incoming.transport.send_reply(response)
 
     async def _answer(self, call: SipCall) -> None:
         """Claims and rings; then the default session answers, or the webhook is told and the operator does."""
@@ -146,7 +262,8 @@ class SipListener:
                 await call.accept(self.config.session or None)
                 return
             call.ringing()
-            if not await announce(self.config, call.id, call.sip_headers):
+            security = "srtp" if call.media.encrypted else "rtp"
+            if not await announce(self.config, call.id, call.sip_headers, security):
                 await call.reject(503)
                 return
             await asyncio.sleep(self.config.accept_timeout_s)

@@ -33,20 +33,22 @@ def sign(secret: str, webhook_id: str, timestamp: int, body: str) -> str:
     return "v1," + base64.b64encode(digest).decode()
 
 
-def incoming_event(call_id: str, sip_headers: list[dict[str, str]]) -> dict[str, Any]:
-    """The event as the openai SDK's ``RealtimeCallIncomingWebhookEvent`` reads it."""
+def incoming_event(call_id: str, sip_headers: list[dict[str, str]], media_security: str = "rtp") -> dict[str, Any]:
+    """The event as the openai SDK's ``RealtimeCallIncomingWebhookEvent`` reads it (``srtp``: the call's media is)."""
     return {
         "object": "event",
         "id": new_id("evt"),
         "type": "realtime.call.incoming",
         "created_at": int(time.time()),
-        "data": {"call_id": call_id, "sip_headers": sip_headers, "sip_media_security": "rtp"},
+        "data": {"call_id": call_id, "sip_headers": sip_headers, "sip_media_security": media_security},
     }
 
 
-async def announce(config: SipConfig, call_id: str, sip_headers: list[dict[str, str]]) -> bool:
+async def announce(
+    config: SipConfig, call_id: str, sip_headers: list[dict[str, str]], media_security: str = "rtp"
+) -> bool:
     """Posts ``realtime.call.incoming`` to the webhook; True once it answered 2xx (tried twice, each bounded)."""
-    event = incoming_event(call_id, sip_headers)
+    event = incoming_event(call_id, sip_headers, media_security)
     body = json.dumps(event)
     for attempt in range(1, ATTEMPTS + 1):
         timestamp = int(time.time())
