@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pipelines import cores
 from pipelines.config import EngineConfig
 from pipelines.errors import ModelLoadError
 from pipelines.input_audio import DenoiserModel
@@ -146,6 +147,9 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
     import torch
 
     torch.set_num_threads(lm_threads)
+    # A lone talker's LM takes every core while nothing else computes (pipelines.cores); a fixed
+    # S2S_TORCH_THREADS, or a batch scheduler that has them all already, keeps its count.
+    cores.configure(share=lm_threads, adaptive=not config.torch_threads and not config.lm_batching)
     logger.info(
         "engines on %s with %s compute thread(s) per call (LM %s, STT %s)", device, threads, lm_threads, stt_threads
     )

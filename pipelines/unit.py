@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import queue
@@ -9,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from pipelines import cores
 from pipelines.messages import (
     AudioOut,
     Downstream,
@@ -22,6 +24,9 @@ from pipelines.messages import (
 from pipelines.stages.base import SessionContext, Stage
 
 logger = logging.getLogger(__name__)
+
+# The stages whose work takes a core for a while (the VAD's frames do not): counted by ``cores.current()``.
+COMPUTE_STAGES = frozenset({"stt", "lm", "tts"})
 
 Sink = Callable[[Outbound], None]
 StageFactory = Callable[[SessionContext], Sequence[Stage]]
@@ -100,11 +105,12 @@ class _Wiring:
             if msg.timeline is not None:
                 msg.timeline.mark(f"{stage.name}_start")
             try:
-                for out in stage.process(msg):
-                    if isinstance(out, Outbound):
-                        self.unit.emit(out)
-                    elif not self.retired:
-                        self._forward(index, out)
+                with cores.current().busy() if stage.name in COMPUTE_STAGES else contextlib.nullcontext():
+                    for out in stage.process(msg):
+                        if isinstance(out, Outbound):
+                            self.unit.emit(out)
+                        elif not self.retired:
+                            self._forward(index, out)
             except Exception as exc:
                 logger.exception("unit %s: %s failed", self.unit.index, stage.name)
                 self.unit.emit(

@@ -12,11 +12,14 @@ keeps the KV cache of the prompt they share.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipelines import cores
 from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.tool_calls import plain_messages, tool_schema
 
@@ -131,6 +134,9 @@ class LlamaCppLM:
 
         self.model_path = resolve_gguf(model_path, gguf_file, cache_dir)
         self.device = device
+        self.threads = threads or max(1, (os.cpu_count() or 2) // 2)  # llama-cpp-python's own default
+        # Every core for a step while nothing else computes (pipelines.cores); never on a GPU.
+        self.adaptive_threads = bool(threads) and not device.startswith("cuda")
         self._options: dict[str, Any] = {
             "n_ctx": n_ctx,
             "n_batch": 256,
@@ -424,17 +430,47 @@ class LlamaCppStream:
         options = {"top_k": TOP_K, "top_p": TOP_P, "min_p": 0.0, "reset": False, **sampling}
         if self._first is not None:
             opening = context.generate(feed, **options, grammar=LlamaGrammar.from_string(self._first))
+            paced = self._paced(context, opening)
             try:
-                token = next(opening)
+                token = next(paced)
             finally:
+                paced.close()
                 opening.close()
             yield token
             feed = [token]
         tokens = context.generate(feed, **options)
         try:
-            yield from tokens
+            yield from self._paced(context, tokens)
         finally:
             tokens.close()
+
+    def _paced(self, context: Any, tokens: Iterator[int]) -> Iterator[int]:
+        """``tokens``, each step on the threads :mod:`pipelines.cores` chooses (every core while the LM is
+        the only stage at work), and each decode's time told back to it. The prompt is the first step."""
+        share = cores.current()
+        if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
+            yield from tokens
+            return
+        threads = self._lm.threads
+        first = True
+        try:
+            while True:
+                wanted = share.lm_threads()
+                if wanted != threads:
+                    context._ctx.set_n_threads(wanted, wanted)
+                    threads = wanted
+                started = time.perf_counter()
+                try:
+                    token = next(tokens)
+                except StopIteration:
+                    return
+                if not first:
+                    share.observe(threads, time.perf_counter() - started)
+                first = False
+                yield token
+        finally:
+            if threads != self._lm.threads:
+                context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
 
 
 __all__ = ["LlamaCppLM", "LlamaCppStream", "LlamaPrefix", "default_model_path", "resolve_gguf"]
