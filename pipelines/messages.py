@@ -246,6 +246,15 @@ class PartialUtterance(Downstream):
 
 
 @dataclass(frozen=True)
+class UserWordsSoFar(Downstream):
+    """The words of a turn still being spoken (a partial transcript), for the LM to read ahead: the prompt
+    its answer will have, evaluated into the conversation's cache before the turn ends."""
+
+    item_id: str
+    text: str
+
+
+@dataclass(frozen=True)
 class UserTurn(Downstream):
     """The transcript of a user turn, for the LM."""
 

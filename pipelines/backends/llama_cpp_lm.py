@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,8 @@ ANSWER_FROM_RESULTS = {
     "role": "system",
     "content": "The results are above. Now answer the user in words, using them; do not call a function again.",
 }
+# Reading ahead evaluates this many tokens at a time, so that the turn's answer waits for at most that many.
+READ_AHEAD_TOKENS = 4
 MIN_CALL_TOKENS = 16  # calls in parallel: another is not begun with fewer tokens left than this
 
 
@@ -313,6 +315,46 @@ class LlamaCppLM:
             grounded=grounded,
         )
 
+    def prefill(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Sequence[FunctionTool] = (),
+        prefix: LlamaPrefix | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> int:
+        """Evaluates ``messages``' prompt into the conversation's context (``prefix``), so that a generation
+        whose prompt starts the same reads only the rest (``LlamaCppStream._reuse``); the tokens evaluated.
+        Read ahead while the user speaks (the turn so far), a few tokens at a time until ``stop()`` says so:
+        what was read by then stays in the cache."""
+        if prefix is None:
+            return 0
+        ids = self.encode_chat(messages, tools)
+        if len(ids) >= self.context_length:
+            return 0
+        stream = LlamaCppStream(self, ids, 0, 0.0, None, None, prefix)
+        context = self._acquire(prefix)
+        read = 0
+        try:
+            cached = stream._reuse(context)
+            started = time.perf_counter()
+            for at in range(cached, len(ids), READ_AHEAD_TOKENS):
+                if stop is not None and stop():
+                    break
+                chunk = ids[at : at + READ_AHEAD_TOKENS]
+                stream.run_on_share(context, lambda chunk=chunk: context.eval(chunk))
+                read += len(chunk)
+            logger.debug(
+                "read ahead: %d of %d tokens (%d cached) in %.0f ms",
+                read,
+                len(ids) - cached,
+                cached,
+                (time.perf_counter() - started) * 1000,
+            )
+            return read
+        finally:
+            prefix.context = context
+            self._release(context)
+
     def _tokens(self, text: str) -> list[int]:
         return self._tokenizer.tokenize(text.encode(), add_bos=False, special=True) if text else []
 
@@ -386,6 +428,7 @@ class LlamaCppStream:
 
         self.cached_tokens = self._reuse(context)
         feed = self._prompt_ids[self.cached_tokens :]
+        logger.debug("prompt: %d tokens, %d cached", len(self._prompt_ids), self.cached_tokens)
         if self._seed is not None:
             context.set_seed(self._seed)
         else:
@@ -443,6 +486,19 @@ class LlamaCppStream:
             yield from self._paced(context, tokens)
         finally:
             tokens.close()
+
+    def run_on_share(self, context: Any, step: Callable[[], None]) -> None:
+        """One step (a prompt's evaluation) on the threads :mod:`pipelines.cores` chooses."""
+        share = cores.current()
+        if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
+            step()
+            return
+        threads = share.lm_threads()
+        context._ctx.set_n_threads(threads, threads)
+        try:
+            step()
+        finally:
+            context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
 
     def _paced(self, context: Any, tokens: Iterator[int]) -> Iterator[int]:
         """``tokens``, each step on the threads :mod:`pipelines.cores` chooses (every core while the LM is

@@ -44,6 +44,9 @@ class SessionContext:
         self._turn_words: tuple[str, str] = ("", "")  # (speculative turn, its transcript): the latest only
         # A partial transcript is on its way to the STT or being made: the VAD sends no other meanwhile.
         self.partial_pending = threading.Event()
+        # The VAD has sent the turn, or a speculation of it, to the STT: the LM stops reading ahead (its
+        # answer is on the way); cleared when speech starts or goes on.
+        self.turn_ending = threading.Event()
 
     def is_current(self, generation: int) -> bool:
         return generation == self.generation

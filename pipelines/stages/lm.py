@@ -27,6 +27,7 @@ from pipelines.messages import (
     ToolsPending,
     TruncateItem,
     UserTurn,
+    UserWordsSoFar,
     insert_after,
 )
 from pipelines.stages.base import CancelFlag, SessionContext, Stage
@@ -153,6 +154,8 @@ class LmStage(Stage):
             if msg.create_response or msg.response is not None:
                 req = msg.response or ResponseRequest.from_settings(self.context.settings, msg.generation)
                 yield from self._respond(req, msg.turn, msg.timeline)
+        elif isinstance(msg, UserWordsSoFar):
+            self._read_ahead(msg)
         elif isinstance(msg, ResponseRequest):
             yield from self._respond(msg)
         elif isinstance(msg, ResponseResume):
@@ -168,6 +171,35 @@ class LmStage(Stage):
                 self._keep(HistoryItem(item.item_id, item.role, msg.text))
         else:
             yield msg
+
+    def _read_ahead(self, msg: UserWordsSoFar) -> None:
+        """Evaluates the prompt the turn's answer will have, with the words so far, into the conversation's
+        cache (an engine that keeps one, ``prefill``): when the turn ends only its last words are left to read.
+        It stops, a few tokens at most later, once the turn ends (``turn_ending``): the answer goes first. The
+        turn's item is in the history only while the prompt is built."""
+        prefill = getattr(self.model, "prefill", None)
+        if prefill is None or self._prefix is None or not msg.text or self.context.turn_ending.is_set():
+            return  # no cache to read into, or the turn has ended already: its answer is what the LM does next
+        settings = self.context.settings
+        if not settings.turn_detection.create_response:
+            return  # no answer follows the turn on its own: nothing to read ahead for
+        req = ResponseRequest.from_settings(settings, msg.generation)
+        cancel = CancelFlag(self.context, req.response_id, msg.generation)
+        known = self.history.get(msg.item_id)
+        self._keep(HistoryItem(msg.item_id, "user", msg.text))
+        try:
+            messages = self._messages(req, cancel)
+        except (SessionGone, ContextExceeded):
+            return
+        finally:
+            self._forget(msg.item_id)
+            if known is not None:
+                self._keep(known)
+        try:
+            stop = lambda: cancel.is_set() or self.context.turn_ending.is_set()  # noqa: E731
+            prefill(messages, req.tools, prefix=self._prefix, stop=stop)
+        except Exception:
+            logger.exception("reading ahead failed; the turn is read when it ends")
 
     def _settle_speculation(self) -> None:
         """Forgets confirmed speculative turns and takes back the items of abandoned ones."""

@@ -15,6 +15,7 @@ from pipelines.messages import (
     PartialUtterance,
     TranscriptCompleted,
     TranscriptDelta,
+    UserWordsSoFar,
     TranscriptFailed,
     UserTurn,
     Utterance,
@@ -85,6 +86,8 @@ class SttStage(Stage):
         if msg.item_id != self._partial_item:
             self._partial_item, self._said, self._last = msg.item_id, [], []
         words = self._transcribe(msg.samples).split()
+        if len(words) > 1:  # the newest word may be cut off mid-word: the LM reads ahead up to it
+            yield UserWordsSoFar(generation=msg.generation, item_id=msg.item_id, text=" ".join(words[:-1]))
         stable = _common_prefix(self._last, words)
         self._last = words
         stable = min(stable, len(words) - 1)

@@ -198,6 +198,7 @@ class VadStage(Stage):
             if self._speculation:  # the user goes on: drop the work started ahead
                 yield TurnAbandoned(generation=generation, turn=self._speculation)
                 self._speculation = ""
+                self.context.turn_ending.clear()
         else:
             self._silence_ms += FRAME_MS
         if self._gated:
@@ -210,6 +211,7 @@ class VadStage(Stage):
             self._speculation = f"{self._item_id}#{self._rounds}"
             self._timeline = Timeline(self._speech_end_at)
             self._timeline.mark("speculation")
+            self.context.turn_ending.set()
             yield Utterance(
                 generation=generation,
                 item_id=self._item_id,
@@ -251,6 +253,7 @@ class VadStage(Stage):
         self._verdict = ""
         self._speech_end_at = time.monotonic()
         self._since_partial_ms = 0
+        self.context.turn_ending.clear()
         self._item_id = new_id("item")
         self._buffer = list(self._prefix)
         self._prefix.clear()
@@ -351,6 +354,7 @@ class VadStage(Stage):
         timeline = self._timeline if speculation and self._timeline is not None else Timeline(self._speech_end_at)
         self._timeline = None
         timeline.mark("decision")
+        self.context.turn_ending.set()
         yield SpeechStopped(
             generation=generation, item_id=item_id, audio_end_ms=end_ms, speech_end_at=self._speech_end_at
         )

@@ -1,0 +1,165 @@
+"""Reading ahead: the words of a turn still being spoken evaluated into the LM's cache, so that when the turn
+ends only its last words are left to read (``UserWordsSoFar``, ``LmStage._read_ahead``, ``LlamaCppLM.prefill``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipelines.config import SessionSettings
+from pipelines.loopback import FakeLanguageModel
+from pipelines.messages import HistoryItem, UserTurn, UserWordsSoFar
+from pipelines.stages.base import SessionContext
+from pipelines.stages.lm import LmStage
+
+SYSTEM = {"role": "system", "content": "You are a helpful voice assistant. Answer briefly."}
+
+
+class ReadingFakeLM(FakeLanguageModel):
+    """The FAKE model, keeping the prompts it was asked to read ahead, and the prefix each came with."""
+
+    def __init__(self) -> None:
+        self.read: list[tuple[list[dict], object]] = []
+
+    def prefill(self, messages, tools=(), prefix=None, stop=None) -> int:
+        self.read.append((messages, prefix))
+        return len(messages)
+
+    def new_prefix_cache(self) -> object:
+        return object()
+
+
+def stage(model: FakeLanguageModel, **settings) -> LmStage:
+    context = SessionContext()
+    context.reset(1)
+    context.settings = SessionSettings(instructions="Answer.", **settings)
+    lm = LmStage(context, model)
+    lm.history["item_0"] = HistoryItem("item_0", "user", "hello")
+    return lm
+
+
+def test_the_words_so_far_are_read_with_the_answers_prompt_and_leave_the_history_as_it_was():
+    model = ReadingFakeLM()
+    lm = stage(model)
+    before = dict(lm.history)
+    tokens_before = lm.history_tokens
+    out = list(lm.process(UserWordsSoFar(generation=1, item_id="item_1", text="What color is the")))
+    assert out == []  # nothing for the TTS
+    ((messages, prefix),) = model.read
+    assert messages[0] == {"role": "system", "content": "Answer."}
+    assert messages[-1] == {"role": "user", "content": "What color is the"}
+    assert prefix is lm._prefix
+    assert lm.history == before and lm.history_tokens == tokens_before
+    # The turn itself, when it ends, goes in as always.
+    done = list(
+        lm.process(UserTurn(generation=1, item_id="item_1", text="What color is the sky?", create_response=False))
+    )
+    assert done == [] and lm.history["item_1"].text == "What color is the sky?"
+
+
+def test_nothing_is_read_ahead_without_an_answer_to_come_or_an_engine_that_keeps_a_cache():
+    from pipelines.config import TurnDetection
+
+    model = ReadingFakeLM()
+    lm = stage(model, turn_detection=TurnDetection(create_response=False))
+    list(lm.process(UserWordsSoFar(generation=1, item_id="item_1", text="What color")))
+    assert model.read == []
+    plain = stage(FakeLanguageModel())  # no prefill, no cache: the message is taken and dropped
+    assert list(plain.process(UserWordsSoFar(generation=1, item_id="item_1", text="What color"))) == []
+
+
+@pytest.fixture(scope="module")
+def smol():
+    from pipelines.backends.llama_cpp_lm import LlamaCppLM
+    from pipelines.backends.transformers_lm import default_model
+
+    folder, name = default_model()
+    return LlamaCppLM(str(Path(folder) / name), threads=1, n_ctx=1024)
+
+
+def test_llama_cpp_reads_ahead_into_the_conversations_context_and_the_answer_reads_only_the_rest(smol):
+    """Real llama.cpp (SmolLM2-135M): after reading "What is the capital of", the answer to the whole
+    question takes every token of that prompt from the cache but the template's end (the context is new:
+    without reading ahead nothing would be cached)."""
+    so_far = [SYSTEM, {"role": "user", "content": "What is the capital of"}]
+    final = [SYSTEM, {"role": "user", "content": "What is the capital of France?"}]
+    prefix = smol.new_prefix_cache()
+    read = smol.prefill(so_far, prefix=prefix)
+    assert read == len(smol.encode_chat(so_far))
+    stream = smol.generate_stream(final, 8, 0.0, prefix=prefix)
+    assert "".join(stream)
+    ahead = smol.encode_chat(so_far)
+    common = next(i for i, (a, b) in enumerate(zip(ahead, smol.encode_chat(final))) if a != b)
+    assert stream.cached_tokens == common
+    assert common >= len(ahead) - 8  # all but the template's end of the turn ("<|im_end|>", the answer's header)
+    assert smol.prefill(so_far, prefix=None) == 0
+
+
+class SaysSoFar:
+    """A FAKE transcriber: whatever it is set to say."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def transcribe(self, audio, language=None, prompt=None) -> str:
+        return self.text
+
+
+def test_a_partial_transcript_sends_its_words_but_the_newest_to_the_lm():
+    from pipelines.messages import PartialUtterance
+    from pipelines.stages.stt import SttStage
+
+    context = SessionContext()
+    context.reset(1)
+    transcriber = SaysSoFar()
+    stt = SttStage(context, transcriber)
+    partial = PartialUtterance(generation=1, item_id="item_1", samples=bytes(6400))
+
+    transcriber.text = "What"
+    assert not [m for m in stt.process(partial) if isinstance(m, UserWordsSoFar)]  # one word: maybe cut off
+    transcriber.text = "What color is the sk"
+    (ahead,) = [m for m in stt.process(partial) if isinstance(m, UserWordsSoFar)]
+    assert (ahead.item_id, ahead.text, ahead.generation) == ("item_1", "What color is the", 1)
+
+
+def test_reading_ahead_stops_a_few_tokens_after_the_turn_ends_and_keeps_what_it_read(smol):
+    from pipelines.backends.llama_cpp_lm import READ_AHEAD_TOKENS
+
+    so_far = [SYSTEM, {"role": "user", "content": "Tell me about the history of the city of Rome"}]
+    asked: list[int] = []
+    ids = smol.encode_chat(so_far)
+    (context,) = smol._free
+    held = list(context._input_ids)  # an earlier test's prompt: its system part is shared
+    cached = next((i for i, (a, b) in enumerate(zip(held, ids)) if a != b), min(len(held), len(ids)))
+    prefix = smol.new_prefix_cache()
+    read = smol.prefill(so_far, prefix=prefix, stop=lambda: asked.append(1) or len(asked) > 2)
+    assert read == 2 * READ_AHEAD_TOKENS  # two chunks, then the turn ended
+    assert cached + read < len(ids)
+    assert smol.prefill(so_far, prefix=prefix) == len(ids) - cached - read  # the rest, not all again
+
+
+def test_the_vad_marks_the_turn_ending_when_it_speculates_and_clears_it_when_speech_goes_on():
+    import numpy as np
+
+    from pipelines import audio
+    from pipelines.loopback import FakeEnergyVad
+    from pipelines.messages import AudioIn
+    from pipelines.stages.vad import VadStage
+    from tests.support.speech import silence, tone
+
+    context = SessionContext()
+    context.reset(1)
+    vad = VadStage(context, FakeEnergyVad(), speculate_after_ms=96)
+    vad.setup()
+
+    def feed(samples) -> list:
+        data = audio.encode(samples, audio.PCM)
+        return [m for at in range(0, len(data), 960) for m in vad.process(AudioIn(1, data[at : at + 960], audio.PCM))]
+
+    feed(np.concatenate([silence(0.1), tone(0.5)]))
+    assert not context.turn_ending.is_set()
+    feed(silence(0.2))  # past speculate_after_ms, before the window closes
+    assert context.turn_ending.is_set()
+    feed(tone(0.3))  # the user goes on
+    assert not context.turn_ending.is_set()
