@@ -257,7 +257,9 @@ def stage_decisions(
             name = f"semantic_vad {eagerness}{' + words' if read else ''}"
             modes[name] = (TurnDetection(type="semantic_vad", eagerness=eagerness), 200, read)
     for ms in check_ms:
-        modes[f"semantic_vad auto, asked at {ms} ms"] = (TurnDetection(type="semantic_vad"), ms, False)
+        for read in (False, True):
+            name = f"semantic_vad auto{' + words' if read else ''}, asked at {ms} ms"
+            modes[name] = (TurnDetection(type="semantic_vad"), ms, read)
     out: dict[str, dict[str, list]] = {name: {"premature": [], "end_after_ms": []} for name in modes}
     for _ in range(renderings):
         for text in complete:
@@ -406,7 +408,7 @@ def main() -> None:
         nargs="*",
         default=[],
         metavar="MS",
-        help="also run the VAD stage with Smart Turn asked after these silences (eagerness auto)",
+        help="also the VAD stage with Smart Turn asked after these silences (auto, with and without words)",
     )
     parser.add_argument("--calls", type=int, default=200, help="model calls timed")
     parser.add_argument("--limit", type=int, default=0, help="only the first N utterances of each kind (a quick check)")
