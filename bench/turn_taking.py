@@ -353,7 +353,7 @@ def model_cost(turn: SmartTurnModel, calls: int) -> list[float]:
     return costs
 
 
-def drift(turn: SmartTurnModel, renderings: int, silences_ms=(200, 400, 800, 1200)) -> dict[int, list[float]]:
+def drift(turn: SmartTurnModel, renderings: int, silences_ms=(100, 200, 400, 800, 1200)) -> dict[int, list[float]]:
     """The model's probability for the first half of each mid-sentence utterance, as the silence after it grows."""
     out: dict[int, list[float]] = {ms: [] for ms in silences_ms}
     for _ in range(renderings):
@@ -510,11 +510,14 @@ def report(args, e2e, stage, held_out, costs, word_costs, probs, gate, load_befo
         "Its probability that a mid-sentence pause is the end of the turn, as more silence follows the first half "
         "(why it is asked once per pause, at 200 ms, and never again as the silence grows):",
         "",
-        "| silence after the first half | median | judged finished (>= 0.5) |",
-        "|---:|---:|---:|",
+        "| silence after the first half | median | judged finished (>= 0.5) | sure of it (>= 0.9) |",
+        "|---:|---:|---:|---:|",
     ]
     for ms, values in probs.items():
-        lines.append(f"| {ms} ms | {pct(values, 50):.2f} | {sum(v >= 0.5 for v in values)} of {len(values)} |")
+        lines.append(
+            f"| {ms} ms | {pct(values, 50):.2f} | {sum(v >= 0.5 for v in values)} of {len(values)} | "
+            f"{sum(v >= 0.9 for v in values)} of {len(values)} |"
+        )
     lines += [
         "",
         "Speech the barge-in gate hears while the assistant speaks (Silero frames of speech, pauses under "

@@ -114,7 +114,7 @@ class EndOfTurnLM:
         context = context or self._make_context()
         try:
             tokens = context.tokenize(prompt.encode(), add_bos=False, special=True)[-CONTEXT_TOKENS:]
-            context.n_tokens = _kept(context, tokens)
+            context.n_tokens = cached_prefix(context, tokens)
             context.eval(tokens[context.n_tokens :])  # computes the logits of the last token only
             logits = np.ctypeslib.as_array(
                 llama_cpp.llama_get_logits_ith(context.ctx, -1), shape=(context.n_vocab(),)
@@ -126,7 +126,7 @@ class EndOfTurnLM:
         return float(probs[self._ids].sum() / probs.sum())
 
 
-def _kept(context: Any, tokens: list[int]) -> int:
+def cached_prefix(context: Any, tokens: list[int]) -> int:
     """How many of ``tokens`` the context already holds, from the start (its cache for them is kept).
 
     Every reading begins with the same chat template, its system message included (two thirds of
