@@ -351,6 +351,8 @@ class VadStage(Stage):
                 self._verdict = "unfinished, words read"  # too late to help: the longest wait decides
             return False
         self._verdict = "unfinished, words read"
+        if not any(char.isalnum() for char in words):
+            return False  # no words (nothing heard, or the STT failed): the sound decides
         try:
             probability = self.text_model.finished_probability(words)
         except Exception:

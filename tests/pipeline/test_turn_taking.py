@@ -207,6 +207,22 @@ def test_a_question_that_sounds_unfinished_ends_once_its_words_read_as_finished(
     assert len([m for m in out if isinstance(m, TurnConfirmed)]) == 1
 
 
+class HearsNothing:
+    """An STT that makes out no words (a mumble, or a failed transcription, which notes none either)."""
+
+    def transcribe(self, samples: np.ndarray) -> str:
+        return ""
+
+
+def test_no_words_leave_an_unfinished_sounding_pause_to_the_sound(models, readers):
+    reader = CountedReader(readers[1])
+    stage = listening_stage((models[0], HearsGoingOn()), (readers[0], reader))
+    out = feed_and_transcribe(
+        stage, HearsNothing(), silence(0.5), spoken("What is the capital of France?"), silence(1.5)
+    )
+    assert turns(out) == [] and reader.read == []  # the reader would score no words 1.0: it is not asked
+
+
 def test_a_sentence_cut_where_it_sounds_unfinished_still_waits_and_its_words_are_read_once(models, readers):
     first, _ = spoken_halves("I'm looking for a restaurant that | serves vegan food.", steady=True)
     reader = CountedReader(readers[1])
