@@ -19,7 +19,8 @@ the release of held output, the send; the bench adds the first span (the client'
 the VAD's last speech frame: Silero's decay) and the last (sent to received).
 
 Run: ``python bench/breakdown.py --turns 5 --compare 'S2S_STT_WINDOW_S=30'`` (``--help``); prints
-markdown and rewrites its section of docs/benchmarks.md and docs/breakdown.png.
+markdown and rewrites its section of docs/benchmarks.md and docs/breakdown.png. ``--scenarios
+websocket/semantic_vad websocket/server_vad`` runs only those (with ``--no-write`` for a partial run).
 
 ``--capacity 4,8,16,32,64 --env '...'`` instead finds how many sessions one server holds with first
 audio p90 under 1 s: that many WebSocket talkers at once, for each count in turn. On a GPU machine:
@@ -72,6 +73,8 @@ DETECTION = {
     "server_vad": {"type": "server_vad", "silence_duration_ms": 500},
     "semantic_vad": {"type": "semantic_vad", "eagerness": "auto"},
 }
+SINGLE = [("websocket", "server_vad"), ("websocket", "semantic_vad"), ("webrtc", "server_vad")]
+SCENARIOS = [f"{transport}/{detection}" for transport, detection in SINGLE] + ["talkers"]
 # The client's end of speech to the VAD's last speech frame, and the send to the client's receipt.
 FIRST, LAST = "speech_end", "received"
 
@@ -204,30 +207,32 @@ class RtcTalker:
         await self.call.close()
 
 
-BLOCKS = ("single", "many")
-
-
-async def single_block(urls: dict[str, tuple[str, str]], turns: int, timeout: float) -> dict[tuple, list[Turn]]:
+async def single_block(
+    urls: dict[str, tuple[str, str]], turns: int, timeout: float, scenarios: list[tuple[str, str]] = SINGLE
+) -> dict[tuple, list[Turn]]:
     """Block 1: per configuration, a WebSocket session (server_vad and semantic_vad alternating) and a call."""
     results: dict[tuple, list[Turn]] = {}
-    talkers: dict[str, tuple[WsTalker, RtcTalker]] = {}
+    talkers: dict[str, tuple[WsTalker, RtcTalker | None]] = {}
+    calls = any(transport == "webrtc" for transport, _ in scenarios)
     try:
         for name, (ws_url, http) in urls.items():
-            ws, rtc = WsTalker(ws_url), RtcTalker(http)
+            ws, rtc = WsTalker(ws_url), RtcTalker(http) if calls else None
             await ws.open()
-            await rtc.open()
+            if rtc is not None:
+                await rtc.open()
             talkers[name] = (ws, rtc)
         for n in range(turns + 1):  # the first round warms every session up and is not counted
             question = trimmed(QUESTIONS[n % len(QUESTIONS)])
             names = list(talkers) if n % 2 == 0 else list(reversed(talkers))
             for name in names:
                 ws, rtc = talkers[name]
-                scenarios = [("websocket", "server_vad"), ("websocket", "semantic_vad"), ("webrtc", "server_vad")]
-                for transport, detection in scenarios[n % 3 :] + scenarios[: n % 3]:
+                shift = n % len(scenarios)
+                for transport, detection in scenarios[shift:] + scenarios[:shift]:
                     if transport == "websocket":
                         await ws.detect(detection)
                         turn = await ws.turn(question, timeout)
                     else:
+                        assert rtc is not None
                         turn = await rtc.turn(question, timeout)
                     if n:
                         results.setdefault((name, transport, detection, 1), []).append(turn)
@@ -235,7 +240,8 @@ async def single_block(urls: dict[str, tuple[str, str]], turns: int, timeout: fl
     finally:
         for ws, rtc in talkers.values():
             await ws.close()
-            await rtc.close()
+            if rtc is not None:
+                await rtc.close()
     return results
 
 
@@ -386,7 +392,7 @@ def run(
     timeout: float,
     pipeline: str,
     trees: dict[str, Path],
-    blocks: tuple[str, ...] = BLOCKS,
+    scenarios: list[str] = SCENARIOS,
 ) -> tuple[list[dict], float, float]:
     servers: dict[str, LiveServer] = {}
     try:
@@ -399,10 +405,9 @@ def run(
             ).start(ready_timeout=900)
         load_before = os.getloadavg()[0]
         urls = {name: (server.ws, server.http) for name, server in servers.items()}
-        results: dict[tuple, list[Turn]] = {}
-        if "single" in blocks:
-            results |= asyncio.run(single_block(urls, turns, timeout))
-        if "many" in blocks:
+        single = [pair for pair in SINGLE if "/".join(pair) in scenarios]
+        results = asyncio.run(single_block(urls, turns, timeout, single)) if single else {}
+        if "talkers" in scenarios:
             results |= asyncio.run(talkers_block(urls, turns, timeout))
         load_after = os.getloadavg()[0]
         time.sleep(3)  # the record writers catch up
@@ -539,7 +544,11 @@ def main() -> None:
         help="also a server run from this checkout of the code (e.g. a git worktree of main), named 'before'",
     )
     parser.add_argument(
-        "--blocks", nargs="+", choices=BLOCKS, default=list(BLOCKS), help="single: one talker; many: 1, 2, 4 talkers"
+        "--scenarios",
+        nargs="+",
+        choices=SCENARIOS,
+        default=SCENARIOS,
+        help="only these: a one-talker scenario (transport/detection), or the many-talkers block",
     )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
@@ -557,7 +566,7 @@ def main() -> None:
     trees = {}
     if args.baseline:
         configs["before"], trees["before"] = {}, args.baseline.resolve()
-    rows, load_before, load_after = run(configs, args.turns, args.timeout, args.pipeline, trees, tuple(args.blocks))
+    rows, load_before, load_after = run(configs, args.turns, args.timeout, args.pipeline, trees, args.scenarios)
     described = {name: env for name, env in configs.items() if name not in trees}
     for name, tree in trees.items():
         rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)

@@ -257,7 +257,9 @@ def stage_decisions(
             name = f"semantic_vad {eagerness}{' + words' if read else ''}"
             modes[name] = (TurnDetection(type="semantic_vad", eagerness=eagerness), 200, read)
     for ms in check_ms:
-        modes[f"semantic_vad auto, asked at {ms} ms"] = (TurnDetection(type="semantic_vad"), ms, False)
+        for read in (False, True):
+            name = f"semantic_vad auto{' + words' if read else ''}, asked at {ms} ms"
+            modes[name] = (TurnDetection(type="semantic_vad"), ms, read)
     out: dict[str, dict[str, list]] = {name: {"premature": [], "end_after_ms": []} for name in modes}
     for _ in range(renderings):
         for text in complete:
@@ -351,7 +353,7 @@ def model_cost(turn: SmartTurnModel, calls: int) -> list[float]:
     return costs
 
 
-def drift(turn: SmartTurnModel, renderings: int, silences_ms=(200, 400, 800, 1200)) -> dict[int, list[float]]:
+def drift(turn: SmartTurnModel, renderings: int, silences_ms=(100, 200, 400, 800, 1200)) -> dict[int, list[float]]:
     """The model's probability for the first half of each mid-sentence utterance, as the silence after it grows."""
     out: dict[int, list[float]] = {ms: [] for ms in silences_ms}
     for _ in range(renderings):
@@ -406,7 +408,7 @@ def main() -> None:
         nargs="*",
         default=[],
         metavar="MS",
-        help="also run the VAD stage with Smart Turn asked after these silences (eagerness auto)",
+        help="also the VAD stage with Smart Turn asked after these silences (auto, with and without words)",
     )
     parser.add_argument("--calls", type=int, default=200, help="model calls timed")
     parser.add_argument("--limit", type=int, default=0, help="only the first N utterances of each kind (a quick check)")
@@ -508,11 +510,14 @@ def report(args, e2e, stage, held_out, costs, word_costs, probs, gate, load_befo
         "Its probability that a mid-sentence pause is the end of the turn, as more silence follows the first half "
         "(why it is asked once per pause, at 200 ms, and never again as the silence grows):",
         "",
-        "| silence after the first half | median | judged finished (>= 0.5) |",
-        "|---:|---:|---:|",
+        "| silence after the first half | median | judged finished (>= 0.5) | sure of it (>= 0.9) |",
+        "|---:|---:|---:|---:|",
     ]
     for ms, values in probs.items():
-        lines.append(f"| {ms} ms | {pct(values, 50):.2f} | {sum(v >= 0.5 for v in values)} of {len(values)} |")
+        lines.append(
+            f"| {ms} ms | {pct(values, 50):.2f} | {sum(v >= 0.5 for v in values)} of {len(values)} | "
+            f"{sum(v >= 0.9 for v in values)} of {len(values)} |"
+        )
     lines += [
         "",
         "Speech the barge-in gate hears while the assistant speaks (Silero frames of speech, pauses under "

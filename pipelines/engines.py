@@ -168,9 +168,9 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
 
     vad = _timed("vad (silero)", lambda: SileroVadModel(config.vad_model), timings, progress)
     denoiser = _timed(f"noise reduction ({config.denoiser})", lambda: _denoiser(config), timings, progress)
-    turn = _timed(
-        "turn (smart turn v3)", lambda: SmartTurnModel(config.smart_turn_model, threads=threads), timings, progress
-    )
+    # One thread: a call on a turn's 8 s is about 30 ms on a free core, and a second thread would take
+    # a core from the STT and the LM that run beside it.
+    turn = _timed("turn (smart turn v3)", lambda: SmartTurnModel(config.smart_turn_model, threads=1), timings, progress)
     whisper = _timed(
         "stt (faster-whisper)",
         lambda: WhisperEngine(

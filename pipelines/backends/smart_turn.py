@@ -48,10 +48,14 @@ class SmartTurnModel:
         self.model_path = model_file(
             model_path, default_model_path, "Smart Turn model", "pipecat-ai", "S2S_SMART_TURN_MODEL"
         )
+        # Threads that sleep when idle, as Piper's (pipelines/backends/piper_tts.py): a spinning one would
+        # take a core from the STT and the LM, which run beside the turn check.
         opts = onnxruntime.SessionOptions()
         opts.intra_op_num_threads = max(1, threads)
         opts.inter_op_num_threads = 1
         opts.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         try:
             self._session = onnxruntime.InferenceSession(
                 self.model_path, sess_options=opts, providers=["CPUExecutionProvider"]

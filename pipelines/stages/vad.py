@@ -69,6 +69,10 @@ SEMANTIC_THRESHOLD = {"low": 0.7, "medium": 0.5, "auto": 0.5, "high": 0.3}
 # speech before the turn ends anyway (half the longest wait). Chosen by bench/turn_taking.py.
 SEMANTIC_TEXT_FLOOR = {"low": 0.08, "medium": 0.05, "auto": 0.05, "high": 0.02}
 SEMANTIC_TEXT_WAIT_MS = {name: wait // 2 for name, wait in SEMANTIC_MAX_WAIT_MS.items()}
+# The chance of a finished message at or above which the words overrule an unfinished-sounding pause:
+# Smart Turn hears some complete questions as going on ("How are you today?"), which then waited the
+# longest wait; cut sentences read under 0.25 (bench/turn_taking.py, docs/benchmarks.md).
+SEMANTIC_TEXT_SURE = {"low": 0.8, "medium": 0.5, "auto": 0.5, "high": 0.3}
 # How long after the turn model's verdict the words may take to come from the STT; later, the sound decides.
 WORDS_DUE_MS = 800
 
@@ -82,7 +86,9 @@ class VadStage(Stage):
     end-of-turn probability rises as more silence is fed to it, for unfinished sentences too.
     A finished-sounding turn ends at once, unless a text turn model reads its words (the
     transcript of the turn sent ahead at ``speculate_after_ms``) as unfinished, e.g. "I'd like
-    to order a": then it waits for more speech up to half the longest wait. Without a turn
+    to order a": then it waits for more speech up to half the longest wait. The words may also
+    overrule an unfinished-sounding turn, when they read as finished beyond doubt
+    (``SEMANTIC_TEXT_SURE``, e.g. "How are you today"): it ends once they are read. Without a turn
     model (the loopback profile) a pause of ``check_after_ms`` ends the turn.
 
     While the assistant speaks, speech counts as a barge-in (``SpeechStarted``, which
@@ -137,7 +143,9 @@ class VadStage(Stage):
         self._timeline: Timeline | None = None  # the speculation's
         self._speech_end_at = 0.0
         self._rounds = 0
-        self._verdict = ""  # of the current pause: "" (not asked), "unfinished", "sounds finished", "words unfinished"
+        # Of the current pause: "" (not asked), "unfinished", "unfinished, words read", "sounds finished",
+        # "words unfinished".
+        self._verdict = ""
         self._gated = False  # speech while the assistant speaks, not yet long enough to interrupt
         self._heard_ms = 0
         if self._state is not None:
@@ -282,14 +290,14 @@ class VadStage(Stage):
         eagerness = detection.eagerness if detection.eagerness in SEMANTIC_MAX_WAIT_MS else "auto"
         if self._silence_ms >= SEMANTIC_MAX_WAIT_MS[eagerness]:
             return True
-        if self._verdict == "unfinished" or self._silence_ms < self.check_after_ms:
+        if self._silence_ms < self.check_after_ms or self._verdict == "unfinished, words read":
             return False
         if self._verdict == "words unfinished":
             return self._silence_ms >= SEMANTIC_TEXT_WAIT_MS[eagerness]
         if not self._verdict:
             self._verdict = "sounds finished" if self._sounds_finished(eagerness) else "unfinished"
-            if self._verdict == "unfinished":
-                return False
+        if self._verdict == "unfinished":
+            return self._words_sure(eagerness)
         return self._words_finished(eagerness)
 
     def _sounds_finished(self, eagerness: str) -> bool:
@@ -335,6 +343,26 @@ class VadStage(Stage):
             return True
         self._verdict = "words unfinished"
         return self._silence_ms >= SEMANTIC_TEXT_WAIT_MS[eagerness]
+
+    def _words_sure(self, eagerness: str) -> bool:
+        """Whether the words of an unfinished-sounding turn read as finished beyond doubt; read once."""
+        if self.text_model is None or not self._speculation:
+            return False
+        words = self.context.words_of(self._speculation)
+        if words is None:
+            if self._silence_ms >= self.check_after_ms + WORDS_DUE_MS:
+                self._verdict = "unfinished, words read"  # too late to help: the longest wait decides
+            return False
+        self._verdict = "unfinished, words read"
+        if not any(char.isalnum() for char in words):
+            return False  # no words (nothing heard, or the STT failed): the sound decides
+        try:
+            probability = self.text_model.finished_probability(words)
+        except Exception:
+            logger.exception("the text turn model failed; the turn waits")
+            return False
+        logger.debug("text turn model on an unfinished-sounding pause: %.3f for %r", probability, words)
+        return probability >= SEMANTIC_TEXT_SURE[eagerness]
 
     def _stop_speaking(self) -> None:
         self._speaking = False

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from pipelines.backends.turn_text import EndOfTurnLM, words_of
+from pipelines.backends.turn_text import EndOfTurnLM, cached_prefix, words_of
 from pipelines.stages.vad import SEMANTIC_TEXT_FLOOR
 
 pytestmark = pytest.mark.real_models
@@ -72,3 +72,26 @@ def test_units_may_ask_at_once(reader):
         thread.join(timeout=60)
     alone = {text: reader.finished_probability(text) for text in set(texts)}
     assert all(results[i] == pytest.approx(alone[texts[i]], abs=1e-5) for i in range(len(texts)))
+
+
+def test_a_reading_is_the_same_whatever_the_context_read_before(reader):
+    """The context keeps the cache of what it read last; what it keeps must not change a verdict."""
+    first = {text: reader.finished_probability(text) for text in ("I'd like to order a", "What is the capital of")}
+    for before in ("I'd like to order a large pizza", "What is the capital of France", "Why is the sky blue", "Hi"):
+        for text, alone in first.items():
+            reader.finished_probability(before)
+            assert reader.finished_probability(text) == pytest.approx(alone, rel=1e-4, abs=1e-7), (before, text)
+    assert reader.finished_probability("Hi") == pytest.approx(reader.finished_probability("Hi"), rel=1e-4)
+
+
+def test_the_next_reading_evaluates_only_what_differs_from_the_last(reader):
+    reader.finished_probability("What is the capital of France")
+    context = reader._free[-1]  # the context that read last
+    tokens = context.tokenize(
+        reader._format(messages=[{"role": "user", "content": "Why is the sky blue"}]).prompt.encode(),
+        add_bos=False,
+        special=True,
+    )
+    template = context.tokenize(b"<|im_start|>system\n", add_bos=False, special=True)
+    # The system message and the user's turn marker are kept: the words are what is left to evaluate.
+    assert len(template) < cached_prefix(context, tokens) < len(tokens) - 3

@@ -98,8 +98,10 @@ def test_a_finished_question_ends_the_turn_before_the_server_vad_window_closes(m
 
 
 def test_a_pause_in_mid_sentence_does_not_end_the_turn(models):
-    first, second = spoken_halves("My phone number is five five five | two three four nine.", steady=True)
-    out = feed(vad_stage(models, SEMANTIC), silence(0.5), first, silence(1.2), second, silence(1.0))
+    # Smart Turn hears the first half as going on (0.02), and the whole sentence too: the turn ends at the
+    # longest wait (auto: 4 s) after it.
+    first, second = spoken_halves("I'm looking for a restaurant that | serves vegan food.", steady=True)
+    out = feed(vad_stage(models, SEMANTIC), silence(0.5), first, silence(1.2), second, silence(4.5))
     stopped = turns(out)
     assert len(stopped) == 1, [m for m in out if isinstance(m, (SpeechStarted, SpeechStopped))]
     first_half_end_ms = 500 + len(first) * 1000 // 24000
@@ -175,6 +177,59 @@ def test_words_unfinished_wait_half_the_longest_wait_then_the_turn_ends(models, 
     stage = listening_stage(models, readers)
     assert turns(feed_and_transcribe(stage, readers[0], silence(0.5), first, silence(1.9))) == []
     assert len(turns(feed_and_transcribe(stage, readers[0], silence(0.3)))) == 1  # auto: 2 s of 4 s
+
+
+class HearsGoingOn:
+    """Smart Turn's misjudgment of some complete questions, scripted: every pause sounds unfinished."""
+
+    def probability(self, samples: np.ndarray) -> float:
+        return 0.05
+
+
+class CountedReader:
+    """The real text turn model, counting its readings."""
+
+    def __init__(self, reader: EndOfTurnLM) -> None:
+        self.reader, self.read = reader, []
+
+    def finished_probability(self, transcript: str) -> float:
+        self.read.append(transcript)
+        return self.reader.finished_probability(transcript)
+
+
+def test_a_question_that_sounds_unfinished_ends_once_its_words_read_as_finished(models, readers):
+    question = spoken("What is the capital of France?")
+    by_sound = vad_stage((models[0], HearsGoingOn()), SEMANTIC)
+    assert turns(feed(by_sound, silence(0.5), question, silence(1.5))) == []  # the sound alone: auto waits 4 s
+    stage = listening_stage((models[0], HearsGoingOn()), readers)
+    out = feed_and_transcribe(stage, readers[0], silence(0.5), question, silence(1.5))
+    assert len(turns(out)) == 1, [m for m in out if isinstance(m, (SpeechStarted, SpeechStopped))]
+    assert len([m for m in out if isinstance(m, TurnConfirmed)]) == 1
+
+
+class HearsNothing:
+    """An STT that makes out no words (a mumble, or a failed transcription, which notes none either)."""
+
+    def transcribe(self, samples: np.ndarray) -> str:
+        return ""
+
+
+def test_no_words_leave_an_unfinished_sounding_pause_to_the_sound(models, readers):
+    reader = CountedReader(readers[1])
+    stage = listening_stage((models[0], HearsGoingOn()), (readers[0], reader))
+    out = feed_and_transcribe(
+        stage, HearsNothing(), silence(0.5), spoken("What is the capital of France?"), silence(1.5)
+    )
+    assert turns(out) == [] and reader.read == []  # the reader would score no words 1.0: it is not asked
+
+
+def test_a_sentence_cut_where_it_sounds_unfinished_still_waits_and_its_words_are_read_once(models, readers):
+    first, _ = spoken_halves("I'm looking for a restaurant that | serves vegan food.", steady=True)
+    reader = CountedReader(readers[1])
+    stage = listening_stage(models, (readers[0], reader))
+    assert turns(feed_and_transcribe(stage, readers[0], silence(0.5), first, silence(3.5))) == []
+    assert len(reader.read) == 1 and "restaurant" in reader.read[0], reader.read
+    assert len(turns(feed_and_transcribe(stage, readers[0], silence(0.7)))) == 1  # auto's longest wait, 4 s
 
 
 def test_create_response_false_commits_the_turn_without_a_response(models):
