@@ -36,7 +36,7 @@ from realtime.protocol.events import error_event
 from realtime.protocol.transport import ServerEvent
 from realtime.transports import sctp_limit
 from realtime.transports.playout import PlaysFromQueue
-from realtime.transports.webrtc_media import MicrophoneConverter, ReplyTrack
+from realtime.transports.webrtc_media import MicrophoneConverter, ReplyTrack, hear_at_once
 
 sctp_limit.install()  # the data channel's advertised maximum, enforced while reassembling
 
@@ -212,6 +212,9 @@ class WebRTCCall(PlaysFromQueue):
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if track.kind == "audio":
+            for transceiver in self.pc.getTransceivers():
+                if transceiver.receiver.track is track:
+                    hear_at_once(transceiver.receiver)
             self._spawn(self._pump_microphone(track), "microphone")
 
     async def _pump_microphone(self, track: MediaStreamTrack) -> None:
