@@ -33,9 +33,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.docs import machine_load, write_section  # noqa: E402
-from bench.webrtc_latency import pct  # noqa: E402
-from tests.sip.test_control import SECRET, Webhook  # noqa: E402
+from bench.docs import latency_row, machine_load, pct, write_section  # noqa: E402
+from tests.sip.conftest import SECRET, Webhook, sip_listener_env  # noqa: E402
 from tests.support.server import LiveServer, free_port  # noqa: E402
 from tests.support.sip_phone import SipPhone  # noqa: E402
 
@@ -98,11 +97,7 @@ def section(results: dict[str, list[float]], command: str, load: float) -> str:
     rows = ["| accept sent to | calls | p50 ms | p90 ms | min ms | max ms |", "|---|---:|---:|---:|---:|---:|"]
     labels = (("local", "A, the process holding the call"), ("remote", "B, which asks A through Redis"))
     for kind, label in labels:
-        values = results[kind]
-        rows.append(
-            f"| {label} | {len(values)} | {pct(values, 50):.1f} | {pct(values, 90):.1f} | {min(values):.1f} "
-            f"| {max(values):.1f} |"
-        )
+        rows.append(latency_row(label, results[kind], digits=1))
     extra = pct(results["remote"], 50) - pct(results["local"], 50)
     begin, end = MARKERS
     return f"""{begin}
@@ -140,8 +135,7 @@ def main() -> None:
             env={
                 **env,
                 "S2S_NODE_NAME": "bench-a",
-                "S2S_SIP_BIND": f"127.0.0.1:{sip_port}",
-                "S2S_SIP_RTP_PORTS": f"{20000 + sip_port % 10000 * 2}-{20200 + sip_port % 10000 * 2}",
+                **sip_listener_env(sip_port),
                 "S2S_SIP_WEBHOOK_URL": webhook.url,
                 "S2S_SIP_WEBHOOK_SECRET": SECRET,
             },

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
 
@@ -29,3 +31,13 @@ def machine_load(load: float) -> str:
             f"{load:.1f} at the end), so the spread is partly the machine's"
         )
     return f"quiet: nothing else ran on the {cores} cores (load average {load:.1f} at the end)"
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q))
+
+
+def latency_row(label: str, values: list[float], digits: int = 0) -> str:
+    """A table row: ``label``, the count, then p50, p90, min and max of ``values`` (ms) to ``digits`` places."""
+    figures = (pct(values, 50), pct(values, 90), min(values), max(values))
+    return f"| {label} | {len(values)} | " + " | ".join(f"{v:.{digits}f}" for v in figures) + " |"

@@ -38,8 +38,8 @@ import websockets
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.docs import machine_load, write_section  # noqa: E402
-from bench.webrtc_latency import QUESTION, SESSION, pct, websocket_turn  # noqa: E402
+from bench.docs import latency_row, machine_load, pct, write_section  # noqa: E402
+from bench.webrtc_latency import QUESTION, SESSION, websocket_turn  # noqa: E402
 from pipelines import audio  # noqa: E402
 from tests.support.server import LiveServer, free_port  # noqa: E402
 from tests.support.sip_phone import SipPhone  # noqa: E402
@@ -124,11 +124,7 @@ def section(
     ]
     labels = (("sip", "SIP (G.711 μ-law RTP, aiosipua + aiortp caller)"), ("websocket", "WebSocket (PCM16 deltas)"))
     for kind, label in labels:
-        values = results[kind]
-        rows.append(
-            f"| {label} | {len(values)} | {pct(values, 50):.0f} | {pct(values, 90):.0f} | {min(values):.0f} "
-            f"| {max(values):.0f} |"
-        )
+        rows.append(latency_row(label, results[kind]))
         t = timings[kind]
         inside.append(
             f"| {kind} | {t['stt_ms']:.0f} | {t['lm_first_token_ms']:.0f} | {t['tts_first_audio_ms']:.0f} "

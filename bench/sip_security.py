@@ -34,6 +34,7 @@ from realtime.transports.sip.auth import DigestAuth  # noqa: E402
 from realtime.transports.sip.srtp import Crypto, SrtpContext  # noqa: E402
 from tests.sip.test_malformed import invite  # noqa: E402
 from tests.sip.test_security import OFFER, digest_header  # noqa: E402
+from tests.sip.conftest import sip_listener_env  # noqa: E402
 from tests.support.server import LiveServer, free_port  # noqa: E402
 
 MARKERS = ("<!-- sip-security:begin -->", "<!-- sip-security:end -->")
@@ -140,8 +141,7 @@ def main() -> None:
             Path(tmp),
             env={
                 "S2S_POOL_SIZE": "2",
-                "S2S_SIP_BIND": f"127.0.0.1:{sip_port}",
-                "S2S_SIP_RTP_PORTS": "30000-30100",
+                **sip_listener_env(sip_port),
                 "S2S_SIP_USERS": "phone:pw",
             },
         )

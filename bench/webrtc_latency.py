@@ -38,7 +38,7 @@ import websockets
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.docs import machine_load, write_section  # noqa: E402
+from bench.docs import latency_row, machine_load, pct, write_section  # noqa: E402
 from pipelines import audio  # noqa: E402
 from tests.support.server import LiveServer  # noqa: E402
 from tests.support.speech import pcm16_chunks, silence, spoken, tone  # noqa: E402
@@ -159,18 +159,10 @@ async def measure(server: LiveServer, args: argparse.Namespace) -> dict[str, lis
     return results
 
 
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q))
-
-
 def section(results: dict[str, list[float]], args: argparse.Namespace, command: str, load: float) -> str:
     rows = ["| transport | turns | p50 ms | p90 ms | min ms | max ms |", "|---|---:|---:|---:|---:|---:|"]
     for kind, label in (("webrtc", "WebRTC (Opus track, aiortc client)"), ("websocket", "WebSocket (PCM16 deltas)")):
-        values = results[kind]
-        rows.append(
-            f"| {label} | {len(values)} | {pct(values, 50):.0f} | {pct(values, 90):.0f} | {min(values):.0f} "
-            f"| {max(values):.0f} |"
-        )
+        rows.append(latency_row(label, results[kind]))
     difference = pct(results["webrtc"], 50) - pct(results["websocket"], 50)
     why = WHY_LOOPBACK if args.pipeline == "loopback" else WHY_REAL
     what = (

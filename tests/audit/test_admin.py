@@ -32,7 +32,7 @@ from realtime.views import installed_voices
 from realtime.apps import AUDITORS_GROUP
 from realtime.management.commands.pool_status import Command as PoolStatus
 from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, Recording, ResponseRecord, Stage
-from tests.audit.conftest import with_database
+from tests.support.services import with_database
 from tests.support.speech import tone
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import queue
+import secrets
 import sqlite3
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -18,14 +23,19 @@ from tests.support.server import LiveServer, free_port
 from tests.support.speech import silence, tone
 
 
+def sip_listener_env(port: int) -> dict[str, str]:
+    """The settings of a SIP listener on 127.0.0.1:``port``, with RTP ports of its own (derived from it)."""
+    first_rtp = 20000 + port % 10000 * 2
+    return {"S2S_SIP_BIND": f"127.0.0.1:{port}", "S2S_SIP_RTP_PORTS": f"{first_rtp}-{first_rtp + 200}"}
+
+
 def sip_server(tmp_path: Path, launcher: str = "daphne", **env: str) -> LiveServer:
     """A started server listening for SIP on a free port (``server.sip_uri``), with ``env`` on top."""
     port = free_port()
     live = LiveServer(
         tmp_path,
         env={
-            "S2S_SIP_BIND": f"127.0.0.1:{port}",
-            "S2S_SIP_RTP_PORTS": f"{20000 + port % 10000 * 2}-{20200 + port % 10000 * 2}",
+            **sip_listener_env(port),
             "S2S_SIP_NUMBERS": "masked",
             **env,
         },
@@ -94,3 +104,44 @@ def loud_seconds(samples: np.ndarray, rate: int, threshold: float = 0.05) -> flo
     window = rate // 50
     frames = samples[: len(samples) // window * window].reshape(-1, window)
     return float((np.abs(frames).max(axis=1) > threshold).sum() * 0.02)
+
+
+SECRET = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+class Webhook:
+    """The operator's webhook endpoint: a real HTTP server in the test process that keeps what it receives."""
+
+    def __init__(self) -> None:
+        self.received: queue.Queue[tuple[dict[str, str], bytes]] = queue.Queue()
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                received.put((dict(self.headers.items()), body))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/hooks"
+        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+        self.thread.start()
+
+    def next(self, timeout: float = 15.0) -> tuple[dict[str, str], bytes]:
+        return self.received.get(timeout=timeout)
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+@pytest.fixture(scope="module")
+def webhook() -> Iterator[Webhook]:
+    hook = Webhook()
+    yield hook
+    hook.close()

@@ -11,18 +11,11 @@ import pytest
 from channels_redis.core import RedisChannelLayer
 
 from realtime.node import cluster
-from tests.sip.conftest import sip_server, sip_sessions, wait_free
-from tests.sip.test_control import SECRET, Webhook, incoming
+from tests.sip.conftest import SECRET, sip_server, sip_sessions, wait_free
+from tests.sip.test_control import incoming
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer
 from tests.support.services import redis_url
-
-
-@pytest.fixture(scope="module")
-def webhook() -> Iterator[Webhook]:
-    hook = Webhook()
-    yield hook
-    hook.close()
 
 
 @pytest.fixture(scope="module")

@@ -6,59 +6,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import queue
-import secrets
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
 
-from tests.sip.conftest import a_tone, free_units, loud_seconds, sip_server, wait_free
+from tests.sip.conftest import SECRET, Webhook, a_tone, free_units, loud_seconds, sip_server, wait_free
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer
-
-SECRET = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-
-
-class Webhook:
-    """The operator's webhook endpoint: a real HTTP server in the test process that keeps what it receives."""
-
-    def __init__(self) -> None:
-        self.received: queue.Queue[tuple[dict[str, str], bytes]] = queue.Queue()
-        received = self.received
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                received.put((dict(self.headers.items()), body))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/hooks"
-        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
-        self.thread.start()
-
-    def next(self, timeout: float = 15.0) -> tuple[dict[str, str], bytes]:
-        return self.received.get(timeout=timeout)
-
-    def close(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
-
-
-@pytest.fixture(scope="module")
-def webhook() -> Iterator[Webhook]:
-    hook = Webhook()
-    yield hook
-    hook.close()
 
 
 @pytest.fixture(scope="module")

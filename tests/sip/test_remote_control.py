@@ -5,14 +5,15 @@ on A through the channel layer with A's real answer (200, 400, 409, 404)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
+
+import uuid
 
 import openai
 import pytest
 
-from tests.sip.conftest import free_units, loud_seconds, sip_server, wait_free
-from tests.sip.test_control import SECRET, Webhook, incoming
+from tests.sip.conftest import SECRET, free_units, loud_seconds, sip_server, wait_free
+from tests.sip.test_control import incoming
 from tests.support import services
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer
@@ -21,24 +22,10 @@ pytestmark = pytest.mark.services
 
 
 @pytest.fixture(scope="module")
-def webhook() -> Iterator[Webhook]:
-    hook = Webhook()
-    yield hook
-    hook.close()
-
-
-@pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    """A fresh PostgreSQL database both servers share (other test runs use the same server), dropped afterwards."""
-    import psycopg
-
-    url = services.postgres_url()
-    name = f"s2s_sipctl_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(services.libpq(url), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield f"{url.rpartition('/')[0]}/{name}"
-    with psycopg.connect(services.libpq(url), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    """A fresh PostgreSQL database both servers share."""
+    with services.private_database("s2s_sipctl") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -157,13 +157,17 @@ def test_a_wrong_password_is_forbidden_and_a_good_one_for_another_nonce_is_stale
     assert "refused (403): bad credentials for 'mallory'" in locked.full_log()
 
 
-def test_a_phone_with_the_right_password_is_answered_and_hears_the_reply(locked, phones):
-    phone = phones(account=f";auth_pass={PASSWORD}")
-    phone.dial(locked.sip_uri)
-    wait_for(lambda: loud_seconds(*phone.heard()) >= 1.0, 30, what="the reply heard by the phone")
-    assert "authenticated as 'phone'" in locked.full_log()
+def call_and_hear(server, phone, uri: str, logged: str) -> None:
+    """``phone`` calls ``uri``, hears the reply and hangs up; the server logged ``logged`` and has both units back."""
+    phone.dial(uri)
+    wait_for(lambda: loud_seconds(*phone.heard()) >= 1.0, 30, what=f"the reply heard by the phone at {uri}")
+    assert logged in server.full_log()
     phone.hang_up()
-    assert wait_free(locked, 2) == 2
+    assert wait_free(server, 2) == 2
+
+
+def test_a_phone_with_the_right_password_is_answered_and_hears_the_reply(locked, phones):
+    call_and_hear(locked, phones(account=f";auth_pass={PASSWORD}"), locked.sip_uri, "authenticated as 'phone'")
 
 
 def test_a_phone_with_a_wrong_password_is_refused_and_holds_nothing(locked, phones):
@@ -185,22 +189,14 @@ def test_an_srtp_call_over_tls_is_answered_heard_and_hung_up(locked, phones):
         except ConnectionResetError:
             answer = b""
         assert not answer.startswith(b"SIP/2.0 ")  # a TLS alert, or the connection closed
-    phone = phones(account=f";auth_pass={PASSWORD};mediaenc=srtp-mand")
-    phone.dial(locked.tls_uri)
     # Heard only if both ends agree on the keys: a packet that does not authenticate is dropped, not played.
-    wait_for(lambda: loud_seconds(*phone.heard()) >= 1.0, 30, what="the reply heard over SRTP and TLS")
-    assert "SRTP (AES_CM_128_HMAC_SHA1" in locked.full_log()
-    phone.hang_up()
-    assert wait_free(locked, 2) == 2
+    phone = phones(account=f";auth_pass={PASSWORD};mediaenc=srtp-mand")
+    call_and_hear(locked, phone, locked.tls_uri, "SRTP (AES_CM_128_HMAC_SHA1")
     wait_for(lambda: locked.full_log().count("the caller hung up (BYE)") == byes + 1, 10, what="the BYE over TLS")
 
 
 def test_a_trusted_trunk_calls_without_a_password_with_srtp(trunk, phones):
-    phone = phones(account=";mediaenc=srtp-mand")
-    phone.dial(trunk.sip_uri)
-    wait_for(lambda: loud_seconds(*phone.heard()) >= 1.0, 30, what="the reply heard over SRTP")
-    phone.hang_up()
-    assert wait_free(trunk, 2) == 2
+    call_and_hear(trunk, phones(account=";mediaenc=srtp-mand"), trunk.sip_uri, "SRTP (AES_CM_128_HMAC_SHA1")
 
 
 def test_a_plain_rtp_call_to_a_server_that_requires_srtp_gets_488_and_holds_nothing(trunk, phones):

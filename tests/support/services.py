@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -52,3 +55,25 @@ def postgres_url() -> str:
 
 def libpq(url: str) -> str:
     return url.replace("postgres://", "postgresql://", 1)
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server URL, another database."""
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{name}"
+
+
+@contextmanager
+def private_database(prefix: str) -> Iterator[str]:
+    """A fresh PostgreSQL database of its own (other test runs share the server): its URL, dropped afterwards."""
+    import psycopg
+
+    url = postgres_url()
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield with_database(url, name)
+    finally:
+        with psycopg.connect(libpq(url), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
