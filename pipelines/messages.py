@@ -362,8 +362,18 @@ class TextDelta(Outbound):
 
 
 @dataclass(frozen=True)
+class SpokenText(Outbound):
+    """The text of a piece of a spoken response, sent when its synthesis starts: the words reach the client
+    ahead of their audio (the ``AudioOut`` that starts the piece names it again, for where it starts)."""
+
+    response_id: str
+    text: str
+
+
+@dataclass(frozen=True)
 class AudioOut(Outbound):
-    """Response audio in the session's output format, with the text it speaks."""
+    """Response audio in the session's output format; ``transcript``: the piece (sent before as
+    ``SpokenText``) that this audio starts, empty while the same piece goes on."""
 
     response_id: str
     data: bytes

@@ -11,7 +11,15 @@ import numpy as np
 
 from pipelines import audio
 from pipelines.config import SPEED_RANGE
-from pipelines.messages import AudioOut, Downstream, Message, ResponseEnd, ResponseFinished, TextForSpeech
+from pipelines.messages import (
+    AudioOut,
+    Downstream,
+    Message,
+    ResponseEnd,
+    ResponseFinished,
+    SpokenText,
+    TextForSpeech,
+)
 from pipelines.speech_order import SpeechOrder
 from pipelines.spoken import for_speech
 from pipelines.stages.base import CancelFlag, SessionContext, Stage
@@ -82,6 +90,11 @@ class TtsStage(Stage):
         out_rate = audio.RATES[msg.output_format]
         step = out_rate * DELTA_MS // 1000
         transcript_pending = msg.text
+        # The words go out now, ahead of their audio (as the hosted API sends them): a client shows them while
+        # they are synthesized, and the audio that starts them says where they begin (conversation.item.truncate).
+        yield SpokenText(
+            generation=msg.generation, response_id=msg.response_id, text=msg.text, turn=msg.turn, timeline=msg.timeline
+        )
         try:
             low, high = SPEED_RANGE
             said = for_speech(msg.text)  # numbers, units and symbols in words; the transcript keeps msg.text

@@ -252,6 +252,8 @@ class Conversation:
                 return self.responses.started(msg)
             case m.TextDelta():
                 return self.responses.text(msg)
+            case m.SpokenText():
+                return self.responses.spoken_text(msg)
             case m.AudioOut():
                 return self.responses.audio(msg)
             case m.FunctionCallStarted():

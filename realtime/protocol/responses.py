@@ -289,11 +289,17 @@ class Responses:
             # the transport's: a base64 ``delta`` on the wire, or played (ServerEvent)
             server_event("response.output_audio.delta", **_content_ids(state), audio=msg)
         )
-        if msg.transcript:
-            delta = (" " if state.text else "") + msg.transcript
-            state.text += delta
-            events.append(server_event("response.output_audio_transcript.delta", **_content_ids(state), delta=delta))
-        state.speech.sent(len(msg.data), msg.transcript)
+        state.speech.sent(len(msg.data), msg.transcript)  # its words went out before it (spoken_text)
+        return events
+
+    def spoken_text(self, msg: m.SpokenText) -> list[Event]:
+        """A piece's words, as its synthesis starts: ahead of its audio."""
+        if (state := self.live(msg.response_id)) is None or not msg.text:
+            return []
+        events = self._open_message(state)
+        delta = (" " if state.text else "") + msg.text
+        state.text += delta
+        events.append(server_event("response.output_audio_transcript.delta", **_content_ids(state), delta=delta))
         return events
 
     def _open_message(self, state: ResponseState) -> list[Event]:

@@ -199,8 +199,8 @@ GA_ORDER_AUDIO = [
     "response.created",
     "response.output_item.added",
     "response.content_part.added",
+    "response.output_audio_transcript.delta",  # a piece's words go out as its synthesis starts, ahead of it
     "response.output_audio.delta",
-    "response.output_audio_transcript.delta",
     "response.output_audio.done",
     "response.output_audio_transcript.done",
     "response.content_part.done",
@@ -285,6 +285,8 @@ async def test_an_audio_response_comes_in_the_ga_order_with_audio_and_its_transc
     assert subsequence(GA_ORDER_AUDIO, types(events)), types(events)
     transcript = "".join(e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta")
     assert transcript == "You said: hello sound."
+    kinds = types(events)
+    assert kinds.index("response.output_audio_transcript.delta") < kinds.index("response.output_audio.delta")
     pcm = audio_bytes(events)
     # No user audio to echo: the fake TTS plays 440 Hz for 60 ms per word (4 words).
     assert audio.duration_ms(len(pcm), audio.PCM) == 240
