@@ -100,11 +100,17 @@ async def timed_events(recv: Callable[[float], Awaitable[dict | None]], turn: Tu
             turn.setdefault("response_id", event["response"]["id"])
         elif kind == "response.output_audio_transcript.delta":
             turn.setdefault("text", now)
-        elif kind == "response.output_audio.delta" and "audio" not in turn:
+        elif kind == "response.output_audio.delta":
             samples = audio.decode(base64.b64decode(event["delta"]), audio.PCM)
-            loud = np.flatnonzero(np.abs(samples) > LOUD)
-            if len(loud):  # played from its arrival: its first audible sample plays that much later
-                turn["audio"] = now + loud[0] / RATE
+            if "audio" not in turn:
+                loud = np.flatnonzero(np.abs(samples) > LOUD)
+                if len(loud):  # played from its arrival: its first audible sample plays that much later
+                    turn["audio"] = now + loud[0] / RATE
+                    turn["playing_until"] = now + len(samples) / RATE
+            else:  # a client playing the reply from its first audible delta: how long it would wait for more
+                until = turn["playing_until"]
+                turn["stall"] = max(turn.get("stall", 0.0), now - until)
+                turn["playing_until"] = max(until, now) + len(samples) / RATE
         elif kind == "response.done":
             turn["status"] = event["response"]["status"]
             return
@@ -178,7 +184,7 @@ class RtcTalker:
     """A WebRTC call: the question on the microphone track, the reply timed on the remote track."""
 
     def __init__(self, http: str) -> None:
-        self.call = WebRTCClient(http)
+        self.call = WebRTCClient(http, frames_as_they_come=True)
 
     async def open(self, detection: str = "server_vad") -> None:
         answer = await self.call.connect(session=session(detection))
@@ -362,6 +368,7 @@ def figures(results: dict[tuple, list[Turn]], records: dict[str, dict[str, dict[
         after = [(t["audio"] - t["stopped"]) * 1000 for t in heard if "stopped" in t]
         stopped = [(t["stopped"] - t["end"]) * 1000 for t in heard if "stopped" in t]
         text_lead = [(t["audio"] - t["text"]) * 1000 for t in heard if "text" in t]
+        stalls = [t.get("stall", 0.0) * 1000 for t in heard if "playing_until" in t]
         per_turn = [turn_spans(t, records[name].get(t.get("response_id", ""), {})) for t in heard]
         per_turn = [s for s in per_turn if s]
         mean_spans: dict[str, float] = {}
@@ -378,6 +385,7 @@ def figures(results: dict[tuple, list[Turn]], records: dict[str, dict[str, dict[
                 "after": after,
                 "stopped": stopped,
                 "text_lead": text_lead,
+                "stalls": stalls,
                 "spans": mean_spans,
                 "broken_down": len(per_turn),
                 "core_wait": [c * 1000 for c in core if c is not None],
@@ -440,8 +448,8 @@ def label(key: tuple) -> str:
     return f"{name}: {transport}, {detection}, {talkers} talker{'s' if talkers > 1 else ''}"
 
 
-def core_ms(values: list[float]) -> str:
-    return f"{pct(values, 50):.0f} ms" if values else "–"  # none from code that keeps no breakdown
+def core_ms(values: list[float], q: float = 50) -> str:
+    return f"{pct(values, q):.0f} ms" if values else "–"  # none: code that keeps no breakdown, or not measured
 
 
 def section(rows: list[dict], command: str, load_before: float, load_after: float, configs: dict) -> str:
@@ -462,17 +470,18 @@ def section(rows: list[dict], command: str, load_before: float, load_after: floa
         "First audio: the client's end of speech to the first audible reply sample it receives (WebSocket: the first "
         "audio delta with sound, plus that sound's offset in it; WebRTC: the first loud frame off the track). "
         "After stopped: from the client's receipt of `speech_stopped`. Text lead: how long before the first audio the "
-        "first transcript delta came.",
+        "first transcript delta came. Longest stall: a client playing the reply from its first audible delta, the "
+        "longest it would wait for the next (0: the reply came faster than it plays; WebSocket only).",
         "",
         "| configuration and scenario | turns | first audio p50 | p90 | speech_stopped p50 | first audio after "
-        "stopped p50 | p90 | text lead p50 | threads waiting for a core p50 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "stopped p50 | p90 | text lead p50 | longest stall p90 | threads waiting for a core p50 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
             f"| {label(row['key'])} | {row['heard']}/{row['turns']} | {pct(row['v2v'], 50):.0f} ms | "
             f"{pct(row['v2v'], 90):.0f} ms | {pct(row['stopped'], 50):.0f} ms | {pct(row['after'], 50):.0f} ms | "
-            f"{pct(row['after'], 90):.0f} ms | {pct(row['text_lead'], 50):.0f} ms | "
+            f"{pct(row['after'], 90):.0f} ms | {pct(row['text_lead'], 50):.0f} ms | {core_ms(row['stalls'], 90)} | "
             f"{core_ms(row['core_wait'])} |"
         )
     names = [n for n in SPAN_LABELS if any(n in row["spans"] for row in rows)]

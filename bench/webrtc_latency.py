@@ -130,7 +130,7 @@ async def websocket_turn(ws: websockets.ClientConnection, speech: np.ndarray, ti
 async def measure(server: LiveServer, args: argparse.Namespace) -> dict[str, list[float]]:
     speech = question(args.pipeline)
     audio.resample(speech, RATE, 48000)  # imports scipy now, not in the middle of the first turn
-    call = WebRTCClient(server.http)
+    call = WebRTCClient(server.http, frames_as_they_come=True)
     ws = await websockets.connect(
         f"{server.ws}?model=gpt-realtime", subprotocols=["realtime"], open_timeout=30, max_size=None
     )

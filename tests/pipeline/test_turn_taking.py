@@ -98,9 +98,10 @@ def test_a_finished_question_ends_the_turn_before_the_server_vad_window_closes(m
 
 
 def test_a_pause_in_mid_sentence_does_not_end_the_turn(models):
-    # Smart Turn hears the first half as going on (0.02), and the whole sentence too: the turn ends at the
-    # longest wait (auto: 4 s) after it.
-    first, second = spoken_halves("I'm looking for a restaurant that | serves vegan food.", steady=True)
+    # Smart Turn hears the first half as going on (0.01), and the whole sentence too (0.06): the turn ends at
+    # the longest wait (auto: 4 s) after it. Chosen for its margin: Smart Turn's verdict on some cut sentences
+    # moves by 0.5 with 0.1 % of noise added, or on another CPU (its rendering by Piper differs slightly).
+    first, second = spoken_halves("I was wondering if you could | help me with my homework.", steady=True)
     out = feed(vad_stage(models, SEMANTIC), silence(0.5), first, silence(1.2), second, silence(4.5))
     stopped = turns(out)
     assert len(stopped) == 1, [m for m in out if isinstance(m, (SpeechStarted, SpeechStopped))]
@@ -224,11 +225,11 @@ def test_no_words_leave_an_unfinished_sounding_pause_to_the_sound(models, reader
 
 
 def test_a_sentence_cut_where_it_sounds_unfinished_still_waits_and_its_words_are_read_once(models, readers):
-    first, _ = spoken_halves("I'm looking for a restaurant that | serves vegan food.", steady=True)
+    first, _ = spoken_halves("I was wondering if you could | help me with my homework.", steady=True)
     reader = CountedReader(readers[1])
     stage = listening_stage(models, (readers[0], reader))
     assert turns(feed_and_transcribe(stage, readers[0], silence(0.5), first, silence(3.5))) == []
-    assert len(reader.read) == 1 and "restaurant" in reader.read[0], reader.read
+    assert len(reader.read) == 1 and "wondering" in reader.read[0], reader.read
     assert len(turns(feed_and_transcribe(stage, readers[0], silence(0.7)))) == 1  # auto's longest wait, 4 s
 
 

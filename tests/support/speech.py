@@ -48,7 +48,7 @@ def spoken_halves(text: str, rate: int = 24000, steady: bool = False) -> tuple[n
     Both halves come from one synthesis, so the first keeps the pitch of a sentence that goes on;
     a pause put between them is a pause in mid-sentence. ``steady``: without Piper's random
     variation, the same audio every run (as :func:`spoken`). The cut is found from Piper's phoneme
-    alignments (the word boundary after as many spaces as words before the ``|``).
+    alignments (the word boundary after as many spaces as the part before the ``|`` has, phonemized alone).
     """
     before, _, after = text.partition("|")
     if not after:
@@ -61,7 +61,9 @@ def spoken_halves(text: str, rate: int = 24000, steady: bool = False) -> tuple[n
     )
     if chunk.phoneme_alignments is None:
         raise RuntimeError("the Piper voice gave no alignments")
-    words, seen, cut = len(before.split()), 0, 0
+    # The words as espeak speaks them: it runs some together ("for a" is one, "fɚɹɚ"), so the cut comes after
+    # as many of its word breaks as the first part alone has.
+    words, seen, cut = sum(phonemes.count(" ") + 1 for phonemes in voice.phonemize(before.strip())), 0, 0
     for alignment in chunk.phoneme_alignments:
         if alignment.phoneme == " ":
             seen += 1
