@@ -75,6 +75,7 @@ DETECTION = {
 }
 SINGLE = [("websocket", "server_vad"), ("websocket", "semantic_vad"), ("webrtc", "server_vad")]
 SCENARIOS = [f"{transport}/{detection}" for transport, detection in SINGLE] + ["talkers"]
+TALKERS_BLOCK = "websocket sessions side by side"  # block 2's transport, as its rows name it
 # The client's end of speech to the VAD's last speech frame, and the send to the client's receipt.
 FIRST, LAST = "speech_end", "received"
 
@@ -269,8 +270,8 @@ async def talkers_block(urls: dict[str, tuple[str, str]], turns: int, timeout: f
                     turns_now = await asyncio.gather(
                         *(talker.turn(q, timeout) for talker, q in zip(sessions[name][:count], questions))
                     )
-                    if n:
-                        results.setdefault((name, "websocket", "server_vad", count), []).extend(turns_now)
+                    if n:  # named apart from block 1's lone WebSocket turns, which run in one longer session
+                        results.setdefault((name, TALKERS_BLOCK, "server_vad", count), []).extend(turns_now)
                     print(f"round {n} {name} {count} talker(s): {[summary(t) for t in turns_now]}", flush=True)
     finally:
         for group in sessions.values():

@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -148,7 +149,8 @@ class LlamaCppLM:
             "verbose": False,
         }
         self._lock = threading.Condition()
-        self._free: list[Any] = []
+        self._free: list[Any] = []  # in the order released
+        self._holders: dict[int, weakref.ref[LlamaPrefix]] = {}  # id(context) -> the conversation it caches
         self.max_contexts = max(1, max_contexts)
         first = self._make_context()
         self._made = 1
@@ -178,18 +180,35 @@ class LlamaCppLM:
         return Llama(model_path=self.model_path, **self._options)
 
     def _acquire(self, prefix: LlamaPrefix | None) -> Any:
-        """A free context, the conversation's own if it is free; a new one while fewer than ``max_contexts`` exist."""
+        """A context for ``prefix``'s conversation: its own if it is free, else one no live conversation holds,
+        else a new one while fewer than ``max_contexts`` exist, else the one free the longest (its
+        conversation reads its whole prompt again next time).
+
+        Taking another conversation's context costs that one its cache: with two sessions on one context,
+        each turn of each read its whole history again (1 s a turn after ten turns on two cores). A new
+        context takes 0.3-0.45 s to make, so one is made ahead, off the caller's thread, whenever no spare
+        one is left."""
         with self._lock:
             while True:
                 if prefix is not None and prefix.context in self._free:
-                    self._free.remove(prefix.context)
-                    return prefix.context
-                if self._free:
-                    return self._free.pop()
+                    context = prefix.context
+                    break
+                spare = next((c for c in self._free if self._holder(c) is None), None)
+                if spare is not None:
+                    context = spare
+                    break
                 if self._made < self.max_contexts:
                     self._made += 1
+                    context = None
+                    break
+                if self._free:
+                    context = self._free[0]  # released the longest ago
                     break
                 self._lock.wait()
+            if context is not None:
+                self._free.remove(context)
+                self._spare_ahead()
+                return context
         try:
             return self._make_context()
         except BaseException:
@@ -198,8 +217,38 @@ class LlamaCppLM:
                 self._lock.notify()
             raise
 
-    def _release(self, context: Any) -> None:
+    def _holder(self, context: Any) -> LlamaPrefix | None:
+        """The live conversation whose cache ``context`` holds, if any."""
+        ref = self._holders.get(id(context))
+        holder = ref() if ref is not None else None
+        return holder if holder is not None and holder.context is context else None
+
+    def _spare_ahead(self) -> None:
+        """With the lock held: starts making a context when none is spare and fewer than ``max_contexts`` exist."""
+        if self._made >= self.max_contexts or any(self._holder(c) is None for c in self._free):
+            return
+        self._made += 1
+
+        def make() -> None:
+            try:
+                context = self._make_context()
+            except Exception:
+                logger.exception("could not make a spare llama.cpp context")
+                with self._lock:
+                    self._made -= 1
+                return
+            self._release(context, None)
+
+        threading.Thread(target=make, name="llama-context", daemon=True).start()
+
+    def _release(self, context: Any, prefix: LlamaPrefix | None) -> None:
+        """``context`` is free again; ``prefix``: the conversation whose cache it now holds."""
         with self._lock:
+            if prefix is None:
+                self._holders.pop(id(context), None)
+            else:
+                prefix.context = context
+                self._holders[id(context)] = weakref.ref(prefix)
             self._free.append(context)
             self._lock.notify()
 
@@ -352,8 +401,7 @@ class LlamaCppLM:
             )
             return read
         finally:
-            prefix.context = context
-            self._release(context)
+            self._release(context, prefix)
 
     def _tokens(self, text: str) -> list[int]:
         return self._tokenizer.tokenize(text.encode(), add_bos=False, special=True) if text else []
@@ -404,9 +452,7 @@ class LlamaCppStream:
         try:
             yield from self._pieces(context)
         finally:
-            if self._prefix is not None:
-                self._prefix.context = context
-            self._lm._release(context)
+            self._lm._release(context, self._prefix)
 
     def _reuse(self, context: Any) -> int:
         """Keeps the KV cache of the longest prefix this prompt shares with the context's last one."""

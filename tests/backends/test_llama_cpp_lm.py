@@ -314,6 +314,32 @@ def test_a_prefix_reuses_the_previous_turn_and_gives_the_same_answer(smol):
     assert cached_stream.cached_tokens > cached_stream.input_tokens // 2
 
 
+def test_two_conversations_taking_turns_keep_their_own_caches():
+    """Two sessions answered in turn on a model of two contexts: each turn of each reads only its new words.
+    The context a conversation left is not given to the other while a spare exists or can be made (one is
+    made ahead, off the caller's thread); before, the second took the first's and each turn read its whole
+    history again."""
+    folder, name = default_model()
+    lm = LlamaCppLM(str(Path(folder) / name), threads=2, max_contexts=2, n_ctx=1024)
+    conversations = [
+        (lm.new_prefix_cache(), [{"role": "user", "content": f"Tell me about {animal}."}])
+        for animal in ("cats", "owls")
+    ]
+    for turn in range(3):
+        for prefix, history in conversations:
+            stream = lm.generate_stream(history, 8, 0.0, prefix=prefix)
+            answer = "".join(stream)
+            if turn:
+                assert stream.cached_tokens > stream.input_tokens // 2, (
+                    turn,
+                    stream.cached_tokens,
+                    stream.input_tokens,
+                )
+            history += [{"role": "assistant", "content": answer}, {"role": "user", "content": "And then?"}]
+    assert conversations[0][0].context is not conversations[1][0].context
+    assert lm._made == 2
+
+
 def test_a_prefix_recovers_from_a_prompt_that_diverges(smol):
     prefix = smol.new_prefix_cache()
     base = [{"role": "system", "content": "Answer briefly."}]
