@@ -170,7 +170,7 @@ class EngineConfig:
     # Start STT, LM and TTS after this much silence, before the silence window closes (0: never).
     speculate_after_ms: int = 96
     # The first spoken piece of an answer goes to TTS after its first clause or this many words (0: whole clauses only).
-    first_piece_words: int = 4
+    first_piece_words: int = 2
     # OpenAI voice name -> configured voice name; "default" is the configured voice.
     voices: tuple[str, ...] = ("alloy", "ash", "ballad", "cedar", "coral", "echo", "marin", "sage", "shimmer", "verse")
     torch_threads: int = 0

@@ -197,7 +197,7 @@ S2S_POOL = PoolConfig(
         smart_turn_silence_ms=envint("S2S_SMART_TURN_SILENCE_MS", 200, minimum=32, maximum=2000),
         turn_text_model=envstr("S2S_TURN_TEXT_MODEL", "default"),
         min_interrupt_ms=envint("S2S_MIN_INTERRUPT_MS", 640, minimum=0, maximum=5000),
-        first_piece_words=envint("S2S_FIRST_PIECE_WORDS", 4, minimum=0),
+        first_piece_words=envint("S2S_FIRST_PIECE_WORDS", 2, minimum=0),
         torch_threads=envint("S2S_TORCH_THREADS", 0, minimum=0),
     ),
 )

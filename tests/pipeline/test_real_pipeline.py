@@ -23,8 +23,8 @@ GA_ORDER = [
     "response.created",
     "response.output_item.added",
     "response.content_part.added",
+    "response.output_audio_transcript.delta",  # the first piece's words, sent as its synthesis starts
     "response.output_audio.delta",
-    "response.output_audio_transcript.delta",
     "response.output_audio.done",
     "response.output_audio_transcript.done",
     "response.content_part.done",
