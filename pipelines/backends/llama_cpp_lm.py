@@ -236,6 +236,7 @@ class LlamaCppLM:
                 logger.exception("could not make a spare llama.cpp context")
                 with self._lock:
                     self._made -= 1
+                    self._lock.notify()  # a caller waiting at max_contexts may make one itself
                 return
             self._release(context, None)
 
