@@ -65,7 +65,19 @@ class Baresip:
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = home / "baresip.log"
 
-    def start(self) -> Baresip:
+    def start(self, attempts: int = 3) -> Baresip:
+        """Starts the phone; on a port another process took between choosing it and binding it (baresip also
+        binds the SIP port + 1, for TLS, which nobody checked), again on new ports."""
+        for attempt in range(attempts):
+            try:
+                return self._start()
+            except RuntimeError:
+                if attempt == attempts - 1 or "Address already in use" not in self.log():
+                    raise
+                self.ctrl_port, self.sip_port = free_port(), free_port()
+        raise AssertionError("unreachable")
+
+    def _start(self) -> Baresip:
         codecs = {"PCMU": "audio_codecs PCMU/8000", "PCMA": "audio_codecs PCMA/8000"}[self.codec]
         (self.home / "config").write_text(
             "\n".join(
