@@ -435,7 +435,9 @@ class ResponseFinished(Outbound):
     reason: str | None = None
     latencies: dict[str, float] = field(default_factory=dict)
     error_code: str | None = None  # failed: why, as the API names it (None: a server error)
-    breakdown: dict[str, float] = field(default_factory=dict)  # the turn's Timeline.breakdown(), when it had one
+    # The turn's Timeline.breakdown() when the TTS finished it; a speculative response can finish before the turn
+    # ends, so the session reads its ``timeline`` again once the response goes out (the decision, the release).
+    breakdown: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

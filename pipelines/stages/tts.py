@@ -148,4 +148,5 @@ class TtsStage(Stage):
             turn=msg.turn,
             error_code=msg.error_code if status == msg.status else None,
             breakdown={} if msg.timeline is None else msg.timeline.breakdown(),
+            timeline=msg.timeline,
         )

@@ -275,7 +275,10 @@ class SessionRecorder:
             "lm_first_token_s": lat.get("lm_first_token_s"),
             "tts_first_audio_s": lat.get("tts_first_audio_s"),
             "voice_to_voice_s": voice_to_voice,
-            "breakdown": breakdown(msg.breakdown, state.first_audio_at),
+            # read now, not when the TTS finished: a speculative answer can be done before the decision
+            "breakdown": breakdown(
+                msg.breakdown if msg.timeline is None else msg.timeline.breakdown(), state.first_audio_at
+            ),
             "finished_at": timezone.now(),
         }
         for stage in Stage:  # STT was observed when its transcript came

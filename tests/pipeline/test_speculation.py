@@ -8,6 +8,7 @@ frame is speech, the transcript says how long the turn was, the LM answers
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -123,6 +124,24 @@ def test_a_speculative_turn_reports_where_its_time_went_from_the_end_of_speech_t
     assert sum(span for _, span, _ in spans(marks)) == pytest.approx(marks["emitted"])
     stopped = sink.of(SpeechStopped)[0]
     assert marks["speech_end_at"] == stopped.speech_end_at
+
+
+def test_an_answer_ready_before_the_decision_reports_its_wait_for_it(unit):
+    """The speculative answer is done while the window is still open: held, then released at the decision.
+    Its breakdown, read once it goes out (as the session's recorder reads it), has the decision and the release;
+    the one taken when the TTS finished could not (the wait showed as the session's send)."""
+    sink = Collector()
+    generation = unit.begin(sink, "sess_d")
+    feed(unit, generation, silence(0.3), tone(0.6), silence(0.2))  # past the speculation point, window open
+    time.sleep(1.5)  # the FAKE answer is done meanwhile, and held
+    assert not sink.of(ResponseFinished)
+    feed(unit, generation, silence(0.5))
+    assert sink.finished.wait(10)
+    finished = sink.of(ResponseFinished)[0]
+    assert "decision" not in finished.breakdown and "tts_first_audio" in finished.breakdown
+    marks = finished.timeline.breakdown()
+    assert marks["tts_first_audio"] < marks["decision"] <= marks["emitted"]
+    assert [name for name, _, _ in spans(marks)][-2:] == ["decision", "emitted"]
 
 
 def test_no_partial_transcript_is_sent_while_the_last_one_is_still_with_the_stt():
