@@ -449,7 +449,7 @@ def label(key: tuple) -> str:
     return f"{name}: {transport}, {detection}, {talkers} talker{'s' if talkers > 1 else ''}"
 
 
-def core_ms(values: list[float], q: float = 50) -> str:
+def ms_at(values: list[float], q: float = 50) -> str:
     return f"{pct(values, q):.0f} ms" if values else "–"  # none: code that keeps no breakdown, or not measured
 
 
@@ -482,8 +482,8 @@ def section(rows: list[dict], command: str, load_before: float, load_after: floa
         lines.append(
             f"| {label(row['key'])} | {row['heard']}/{row['turns']} | {pct(row['v2v'], 50):.0f} ms | "
             f"{pct(row['v2v'], 90):.0f} ms | {pct(row['stopped'], 50):.0f} ms | {pct(row['after'], 50):.0f} ms | "
-            f"{pct(row['after'], 90):.0f} ms | {pct(row['text_lead'], 50):.0f} ms | {core_ms(row['stalls'], 90)} | "
-            f"{core_ms(row['core_wait'])} |"
+            f"{pct(row['after'], 90):.0f} ms | {pct(row['text_lead'], 50):.0f} ms | {ms_at(row['stalls'], 90)} | "
+            f"{ms_at(row['core_wait'])} |"
         )
     names = [n for n in SPAN_LABELS if any(n in row["spans"] for row in rows)]
     lines += [
