@@ -44,7 +44,7 @@ def wait_free(server: LiveServer, count: int, timeout: float = 30) -> None:
     raise AssertionError(f"{free_units(server)} free units after {timeout}s, expected {count}")
 
 
-DROPPED_BEFORE_HANDSHAKE: list[str] = []
+DROPPED_BEFORE_HANDSHAKE: list[tuple[str, float]] = []  # (the cause, when: time.monotonic())
 OUT_OF_FILES = "a new connection was closed unanswered"
 
 
@@ -80,7 +80,7 @@ async def attempt(url: str, opened: asyncio.Event, release: asyncio.Event) -> tu
         try:
             return await _attempt(url, opened, release)
         except InvalidMessage as exc:
-            DROPPED_BEFORE_HANDSHAKE.append(f"{exc.__cause__!r} at {time.monotonic():.3f}")
+            DROPPED_BEFORE_HANDSHAKE.append((repr(exc.__cause__), time.monotonic()))
             await asyncio.sleep(0.1)
     return await _attempt(url, opened, release)
 
@@ -119,8 +119,8 @@ def why_dropped(
 ) -> str:
     """What a failure needs to be understood, the short parts first (a CI report keeps only part of a long one):
     the causes counted, the limits, the kernel's counters, then the server's warnings during the storm."""
-    causes = collections.Counter(entry.rsplit(" at ", 1)[0] for entry in DROPPED_BEFORE_HANDSHAKE)
-    moments = [float(entry.rsplit(" at ", 1)[1]) - started for entry in DROPPED_BEFORE_HANDSHAKE]
+    causes = collections.Counter(cause for cause, _ in DROPPED_BEFORE_HANDSHAKE)
+    moments = [at - started for _, at in DROPPED_BEFORE_HANDSHAKE]
     process = psutil.Process(server.process.pid)
     try:
         somaxconn = open("/proc/sys/net/core/somaxconn").read().strip()
