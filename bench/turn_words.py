@@ -1,9 +1,10 @@
 """The words' check of semantic_vad: how its floor trades complete questions kept waiting for mid-sentence cuts.
 
 A finished-sounding pause ends the turn unless the text turn model reads its words as unfinished
-(below ``vad.SEMANTIC_TEXT_FLOOR``); then the turn waits for more speech, up to half the longest
-wait (2 s with ``auto``). This renders complete questions and sentences cut mid-way (bench/turn_taking.py's
-sets and bench/voice_latency.py's questions, Piper with its random variation), scores each with Smart
+(below ``vad.SEMANTIC_TEXT_FLOOR``, lower for a transcript ending in a question mark: ``vad.words_floor``);
+then the turn waits for more speech, up to half the longest wait (2 s with ``auto``). This renders
+complete questions and sentences cut mid-way (bench/turn_taking.py's sets and bench/voice_latency.py's
+questions, Piper with its random variation), scores each with Smart
 Turn (as the VAD hears it: 0.3 s before, 0.2 s of silence after) and its Whisper transcript with the
 text turn model, and for the utterances that sound finished (Smart Turn at or above 0.5) counts, per
 floor: the complete questions that would wait, and the cut sentences that would end the turn.
@@ -35,11 +36,18 @@ from pipelines import audio  # noqa: E402
 from pipelines.backends.faster_whisper_stt import WhisperEngine  # noqa: E402
 from pipelines.backends.smart_turn import SmartTurnModel  # noqa: E402
 from pipelines.backends.turn_text import EndOfTurnLM  # noqa: E402
-from pipelines.stages.vad import SEMANTIC_TEXT_FLOOR, SEMANTIC_THRESHOLD  # noqa: E402
+from pipelines.stages.vad import (  # noqa: E402
+    QUESTION_MARK_WEIGHT,
+    SEMANTIC_TEXT_FLOOR,
+    SEMANTIC_TEXT_SURE,
+    SEMANTIC_THRESHOLD,
+    weighed,
+    words_sure,
+)
 from tests.support import speech  # noqa: E402
 
 BEGIN, END = "<!-- turn_words:begin -->", "<!-- turn_words:end -->"
-FLOORS = (0.1, 0.05, 0.02, 0.01, 0.005, 0.002)
+FLOORS = (0.2, 0.15, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002)
 BEFORE, AFTER = np.zeros(4800, np.float32), np.zeros(3200, np.float32)  # 16 kHz: 0.3 s and 0.2 s of silence
 
 
@@ -81,15 +89,24 @@ def section(rows: list[tuple[str, float, float, str]], times: list[float], args:
         f"{len(rows)} renderings; {len(complete)} complete questions and {len(cut)} cut sentences sound finished "
         f"to Smart Turn (at or above {finished}). Per floor, of those: the complete questions whose words "
         "read as unfinished (they wait up to 2 s more), and the cut sentences whose words read as finished "
-        f"(the turn is cut in the pause). The server's floor is {SEMANTIC_TEXT_FLOOR['auto']}.",
+        "(the turn is cut in the pause); by the floor alone, and by the floor as the server applies it, "
+        f"{QUESTION_MARK_WEIGHT} times lower for a transcript Whisper ends with a question mark. "
+        f"The server's floor is {SEMANTIC_TEXT_FLOOR['auto']}.",
         "",
-        "| floor | complete questions that wait | cut sentences answered in the pause |",
-        "|---:|---:|---:|",
+        "| floor | complete questions that wait | cut sentences answered in the pause "
+        "| with the question mark: complete questions that wait | cut sentences answered |",
+        "|---:|---:|---:|---:|---:|",
     ]
+
     for floor in FLOORS:
         waiting = sum(r[2] < floor for r in complete)
         answered = sum(r[2] >= floor for r in cut)
-        lines.append(f"| {floor} | {waiting} of {len(complete)} | {answered} of {len(cut)} |")
+        asked = sum(r[2] < weighed(floor, r[3]) for r in complete)
+        cut_asked = sum(r[2] >= weighed(floor, r[3]) for r in cut)
+        lines.append(
+            f"| {floor} | {waiting} of {len(complete)} | {answered} of {len(cut)} "
+            f"| {asked} of {len(complete)} | {cut_asked} of {len(cut)} |"
+        )
     lowest = sorted(complete, key=lambda r: r[2])[:5]
     lines += [
         "",
@@ -98,6 +115,15 @@ def section(rows: list[tuple[str, float, float, str]], times: list[float], args:
         + ". The cut sentences read as most finished: "
         + "; ".join(f'"{r[3]}" {r[2]:.4f}' for r in sorted(cut, key=lambda r: -r[2])[:3])
         + ".",
+    ]
+    going_on = [r for r in rows if r[1] < finished]
+    ended = [r for r in going_on if r[2] >= words_sure("auto", r[3])]
+    lines += [
+        "",
+        f"Of the {len(going_on)} renderings that sound unfinished (they would wait 4 s), the words end the turn "
+        f"(at or above {SEMANTIC_TEXT_SURE['auto']}, with the question mark's weight) for "
+        f"{sum(r[0] == 'complete' for r in ended)} of {sum(r[0] == 'complete' for r in going_on)} complete "
+        f"questions and {sum(r[0] == 'cut' for r in ended)} of {sum(r[0] == 'cut' for r in going_on)} cut sentences.",
         END,
     ]
     return "\n".join(lines)

@@ -140,6 +140,8 @@ class EngineConfig:
     stt_window_s: float = 10.0
     # TTS: at most this many sentences at once across units, first sentences first (0: no ordering).
     tts_slots: int = 0
+    # On the CPU, without batching: one compute step per core at a time, the most urgent first (pipelines.cores).
+    compute_order: bool = True
     lm_context: int = 4096  # llama_cpp: tokens of context per generation slot (one slot per unit)
     # The LM's history of one session, in tokens (0: the model's context length); older items are forgotten.
     lm_history_tokens: int = 0
@@ -169,6 +171,9 @@ class EngineConfig:
     min_interrupt_ms: int = 640
     # Start STT, LM and TTS after this much silence, before the silence window closes (0: never).
     speculate_after_ms: int = 96
+    # The same for semantic_vad, whose turn may end after smart_turn_silence_ms: its words (the turn sent
+    # ahead, transcribed) are wanted by then, and the answer soon after.
+    semantic_speculate_after_ms: int = 32
     # The first spoken piece of an answer goes to TTS after its first clause or this many words (0: whole clauses only).
     first_piece_words: int = 2
     # OpenAI voice name -> configured voice name; "default" is the configured voice.

@@ -59,6 +59,7 @@ class Engines:
     smart_turn_silence_ms: int
     min_interrupt_ms: int
     history_tokens: int = 0
+    semantic_speculate_after_ms: int | None = None  # None: speculate_after_ms
     turn_text: TextTurnModel | None = None
     denoiser: DenoiserModel | None = None  # audio.input.noise_reduction (RNNoise)
     speech_order: SpeechOrder | None = None
@@ -78,6 +79,7 @@ class Engines:
                 self.vad,
                 partial_every_ms=self.partial_every_ms,
                 speculate_after_ms=self.speculate_after_ms,
+                semantic_speculate_after_ms=self.semantic_speculate_after_ms,
                 turn_model=self.turn,
                 check_after_ms=self.smart_turn_silence_ms,
                 min_interrupt_ms=self.min_interrupt_ms,
@@ -149,9 +151,17 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
     torch.set_num_threads(lm_threads)
     # A lone talker's LM takes every core while nothing else computes (pipelines.cores); a fixed
     # S2S_TORCH_THREADS, or a batch scheduler that has them all already, keeps its count.
-    cores.configure(share=lm_threads, adaptive=not config.torch_threads and not config.lm_batching)
+    # Steps in order of urgency, one per core: on the CPU, where the units' engines share the cores; a batch
+    # scheduler's thread serves every unit's steps at once, which one unit's place in the order cannot stand for.
+    ordered = config.compute_order and device == "cpu" and not config.lm_batching and not config.stt_batch_window_ms
+    cores.configure(share=lm_threads, adaptive=not config.torch_threads and not config.lm_batching, ordered=ordered)
     logger.info(
-        "engines on %s with %s compute thread(s) per call (LM %s, STT %s)", device, threads, lm_threads, stt_threads
+        "engines on %s with %s compute thread(s) per call (LM %s, STT %s); compute steps %s",
+        device,
+        threads,
+        lm_threads,
+        stt_threads,
+        "in order of urgency, one per core" if ordered else "as the kernel schedules them",
     )
     logger.info("models: %s", config.describe())
     for setting in config.ignored():
@@ -177,7 +187,8 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
             config.stt_model,
             device=device,
             cpu_threads=stt_threads,
-            num_workers=max(1, pool_size),
+            # Two calls per unit at once: a turn's final transcript beside a partial one still being made.
+            num_workers=2 * max(1, pool_size),
             window_s=config.stt_window_s,
         ),
         timings,
@@ -208,6 +219,7 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
         max_new_tokens=config.lm_max_new_tokens,  # type: ignore[arg-type]
         partial_every_ms=config.partial_every_ms,
         speculate_after_ms=config.speculate_after_ms,
+        semantic_speculate_after_ms=config.semantic_speculate_after_ms,
         first_piece_words=config.first_piece_words,
         smart_turn_silence_ms=config.smart_turn_silence_ms,
         min_interrupt_ms=config.min_interrupt_ms,

@@ -246,6 +246,14 @@ class PartialUtterance(Downstream):
 
 
 @dataclass(frozen=True)
+class PartialHeard(Downstream):
+    """A partial transcript made off the STT stage's thread, handed back to it (``Stage.later``)."""
+
+    item_id: str
+    text: str
+
+
+@dataclass(frozen=True)
 class UserWordsSoFar(Downstream):
     """The words of a turn still being spoken (a partial transcript), for the LM to read ahead: the prompt
     its answer will have, evaluated into the conversation's cache before the turn ends."""

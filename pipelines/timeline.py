@@ -73,6 +73,15 @@ class Timeline:
             if name == "emitted" and self._core_wait is None:
                 self._core_wait = max(0.0, run_queue_s() - self._run_queue_at_start)
 
+    @property
+    def speech_end_at(self) -> float:
+        """When the user's speech ended (``time.monotonic()``): where the turn's time starts."""
+        return self.marks[SPEECH_END]
+
+    def reached(self, name: str) -> bool:
+        with self._lock:
+            return name in self.marks
+
     def add(self, name: str, seconds: float) -> None:
         with self._lock:
             self.added[name] = self.added.get(name, 0.0) + seconds

@@ -47,6 +47,8 @@ class _Wiring:
         self.unit = unit
         self.stages = list(stages)
         self.queues: list[queue.Queue[Downstream]] = [queue.Queue(maxsize=queue_size) for _ in self.stages]
+        for stage, inbox in zip(self.stages, self.queues):
+            stage.later = inbox.put
         self.acks = [threading.Event() for _ in self.stages]
         self.ready = [threading.Event() for _ in self.stages]
         self.retired = False
@@ -105,7 +107,11 @@ class _Wiring:
             if msg.timeline is not None:
                 msg.timeline.mark(f"{stage.name}_start")
             try:
-                with cores.current().busy() if stage.name in COMPUTE_STAGES else contextlib.nullcontext():
+                computes = stage.name in COMPUTE_STAGES
+                with (
+                    cores.current().busy() if computes else contextlib.nullcontext(),
+                    cores.serving(context.urgency(msg) if computes else None, owner=context),
+                ):
                     for out in stage.process(msg):
                         if isinstance(out, Outbound):
                             self.unit.emit(out)

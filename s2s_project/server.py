@@ -21,6 +21,7 @@ import logging
 import resource
 import signal
 
+import txaio
 from daphne import server as daphne_server
 from daphne import ws_protocol
 from daphne.endpoints import build_endpoint_description_strings
@@ -39,6 +40,14 @@ logger = logging.getLogger(__name__)
 
 
 SEND_BUFFER_FULL_CODE = 1008
+# After the closing handshake timed out, what the server sent before has this long to reach the client.
+CLOSE_FLUSH_S = 10.0
+
+
+def _abort_if_open(transport: object) -> None:
+    """Cuts a connection whose graceful close has not finished (the client reads nothing)."""
+    if getattr(transport, "connected", False) and not getattr(transport, "disconnected", False):
+        transport.abortConnection()  # type: ignore[attr-defined]
 
 
 def pending_bytes(transport: object) -> int | None:
@@ -96,6 +105,27 @@ class CloseCodeWebSocketProtocol(ws_protocol.WebSocketProtocol):
 
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
         super().onClose(wasClean, SEND_BUFFER_FULL_CODE if self.send_overflow else code, reason)
+
+    def onCloseHandshakeTimeout(self) -> None:
+        """The client did not answer the server's close frame in time (``closeHandshakeTimeout``): the
+        connection ends with a FIN, not autobahn's reset, so that what was sent before still reaches the client.
+
+        A reset makes the client's kernel throw away what it has not read yet: a client busy for a second (a
+        phone, a storm of connections from one process) lost the handshake's answer, the ``error`` and the close
+        frame of a refusal (1008, no free slot) and saw only "connection closed while reading HTTP status line".
+        What the transport cannot flush within ``CLOSE_FLUSH_S`` (a client that reads nothing) is cut then.
+        """
+        self.closeHandshakeTimeoutCall = None
+        if self.state == self.STATE_CLOSED:
+            return
+        self.wasClean = False
+        self.wasNotCleanReason = (
+            "WebSocket closing handshake timeout (peer did not finish the closing handshake in time)"
+        )
+        self.wasCloseHandshakeTimeout = True
+        self.dropConnection(abort=False)
+        transport = self.transport
+        txaio.call_later(CLOSE_FLUSH_S, _abort_if_open, transport)
 
 
 def install_protocols() -> None:

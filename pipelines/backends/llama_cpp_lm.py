@@ -537,38 +537,40 @@ class LlamaCppStream:
     def run_on_share(self, context: Any, step: Callable[[], None]) -> None:
         """One step (a prompt's evaluation) on the threads :mod:`pipelines.cores` chooses."""
         share = cores.current()
-        if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
-            step()
-            return
-        threads = share.lm_threads()
-        context._ctx.set_n_threads(threads, threads)
-        try:
-            step()
-        finally:
-            context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
+        with share.core():
+            if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
+                step()
+                return
+            threads = share.lm_threads()
+            context._ctx.set_n_threads(threads, threads)
+            try:
+                step()
+            finally:
+                context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
 
     def _paced(self, context: Any, tokens: Iterator[int]) -> Iterator[int]:
         """``tokens``, each step on the threads :mod:`pipelines.cores` chooses (every core while the LM is
         the only stage at work), and each decode's time told back to it. The prompt is the first step."""
         share = cores.current()
         if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
-            yield from tokens
+            yield from cores.stepwise(tokens)
             return
         threads = self._lm.threads
         first = True
         try:
             while True:
-                wanted = share.lm_threads()
-                if wanted != threads:
-                    context._ctx.set_n_threads(wanted, wanted)
-                    threads = wanted
-                started = time.perf_counter()
-                try:
-                    token = next(tokens)
-                except StopIteration:
-                    return
-                if not first:
-                    share.observe(threads, time.perf_counter() - started)
+                with share.core():
+                    wanted = share.lm_threads()
+                    if wanted != threads:
+                        context._ctx.set_n_threads(wanted, wanted)
+                        threads = wanted
+                    started = time.perf_counter()
+                    try:
+                        token = next(tokens)
+                    except StopIteration:
+                        return
+                    if not first:
+                        share.observe(threads, time.perf_counter() - started)
                 first = False
                 yield token
         finally:

@@ -43,6 +43,21 @@ def _config(path: str) -> object:
         return PiperConfig.from_dict(json.load(file))
 
 
+# Piper starts most syntheses with near-silence (up to 60 ms under 0.001 before the voice rises): the first
+# sentence of each text loses it but LEAD_KEEP_MS, so the answer is heard that much sooner. The pauses after a
+# sentence are kept, and audio silent throughout is kept as it is.
+SILENT_LEVEL = 0.001
+LEAD_KEEP_MS = 10
+
+
+def without_lead(samples: np.ndarray, rate: int) -> np.ndarray:
+    """``samples`` from LEAD_KEEP_MS before the first one at or above SILENT_LEVEL."""
+    loud = np.flatnonzero(np.abs(samples) >= SILENT_LEVEL)
+    if not len(loud):
+        return samples
+    return samples[max(0, int(loud[0]) - rate * LEAD_KEEP_MS // 1000) :]
+
+
 class PiperEngine:
     """One loaded Piper voice, shared by many units.
 
@@ -75,10 +90,12 @@ class PiperEngine:
             return
         base = self._voice.config.length_scale
         config = SynthesisConfig(length_scale=base / speed) if speed != 1.0 else None
-        for chunk in self._voice.synthesize(text, syn_config=config):
+        for index, chunk in enumerate(self._voice.synthesize(text, syn_config=config)):
             if cancel is not None and cancel.is_set():
                 return
             audio = np.asarray(chunk.audio_float_array, dtype=np.float32).reshape(-1)
+            if not index:
+                audio = without_lead(audio, self.sample_rate)
             if audio.size:
                 yield audio
             if cancel is not None and cancel.is_set():

@@ -3,8 +3,12 @@
 Smart Turn hears how a turn ends; this reads what was said. The words (a transcript, its final
 punctuation removed) go into the model's chat template as an unfinished user message, and the
 model's next-token probability of ending it (the end-of-message token, or ".", "?" or "!") is the
-score: "What is the capital of France" scores 0.9, "I'd like to order a" under 0.001. With the
-packaged SmolLM2-135M-Instruct, sentences cut in the middle scored at most 0.06, but so did a few
+score: "What is the capital of France" scores 0.9, "I'd like to order a" under 0.001. The words are
+whole words (the speaker ended the last one), so the tokens that would go on with the last word ("Juliet"
+-> "Juliette") are left out of the reckoning: the score is the chance of an ending among the ways to
+go on from a word's end ("Who wrote Romeo and Juliet" 0.04 -> 0.33). A transcript that Whisper ends
+with an ellipsis or a dash ("I'd like to cancel my...") is speech heard trailing off: unfinished. With the
+packaged SmolLM2-135M-Instruct, sentences cut in the middle scored at most 0.07, but so did a few
 finished questions that could go on ("Can you set an alarm for seven", 0.002): the VAD stage lets
 the words overrule only a finished-sounding pause, and then waits a bounded time (figures in
 docs/benchmarks.md, turn taking). LiveKit's turn detector works the same way on a model fine-tuned
@@ -31,6 +35,7 @@ from ._paths import model_file, package_dir
 logger = logging.getLogger(__name__)
 
 ENDINGS = (".", "?", "!")
+TRAILING_OFF = ("...", "…", "-", "–", "—")  # how Whisper ends a transcript of speech that trails off
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONTEXT_TOKENS = 512  # a pause's words, in the chat template
 _TRAILING = re.compile(r"[\s.,;:!?…\-\"']+$")
@@ -87,6 +92,8 @@ class EndOfTurnLM:
             if len(pieces) == 1:
                 ids.add(pieces[0])
         self._ids = sorted(ids)
+        self._goes_on = word_continuations(first)
+        self._goes_on[self._ids] = False
         self.finished_probability("Hello")  # first-call costs now, not in a session
         logger.info("Loaded the turn words model %s on llama.cpp", self.model_path)
 
@@ -107,6 +114,8 @@ class EndOfTurnLM:
         words = words_of(transcript)
         if not words:
             return 1.0  # nothing understood: the words cannot tell, the audio decides
+        if transcript.rstrip().endswith(TRAILING_OFF):
+            return 0.0
         prompt = self._format(messages=[{"role": "user", "content": words}]).prompt
         prompt = prompt[: prompt.rindex(words) + len(words)]  # the message, left open after its words
         with self._lock:
@@ -123,7 +132,20 @@ class EndOfTurnLM:
             with self._lock:
                 self._free.append(context)
         probs = np.exp(logits - logits.max())
-        return float(probs[self._ids].sum() / probs.sum())
+        after_a_word = probs.sum() - probs[self._goes_on].sum()
+        return float(min(1.0, probs[self._ids].sum() / max(after_a_word, 1e-30)))
+
+
+def word_continuations(context: Any) -> np.ndarray:
+    """Per token of the vocabulary, whether it goes on with the word before it: its text starts with a
+    letter or a digit, or with a byte of a character outside ASCII (a space, punctuation or a control
+    token starts something new)."""
+    pieces = (context.detokenize([token]) for token in range(context.n_vocab()))
+    return np.fromiter(
+        (bool(piece) and (piece[0] >= 0x80 or chr(piece[0]).isalnum()) for piece in pieces),
+        dtype=bool,
+        count=context.n_vocab(),
+    )
 
 
 def cached_prefix(context: Any, tokens: list[int]) -> int:

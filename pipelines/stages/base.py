@@ -5,19 +5,22 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from pipelines import audio
+from pipelines import audio, cores
 from pipelines.config import SessionSettings
 from pipelines.messages import (
     AudioOut,
     Downstream,
     Message,
     Outbound,
+    PartialUtterance,
     ResponseFinished,
     ResponseStarted,
     TurnAbandoned,
+    TextForSpeech,
     TurnConfirmed,
+    UserWordsSoFar,
 )
 
 
@@ -133,6 +136,41 @@ class SessionContext:
                 if out.status == "cancelled":
                     self._audio_until = 0.0
 
+    def urgency(self, msg: Downstream) -> Callable[[], float]:
+        """When the compute work for ``msg`` is due (:func:`pipelines.cores.serving`; read again while it waits):
+
+        - the way to an answer's first audio (its transcription, its LM up to the first piece, that piece's
+          synthesis): at the end of the user's speech, or at the request's arrival for a response that no
+          speech of the user started;
+        - the rest of an answer: ``NEXT_PIECE_S`` after the end of that speech until its first audio goes out,
+          then ``PLAYING_RESERVE_S`` before the audio sent so far runs out;
+        - reading ahead of a turn still being spoken: long after it came (``BACKGROUND_S``), and at once when
+          the turn ends while the LM's thread, which the answer then waits for, is still at it.
+        """
+        arrived = time.monotonic()
+        if isinstance(msg, PartialUtterance):
+            later = arrived + cores.BACKGROUND_S
+            return lambda: later
+        if isinstance(msg, UserWordsSoFar):
+            later = arrived + cores.BACKGROUND_S
+            return lambda: 0.0 if self.turn_ending.is_set() else later
+        timeline = msg.timeline
+        start = arrived if timeline is None else timeline.speech_end_at
+        # The mark that ends this stage's part of the way to the first audio.
+        first_done = "tts_first_audio" if isinstance(msg, TextForSpeech) else "lm_first_piece"
+
+        def due() -> float:
+            if timeline is None or timeline.reached("emitted"):
+                with self._lock:
+                    playing_until = self._audio_until
+                if playing_until > start:
+                    return max(start, playing_until - cores.PLAYING_RESERVE_S)
+            if timeline is not None and timeline.reached(first_done):
+                return start + cores.NEXT_PIECE_S
+            return start
+
+        return due
+
     def assistant_speaking(self) -> bool:
         """A response is in progress, or the audio sent to the client is still playing there."""
         with self._lock:
@@ -182,6 +220,8 @@ class Stage(ABC):
 
     def __init__(self, context: SessionContext) -> None:
         self.context = context
+        # Set by the unit: hands a message to this stage's own thread (its inbox), for work done off it.
+        self.later: Callable[[Downstream], None] | None = None
 
     def setup(self) -> None:
         """Prepares per-unit resources (shared models are already loaded)."""

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 from collections.abc import Iterator
 from typing import Protocol
 
 import numpy as np
 
+from pipelines import cores
 from pipelines.messages import (
     Downstream,
     Message,
+    PartialHeard,
     PartialUtterance,
     TranscriptCompleted,
     TranscriptDelta,
@@ -35,24 +39,48 @@ class Transcriber(Protocol):
         """The transcript's words (each with its leading space) and their natural-log probabilities."""
 
 
+# How long a session's end waits for a partial transcript still being made off the stage's thread.
+ASIDE_DRAIN_S = 30.0
+
+
 class SttStage(Stage):
+    """Transcribes turns. In a unit (``later`` set) partial transcripts are made on a thread of their own,
+    so that the turn's final transcript, which the answer waits for, never waits behind a partial one that
+    began as the user stopped (the engine runs calls side by side: faster-whisper's ``num_workers``)."""
+
     name = "stt"
 
     def __init__(self, context: SessionContext, transcriber: Transcriber) -> None:
         super().__init__(context)
         self.transcriber = transcriber
+        self._aside: queue.SimpleQueue[PartialUtterance | None] = queue.SimpleQueue()
+        self._aside_idle = threading.Event()
+        self._aside_idle.set()
+        self._aside_thread: threading.Thread | None = None
         self.on_session_end()
 
     def on_session_end(self) -> None:
+        # Nothing of a session outlives it: a partial still being made is waited for (its result, of an
+        # older generation, is then dropped by the unit).
+        if not self._aside_idle.wait(ASIDE_DRAIN_S):
+            logger.warning("a partial transcript took over %.0f s; the session ends without it", ASIDE_DRAIN_S)
         self._partial_item = ""
         self._said: list[str] = []  # words already sent as deltas for _partial_item
         self._last: list[str] = []  # words of the latest partial transcript
         self._speculated: tuple[str, str] = ("", "")  # (item, turn) of the last speculative final
+        self._finished = ""  # the item whose final transcript is out: a partial of it that comes later is dropped
+
+    def cleanup(self) -> None:
+        if self._aside_thread is not None:
+            self._aside.put(None)
 
     def process(self, msg: Downstream) -> Iterator[Message]:
-        if isinstance(msg, PartialUtterance):
+        if isinstance(msg, PartialUtterance) and self.later is not None:
+            self._set_aside(msg)
+        elif isinstance(msg, (PartialUtterance, PartialHeard)):  # a stage on its own (tests) makes it here
             try:
-                yield from self._partial(msg)
+                text = msg.text if isinstance(msg, PartialHeard) else self._transcribe(msg.samples)
+                yield from self._partial(msg, text)
             finally:
                 self.context.partial_pending.clear()
         elif isinstance(msg, Utterance):
@@ -60,12 +88,35 @@ class SttStage(Stage):
         else:
             yield msg
 
+    def _set_aside(self, msg: PartialUtterance) -> None:
+        if self._aside_thread is None:
+            self._aside_thread = threading.Thread(target=self._make_partials, name="stt-partials", daemon=True)
+            self._aside_thread.start()
+        self._aside_idle.clear()
+        self._aside.put(msg)
+
+    def _make_partials(self) -> None:
+        """The partials' thread: each transcript goes back to the stage's thread (``later``)."""
+        while (msg := self._aside.get()) is not None:
+            try:
+                with cores.current().busy(), cores.serving(self.context.urgency(msg), owner=self.context):
+                    text = self._transcribe(msg.samples)
+            except Exception:
+                logger.exception("partial transcription failed; the turn's final transcript will tell")
+                text = ""
+            try:
+                assert self.later is not None
+                self.later(PartialHeard(generation=msg.generation, item_id=msg.item_id, text=text))
+            finally:
+                self._aside_idle.set()
+
     def _transcribe(self, samples: bytes) -> str:
         audio = np.frombuffer(samples, dtype=np.float32)
         settings = self.context.settings
-        return self.transcriber.transcribe(
-            audio, settings.transcription_language, settings.transcription_prompt
-        ).strip()
+        with cores.current().core():
+            return self.transcriber.transcribe(
+                audio, settings.transcription_language, settings.transcription_prompt
+            ).strip()
 
     def _transcribe_final(self, samples: bytes) -> tuple[str, WordLogprobs | None]:
         """The final transcript, with its words' log probabilities when the session asked for them."""
@@ -73,19 +124,22 @@ class SttStage(Stage):
         if not settings.transcription_logprobs:
             return self._transcribe(samples), None
         audio = np.frombuffer(samples, dtype=np.float32)
-        words = tuple(
-            self.transcriber.transcribe_words(audio, settings.transcription_language, settings.transcription_prompt)
-        )
+        with cores.current().core():
+            words = tuple(
+                self.transcriber.transcribe_words(audio, settings.transcription_language, settings.transcription_prompt)
+            )
         return "".join(word for word, _ in words).strip(), words
 
-    def _partial(self, msg: PartialUtterance) -> Iterator[Message]:
+    def _partial(self, msg: PartialUtterance | PartialHeard, text: str) -> Iterator[Message]:
         """Sends the words two partial transcripts agree on (never the newest one): deltas only append."""
         item, turn = self._speculated
         if item == msg.item_id and not self.context.turn_abandoned(turn):
             return  # the turn's final transcript is already out (or held): a late partial would follow it
+        if msg.item_id == self._finished:
+            return
         if msg.item_id != self._partial_item:
             self._partial_item, self._said, self._last = msg.item_id, [], []
-        words = self._transcribe(msg.samples).split()
+        words = text.split()
         if len(words) > 1:  # the newest word may be cut off mid-word: the LM reads ahead up to it
             yield UserWordsSoFar(generation=msg.generation, item_id=msg.item_id, text=" ".join(words[:-1]))
         stable = _common_prefix(self._last, words)
@@ -130,6 +184,7 @@ class SttStage(Stage):
             self.context.note_words(msg.turn, text)
         else:
             self._partial_item, self._said, self._last = "", [], []
+            self._finished = msg.item_id
         yield TranscriptCompleted(
             generation=msg.generation,
             item_id=msg.item_id,

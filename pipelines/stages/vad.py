@@ -10,7 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
-from pipelines import audio
+from pipelines import audio, cores
 from pipelines.ids import new_id
 from pipelines.input_audio import DenoiserModel, InputAudio
 from pipelines.messages import (
@@ -66,15 +66,35 @@ SEMANTIC_MAX_WAIT_MS = {"low": 8000, "medium": 4000, "auto": 4000, "high": 2000}
 SEMANTIC_THRESHOLD = {"low": 0.7, "medium": 0.5, "auto": 0.5, "high": 0.3}
 # The words' check (a text turn model on the speculative transcript): the chance of a finished message
 # below which the words overrule a finished-sounding pause, and how long such a pause then waits for more
-# speech before the turn ends anyway (half the longest wait). Chosen by bench/turn_taking.py.
-SEMANTIC_TEXT_FLOOR = {"low": 0.08, "medium": 0.05, "auto": 0.05, "high": 0.02}
+# speech before the turn ends anyway (half the longest wait). A transcript that Whisper ends with a
+# question mark (its read of the voice and the words) needs this many times less: 63 of 81 complete
+# questions end so, 5 of 42 cut sentences. Chosen by bench/turn_words.py (docs/benchmarks.md).
+SEMANTIC_TEXT_FLOOR = {"low": 0.15, "medium": 0.1, "auto": 0.1, "high": 0.04}
+QUESTION_MARK_WEIGHT = 25
 SEMANTIC_TEXT_WAIT_MS = {name: wait // 2 for name, wait in SEMANTIC_MAX_WAIT_MS.items()}
 # The chance of a finished message at or above which the words overrule an unfinished-sounding pause:
 # Smart Turn hears some complete questions as going on ("How are you today?"), which then waited the
-# longest wait; cut sentences read under 0.25 (bench/turn_taking.py, docs/benchmarks.md).
+# longest wait; cut sentences read under 0.25 (bench/turn_taking.py, docs/benchmarks.md). Whisper's
+# question mark weighs here as in the floor (bench/turn_words.py: of the pauses that sound unfinished,
+# the complete questions' transcripts ended in one, the cut sentences' did not).
 SEMANTIC_TEXT_SURE = {"low": 0.8, "medium": 0.5, "auto": 0.5, "high": 0.3}
 # How long after the turn model's verdict the words may take to come from the STT; later, the sound decides.
 WORDS_DUE_MS = 800
+
+
+def words_floor(eagerness: str, transcript: str) -> float:
+    """The words' floor for ``transcript``: a finished-sounding pause whose words read under it waits."""
+    return weighed(SEMANTIC_TEXT_FLOOR[eagerness], transcript)
+
+
+def words_sure(eagerness: str, transcript: str) -> float:
+    """The reading at or above which ``transcript`` ends an unfinished-sounding pause."""
+    return weighed(SEMANTIC_TEXT_SURE[eagerness], transcript)
+
+
+def weighed(bound: float, transcript: str) -> float:
+    """``bound`` as it applies to ``transcript``: lower by the question mark's weight when Whisper ends it with one."""
+    return bound / QUESTION_MARK_WEIGHT if transcript.rstrip().endswith("?") else bound
 
 
 class VadStage(Stage):
@@ -85,7 +105,7 @@ class VadStage(Stage):
     more speech up to the eagerness's longest wait. The model is asked once because its
     end-of-turn probability rises as more silence is fed to it, for unfinished sentences too.
     A finished-sounding turn ends at once, unless a text turn model reads its words (the
-    transcript of the turn sent ahead at ``speculate_after_ms``) as unfinished, e.g. "I'd like
+    transcript of the turn sent ahead at ``semantic_speculate_after_ms``) as unfinished, e.g. "I'd like
     to order a": then it waits for more speech up to half the longest wait. The words may also
     overrule an unfinished-sounding turn, when they read as finished beyond doubt
     (``SEMANTIC_TEXT_SURE``, e.g. "How are you today"): it ends once they are read. Without a turn
@@ -104,6 +124,7 @@ class VadStage(Stage):
         model: VadModel,
         partial_every_ms: int = 0,
         speculate_after_ms: int = 0,
+        semantic_speculate_after_ms: int | None = None,
         turn_model: TurnModel | None = None,
         check_after_ms: int = 200,
         min_interrupt_ms: int = 0,
@@ -115,6 +136,9 @@ class VadStage(Stage):
         self._input = InputAudio(denoiser)  # the denoiser is shared; each session gets its own state
         self.partial_every_ms = partial_every_ms
         self.speculate_after_ms = speculate_after_ms
+        self.semantic_speculate_after_ms = (
+            speculate_after_ms if semantic_speculate_after_ms is None else semantic_speculate_after_ms
+        )
         self.turn_model = turn_model
         self.text_model = text_model
         self.check_after_ms = check_after_ms
@@ -213,7 +237,7 @@ class VadStage(Stage):
             yield from self._gate(generation, speech)
         elif self._turn_ended():
             yield from self._end_turn(generation)
-        elif self.speculate_after_ms and not self._speculation and self._silence_ms >= self.speculate_after_ms:
+        elif (after := self._speculate_after()) and not self._speculation and self._silence_ms >= after:
             # Start STT, LM and TTS now; their output is held until the turn ends.
             self._rounds += 1
             self._speculation = f"{self._item_id}#{self._rounds}"
@@ -233,17 +257,26 @@ class VadStage(Stage):
             self.context.partial_pending.set()
             yield PartialUtterance(generation=generation, item_id=self._item_id, samples=self._samples())
 
+    def _speculate_after(self) -> int:
+        """The silence after which the turn is sent ahead (0: never)."""
+        if self.context.settings.turn_detection.type == "semantic_vad":
+            return self.semantic_speculate_after_ms
+        return self.speculate_after_ms
+
     def _partial_due(self) -> bool:
-        """Time for a partial transcript, and the STT is done with the last one.
+        """Time for a partial transcript, the STT is done with the last one, and a core is free.
 
         A partial that would queue behind another would only delay the turn's final transcript
-        (partials of a long turn take longer than the second between them on a busy CPU).
+        (partials of a long turn take longer than the second between them on a busy CPU). While
+        every core computes (other sessions' answers), a partial and the LM's reading ahead of its
+        words would take cores from answers due now: it waits for the next free moment.
         """
         return (
             bool(self.partial_every_ms)
             and self._since_partial_ms >= self.partial_every_ms
             and not self._silence_ms
             and not self.context.partial_pending.is_set()
+            and cores.current().working < cores.current().cores
         )
 
     def _onset(self, generation: int, frame: np.ndarray, speech: bool) -> Iterator[Message]:
@@ -331,7 +364,7 @@ class VadStage(Stage):
         except Exception:
             logger.exception("the text turn model failed; the sound decides")
             return True
-        floor = SEMANTIC_TEXT_FLOOR[eagerness]
+        floor = words_floor(eagerness, words)
         logger.debug(
             "text turn model: %.3f for %r (finished at %.2f) in %.0f ms",
             probability,
@@ -362,7 +395,7 @@ class VadStage(Stage):
             logger.exception("the text turn model failed; the turn waits")
             return False
         logger.debug("text turn model on an unfinished-sounding pause: %.3f for %r", probability, words)
-        return probability >= SEMANTIC_TEXT_SURE[eagerness]
+        return probability >= words_sure(eagerness, words)
 
     def _stop_speaking(self) -> None:
         self._speaking = False

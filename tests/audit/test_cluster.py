@@ -224,6 +224,18 @@ def test_a_node_whose_heartbeat_stopped_is_shown_gone_and_its_sessions_interrupt
         ws = ws_connect(doomed.ws)
         session_id = ws_receive_until(ws, "session.created")["session"]["id"]
         wait_for(lambda: cluster.session(session_id), timeout=10, what="session record")
+        # The crash comes after the node has published its busy slot (a node killed before its first beat
+        # with a pool has no slots to show).
+        wait_for(
+            lambda: any(
+                slot["state"] == "busy"
+                for (slots,) in cluster.query("SELECT slots FROM realtime_node WHERE name = %s", "audit-c")
+                for slot in slots
+            ),
+            timeout=10,
+            interval=0.2,
+            what="the busy slot published",
+        )
         assert doomed.process is not None
         os.kill(doomed.process.pid, signal.SIGKILL)  # a crash: no clean shutdown, no record of the end
         doomed.process.wait(timeout=10)

@@ -40,3 +40,31 @@ def test_speed_shortens_and_lengthens_the_same_words(piper_engine, whisper_engin
         samples = np.concatenate(list(piper_engine.synthesize(SENTENCE, speed=speed)))
         heard = whisper_engine.transcribe(resample(samples, piper_engine.sample_rate, 16000), language="en")
         assert word_errors(heard, SENTENCE) <= 2, (speed, heard)
+
+
+def test_without_lead_cuts_the_near_silence_before_the_voice_but_10_ms():
+    from pipelines.backends.piper_tts import without_lead
+
+    rate = 22050
+    voice = 0.3 * np.cos(2 * np.pi * 220 * np.arange(rate // 5) / rate)  # loud from its first sample
+    samples = np.concatenate([np.zeros(rate // 20), np.full(rate // 100, 0.0002), voice, np.zeros(rate // 10)])
+    cut = without_lead(samples.astype(np.float32), rate)
+    assert len(cut) == rate * 10 // 1000 + len(voice) + rate // 10  # 10 ms of the hiss before the voice, the rest
+    assert np.array_equal(cut[rate * 10 // 1000 :], samples[rate // 20 + rate // 100 :].astype(np.float32))
+    silent = np.zeros(rate // 10, dtype=np.float32)
+    assert without_lead(silent, rate) is silent  # nothing to find: kept as it is
+
+
+def test_piper_s_texts_start_at_their_voice(piper_engine):
+    from pipelines.backends.piper_tts import LEAD_KEEP_MS
+
+    rate = piper_engine.sample_rate
+    for text in ("Bees make", "First, you", "Paris is"):  # 25-59 ms of near-silence in 20 renderings each
+        raw = piper_engine._voice.synthesize(text)  # Piper's own, without the cut
+        raw_audio = next(iter(raw)).audio_float_array
+        raw_lead_ms = np.flatnonzero(np.abs(raw_audio) >= 0.001)[0] * 1000 / rate
+        samples = list(piper_engine.synthesize(f"{text} honey. And then some."))
+        lead_ms = np.flatnonzero(np.abs(samples[0]) >= 0.001)[0] * 1000 / rate
+        assert raw_lead_ms > LEAD_KEEP_MS + 5, (text, raw_lead_ms)
+        assert lead_ms <= LEAD_KEEP_MS + 1, (text, lead_ms)
+        assert len(samples) == 2 and len(samples[0]) > rate // 3  # two sentences, the words all there

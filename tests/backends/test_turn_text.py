@@ -53,6 +53,18 @@ def test_a_sentence_cut_in_the_middle_reads_as_unfinished_whatever_whisper_s_pun
     assert reader.finished_probability(text) < FLOOR, text
 
 
+def test_the_last_word_is_whole_so_what_would_go_on_with_it_does_not_count(reader):
+    # SmolLM2 puts 0.8 on "te" after "Juliet" ("Juliette"): the speaker ended the word there.
+    assert reader.finished_probability("Who wrote Romeo and Juliet") >= FLOOR
+    assert reader.finished_probability("Could you book a table for") < FLOOR  # " me", " a": words that go on
+
+
+def test_a_transcript_that_trails_off_reads_as_unfinished(reader):
+    assert reader.finished_probability("I'd like to cancel my...") == 0.0
+    assert reader.finished_probability("Could you send a message to-") == 0.0
+    assert reader.finished_probability("What is the capital of France?") >= FLOOR
+
+
 def test_no_words_leave_the_verdict_to_the_sound(reader):
     assert reader.finished_probability("") == 1.0
     assert reader.finished_probability("...") == 1.0

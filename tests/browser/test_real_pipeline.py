@@ -8,6 +8,7 @@ import pytest
 
 from tests.browser.conftest import ARTIFACTS, write_microphone_wav
 from tests.support.server import LiveServer
+from tests.support.speech import spelled_alike
 
 pytestmark = [pytest.mark.browser, pytest.mark.real_models]
 
@@ -40,7 +41,9 @@ def test_a_spoken_question_gets_a_transcript_a_reply_and_played_audio(real_serve
         page.screenshot(path=str(ARTIFACTS / "browser-real-pipeline.png"), full_page=True)
 
     user = page.locator("#chat li[data-role=user] .text").first.inner_text()
-    assert "capital" in user.lower() and "france" in user.lower(), user
+    # By its letters: Whisper tiny.en hears this rendering as "the capital of friends" now and then (0.86 here;
+    # "What is two plus two?" 0.5, "the capital" 0.59, an unrelated question 0.16).
+    assert spelled_alike(user, QUESTION) >= 0.8, user
     reply = page.locator("#chat li[data-role=assistant] .text").first.inner_text()
     assert len(reply.split()) >= 2, reply
     stats = client.stats()

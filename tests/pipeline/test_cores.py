@@ -130,3 +130,184 @@ def test_a_lone_llama_cpp_generation_takes_every_core_and_gives_them_back(monkey
             assert llama_cpp.llama_n_threads_batch(context._ctx.ctx) == 1
     finally:
         cores.configure(share=1, adaptive=False)
+
+
+def queued(share: CoreShare, count: int, timeout: float = 10) -> None:
+    """Waits until ``count`` steps wait for a core."""
+    deadline = time.monotonic() + timeout
+    while len(share._waiting) < count:
+        assert time.monotonic() < deadline, f"{len(share._waiting)} steps waiting, expected {count}"
+        time.sleep(0.005)
+
+
+def test_steps_run_one_per_core_and_a_free_core_goes_to_the_step_due_soonest():
+    share = CoreShare(cores=2, share=1, ordered=True)
+    order: list[str] = []
+    hold = threading.Event()
+    running = threading.Semaphore(0)
+    lock = threading.Lock()
+    most_at_once = [0, 0]  # now, most
+
+    def step(name: str, due: float, holds: bool = False) -> None:
+        with cores.serving(lambda: due), share.core():
+            with lock:
+                order.append(name)
+                most_at_once[0] += 1
+                most_at_once[1] = max(most_at_once)
+            running.release()
+            if holds:
+                hold.wait(timeout=10)
+            with lock:
+                most_at_once[0] -= 1
+
+    first = [threading.Thread(target=step, args=(name, 0.0, True)) for name in ("a", "b")]
+    for thread in first:
+        thread.start()
+    for _ in first:
+        assert running.acquire(timeout=10)
+    later = []
+    for name, due in (("late", 30.0), ("soonest", 10.0), ("soon", 20.0)):
+        later.append(threading.Thread(target=step, args=(name, due)))
+        later[-1].start()
+        queued(share, len(later))
+    assert order == ["a", "b"]  # every core taken: the three wait
+    hold.set()
+    for thread in first + later:
+        thread.join(timeout=10)
+    assert order[2:] == ["soonest", "soon", "late"]
+    assert most_at_once[1] == 2
+    assert share.steps_waited == 3
+
+
+def test_a_step_inside_another_of_the_same_thread_runs_at_once():
+    share = CoreShare(cores=1, share=1, ordered=True)
+    with share.core(), share.core() as waited:
+        assert waited == 0.0
+    with share.core():  # and the core came free again
+        pass
+
+
+def test_without_the_order_steps_never_wait():
+    share = CoreShare(cores=1, share=1)
+    waited: list[float] = []
+
+    def other() -> None:
+        with share.core() as seconds:
+            waited.append(seconds)
+
+    with share.core():
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(timeout=5)
+    assert waited == [0.0]
+
+
+def test_stepwise_computes_each_item_on_a_core_and_closes_what_it_was_given():
+    share = cores.configure(share=1, ordered=True)
+    seen: list[int] = []
+    closed = []
+
+    def items():
+        try:
+            for i in range(3):
+                seen.append(share._running)
+                yield i
+        finally:
+            closed.append(True)
+
+    try:
+        steps = cores.stepwise(items())
+        assert next(steps) == 0
+        assert share._running == 0  # no core held between items
+        steps.close()
+        assert closed == [True] and seen == [1]
+    finally:
+        cores.configure(share=1, adaptive=False)
+
+
+def test_the_first_words_of_an_answer_are_due_before_the_rest_of_one_playing_and_reading_ahead_comes_last():
+    from pipelines import audio
+    from pipelines.messages import AudioOut, ResponseStarted, TextForSpeech, UserWordsSoFar
+    from pipelines.stages.base import SessionContext
+    from pipelines.timeline import Timeline
+
+    def speech(timeline: Timeline) -> TextForSpeech:
+        return TextForSpeech(
+            generation=1, response_id="resp_a", text="Blue.", voice="alloy", output_format=audio.PCM, timeline=timeline
+        )
+
+    now = time.monotonic()
+    playing, new = SessionContext(), SessionContext()
+    playing.reset(1)
+    new.reset(1)
+    earlier = Timeline(speech_end_at=now - 2.0)  # a turn whose answer started playing
+    rest_of_playing = playing.urgency(speech(earlier))
+    assert rest_of_playing() == now - 2.0  # nothing sent yet: due when its speech ended
+    playing.admit(
+        ResponseStarted(
+            generation=1,
+            response_id="resp_a",
+            item_id="i",
+            output_modalities=("audio",),
+            output_format=audio.PCM,
+            voice="alloy",
+            out_of_band=False,
+        )
+    )
+    earlier.mark("emitted")
+    playing.admit(AudioOut(generation=1, response_id="resp_a", data=bytes(2 * 24000 * 3)))  # 3 s of audio
+    first_words = new.urgency(speech(Timeline(speech_end_at=now - 0.3)))
+    assert first_words() == now - 0.3
+    assert first_words() < rest_of_playing() <= now + 3.0 - cores.PLAYING_RESERVE_S + 0.5
+    reading_ahead = new.urgency(UserWordsSoFar(generation=1, item_id="i", text="what is"))
+    assert reading_ahead() > rest_of_playing()
+    new.turn_ending.set()  # the turn ended while the LM's thread still reads ahead: the answer waits for it
+    assert reading_ahead() < first_words()
+
+
+def test_the_rest_of_an_answer_is_due_after_other_answers_first_words_until_its_audio_goes_out():
+    from pipelines import audio
+    from pipelines.messages import TextForSpeech, UserTurn
+    from pipelines.stages.base import SessionContext
+    from pipelines.timeline import Timeline
+
+    context = SessionContext()
+    context.reset(1)
+    timeline = Timeline(speech_end_at=100.0)
+    lm = context.urgency(UserTurn(generation=1, item_id="i", text="Hi", create_response=True, timeline=timeline))
+    piece = TextForSpeech(
+        generation=1, response_id="r", text="Hello there.", voice="alloy", output_format=audio.PCM, timeline=timeline
+    )
+    tts = context.urgency(piece)
+    assert lm() == tts() == 100.0
+    timeline.mark("lm_first_piece")  # the LM's part of the way to the first audio is done; the TTS's is not
+    assert lm() == 100.0 + cores.NEXT_PIECE_S
+    assert tts() == 100.0
+    timeline.mark("tts_first_audio")
+    assert tts() == 100.0 + cores.NEXT_PIECE_S
+
+
+def test_a_core_just_left_stays_with_its_more_urgent_owner_for_a_moment():
+    """An answer's next token comes a moment after its last: a transcription due later does not take the core
+    in between (it would hold the answer up for its whole length), but takes it once the answer stops."""
+    share = CoreShare(cores=1, share=1, ordered=True)
+    answer, other = object(), object()
+    order: list[str] = []
+
+    def transcription() -> None:
+        with cores.serving(lambda: 10.0, owner=other), share.core():
+            order.append("transcription")
+
+    with cores.serving(lambda: 0.0, owner=answer):
+        with share.core():
+            waiting = threading.Thread(target=transcription)
+            waiting.start()
+            queued(share, 1)
+        for token in range(3):
+            time.sleep(cores.HOLD_S / 5)  # the token goes on its way
+            with share.core():
+                order.append(f"token {token}")
+    left = time.monotonic()
+    waiting.join(timeout=10)
+    assert order == ["token 0", "token 1", "token 2", "transcription"]
+    assert time.monotonic() - left < 1.0

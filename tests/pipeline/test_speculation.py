@@ -113,7 +113,7 @@ def test_a_speculative_turn_reports_where_its_time_went_from_the_end_of_speech_t
     generation = unit.begin(sink, "sess_c")
     feed(unit, generation, silence(0.3), tone(0.6), silence(0.8))
     assert sink.finished.wait(10)
-    marks = sink.of(ResponseFinished)[0].breakdown
+    marks = sink.of(ResponseFinished)[0].timeline.breakdown()  # read as the answer went out: the decision is in it
     reached = [name for name, _, _ in spans(marks)]
     # The work ran ahead of the decision; its first audio left the unit only once the turn was over.
     assert reached.index("speculation") < reached.index("stt_start") < reached.index("stt_end")
@@ -165,3 +165,108 @@ def test_no_partial_transcript_is_sent_while_the_last_one_is_still_with_the_stt(
     assert context.partial_pending.is_set()
     context.partial_pending.clear()  # the STT is done with it
     assert partials(0.3) == 1
+
+
+class SlowPartials:
+    """A FAKE transcriber: a partial transcript (under a second of audio) takes until it is let go."""
+
+    def __init__(self) -> None:
+        self.started, self.let_go = threading.Event(), threading.Event()
+
+    def transcribe(self, samples, language=None, prompt=None) -> str:
+        if samples.size < audio.PIPELINE_RATE:
+            self.started.set()
+            assert self.let_go.wait(10)
+            return "What is the"
+        return "What is the capital of France?"
+
+
+def test_the_final_transcript_does_not_wait_for_a_partial_one_still_being_made():
+    import queue
+
+    import numpy as np
+
+    from pipelines.messages import PartialHeard, PartialUtterance, UserTurn, UserWordsSoFar, Utterance
+
+    context = SessionContext()
+    context.reset(1)
+    transcriber = SlowPartials()
+    stt = SttStage(context, transcriber)
+    handed_back: queue.Queue = queue.Queue()
+    stt.later = handed_back.put  # as the unit wires it: the stage's own inbox
+    second = np.zeros(audio.PIPELINE_RATE, np.float32)
+
+    def partial(item_id: str) -> PartialUtterance:
+        context.partial_pending.set()  # as the VAD sends one
+        return PartialUtterance(generation=1, item_id=item_id, samples=second[:8000].tobytes())
+
+    assert list(stt.process(partial("item_1"))) == []  # set aside: the stage's thread is free at once
+    assert transcriber.started.wait(5)
+    final = Utterance(generation=1, item_id="item_1", samples=np.tile(second, 2).tobytes(), create_response=True)
+    (turn,) = [m for m in stt.process(final) if isinstance(m, UserTurn)]
+    assert turn.text == "What is the capital of France?" and not transcriber.let_go.is_set()
+    transcriber.let_go.set()
+    late = handed_back.get(timeout=5)
+    assert isinstance(late, PartialHeard) and late.text == "What is the"
+    assert list(stt.process(late)) == []  # the turn's final transcript is out: its late partial says nothing
+    assert not context.partial_pending.is_set()  # and the VAD may send the next turn's partials
+    list(stt.process(partial("item_2")))
+    ahead = [m for m in stt.process(handed_back.get(timeout=5)) if isinstance(m, UserWordsSoFar)]
+    assert [(m.item_id, m.text) for m in ahead] == [("item_2", "What is")]
+    stt.cleanup()
+
+
+@pytest.mark.parametrize(("detection", "after_ms"), [("server_vad", 96), ("semantic_vad", 32)])
+def test_semantic_vad_sends_the_turn_ahead_sooner_than_server_vad(detection, after_ms):
+    """semantic_vad may end the turn after 200 ms of silence: its words and its answer are wanted by then."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from pipelines.config import SessionSettings, TurnDetection
+    from pipelines.loopback import FakeEnergyVad
+    from pipelines.messages import Utterance
+
+    context = SessionContext()
+    context.settings = replace(SessionSettings(), turn_detection=TurnDetection(type=detection))
+    vad = VadStage(context, FakeEnergyVad(), speculate_after_ms=96, semantic_speculate_after_ms=32)
+    vad.setup()
+    data = audio.encode(np.concatenate([silence(0.1), tone(0.5), silence(0.15)]), audio.PCM)
+    sent_at = []
+    for at in range(0, len(data), 960):
+        out = vad.process(AudioIn(generation=0, data=data[at : at + 960], audio_format=audio.PCM))
+        if any(isinstance(m, Utterance) and m.turn for m in out):
+            sent_at.append(vad._silence_ms)
+    assert sent_at == [after_ms]
+
+
+def test_no_partial_transcript_is_sent_while_every_core_computes(monkeypatch):
+    """Other sessions' answers take every core: a partial (and the LM's reading ahead of it) waits for a free one."""
+    import contextlib
+
+    import numpy as np
+
+    from pipelines import cores
+    from pipelines.loopback import FakeEnergyVad
+    from pipelines.messages import PartialUtterance
+
+    share = cores.CoreShare(cores=2, adaptive=False)
+    monkeypatch.setattr(cores, "_current", share)
+    context = SessionContext()
+    vad = VadStage(context, FakeEnergyVad(), partial_every_ms=64)
+    vad.setup()
+    data = audio.encode(np.concatenate([silence(0.1), tone(2.0)]), audio.PCM)
+    chunks = iter(range(0, len(data), 960))
+
+    def partials(seconds: float) -> int:
+        out = []
+        for _, at in zip(range(int(seconds * 25)), chunks):
+            out += vad.process(AudioIn(generation=0, data=data[at : at + 960], audio_format=audio.PCM))
+        return sum(isinstance(o, PartialUtterance) for o in out)
+
+    with contextlib.ExitStack() as answers:
+        answers.enter_context(share.busy())
+        answers.enter_context(share.busy())  # two answers computing on two cores
+        assert partials(0.6) == 0
+        answers.close()
+        assert partials(0.1) == 1  # the next frame after a core is free

@@ -180,6 +180,44 @@ def test_words_unfinished_wait_half_the_longest_wait_then_the_turn_ends(models, 
     assert len(turns(feed_and_transcribe(stage, readers[0], silence(0.3)))) == 1  # auto: 2 s of 4 s
 
 
+class Doubtful:
+    """A FAKE text turn model: every message reads as ``chance`` likely finished."""
+
+    def __init__(self, chance: float = 0.01) -> None:
+        self.chance = chance
+
+    def finished_probability(self, transcript: str) -> float:
+        return self.chance
+
+
+class Hears:
+    """A FAKE STT: it hears ``text`` in every turn."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def transcribe(self, samples: np.ndarray) -> str:
+        return self.text
+
+
+def test_whisper_s_question_mark_lowers_the_floor_the_words_must_reach(models):
+    question = spoken("What time does the store close?")  # Smart Turn: finished
+    with_mark = listening_stage(models, (None, Doubtful()))
+    out = feed_and_transcribe(with_mark, Hears("What time does the store close?"), silence(0.5), question, silence(0.6))
+    assert len(turns(out)) == 1  # 0.01 is above the floor for a question Whisper marks as one
+    without = listening_stage(models, (None, Doubtful()))
+    out = feed_and_transcribe(without, Hears("What time does the store close"), silence(0.5), question, silence(0.6))
+    assert turns(out) == []  # below the floor: the pause waits for more speech
+
+
+def test_whisper_s_question_mark_lowers_the_mark_of_words_sure_to_end_an_unfinished_sounding_pause(models):
+    question = spoken("What color is the sky?")
+    for heard, ended in (("What color is the sky?", 1), ("What color is the sky", 0)):
+        stage = listening_stage((models[0], HearsGoingOn()), (None, Doubtful(0.06)))
+        out = feed_and_transcribe(stage, Hears(heard), silence(0.5), question, silence(1.5))
+        assert len(turns(out)) == ended, heard  # 0.06: above 0.5 / 25, far under 0.5
+
+
 class HearsGoingOn:
     """Smart Turn's misjudgment of some complete questions, scripted: every pause sounds unfinished."""
 

@@ -14,6 +14,7 @@ import os
 import random
 import re
 import resource
+import socket
 import time
 
 import psutil
@@ -157,8 +158,9 @@ def test_200_concurrent_connections_on_a_pool_of_4_make_4_sessions_and_196_rejec
         outcomes = asyncio.run(storm(server.ws, 200))
         took = time.monotonic() - started
         # A server out of file descriptors closes new connections unanswered, and says so in its log: those
-        # drops are the machine's limit (printed below). Another cause was seen once in earlier sessions (one
-        # drop in six full runs, with 20,000 descriptors, not reproduced since): at most two such are let by.
+        # drops are the machine's limit (printed below). A refused client that answered the close frame after
+        # the closing handshake's second used to be reset, losing the unread answer (111 and 120 of 200 in two
+        # CI runs; test_a_refused_client_that_reads_late_... below): at most two drops of another cause pass.
         unexplained = len(DROPPED_BEFORE_HANDSHAKE) - server.full_log()[log_before:].count(OUT_OF_FILES)
         assert unexplained <= 2, why_dropped(server, unexplained, started, took, kernel, log_before)
         sessions = [o for o in outcomes if o[0] == "session"]
@@ -172,7 +174,8 @@ def test_200_concurrent_connections_on_a_pool_of_4_make_4_sessions_and_196_rejec
             f"\nLOAD: 200 attempts in {took:.1f}s: 4 sessions, 196 rejected with 1008 "
             f"({len(DROPPED_BEFORE_HANDSHAKE)} retried after a drop before the handshake, for want of file "
             f"descriptors); "
-            f"RSS {before:.1f} MiB before, {after:.1f} MiB after ({after - before:+.1f} MiB)"
+            f"RSS {before:.1f} MiB before, {after:.1f} MiB after ({after - before:+.1f} MiB); kernel: "
+            f"{counters_moved(kernel, tcp_counters())}"
         )
         assert after - before < 40, (before, after)
     finally:
@@ -226,3 +229,45 @@ def test_100_sessions_in_a_row_on_one_unit_half_cut_off_leak_nothing_and_never_c
         assert rss[1] - rss[0] < 40, rss
     finally:
         server.stop()
+
+
+def test_a_refused_client_that_reads_late_still_reads_the_refusal_and_its_close_code(tmp_path):
+    """A client busy for longer than the closing handshake's second (a phone, a storm of connections from one
+    process) used to get a reset: its kernel threw away the unread answer, and the client saw only "connection
+    closed while reading HTTP status line" (the load test's drops in CI). Now the server closes with a FIN after
+    the timeout, and the client reads the 101, the ``session_limit_reached`` error and the close frame 1008."""
+    server = LiveServer(tmp_path, env={"S2S_POOL_SIZE": "1"}).start()
+    try:
+        holder, created = open_session(server.ws)
+        assert created["type"] == "session.created", created
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(
+                b"GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                b"Sec-WebSocket-Protocol: realtime\r\n\r\n"
+            )
+            time.sleep(2.5)  # busy: the server's close frame waits unanswered past its closing handshake timeout
+            answer = b""
+            while chunk := sock.recv(65536):  # a reset raises ConnectionResetError here
+                answer += chunk
+        holder.close()
+    finally:
+        server.stop()
+    assert answer.startswith(b"HTTP/1.1 101"), answer[:200]
+    frames = server_frames(answer.split(b"\r\n\r\n", 1)[1])
+    assert json.loads(frames[0][1])["error"]["code"] == "session_limit_reached"
+    assert frames[-1][0] == 0x8 and int.from_bytes(frames[-1][1][:2], "big") == 1008
+
+
+def server_frames(data: bytes) -> list[tuple[int, bytes]]:
+    """The (opcode, payload) of each unmasked WebSocket frame in ``data``."""
+    frames, at = [], 0
+    while at + 2 <= len(data):
+        opcode, length, at = data[at] & 0x0F, data[at + 1] & 0x7F, at + 2
+        if length == 126:
+            length, at = int.from_bytes(data[at : at + 2], "big"), at + 2
+        elif length == 127:
+            length, at = int.from_bytes(data[at : at + 8], "big"), at + 8
+        frames.append((opcode, data[at : at + length]))
+        at += length
+    return frames
