@@ -154,6 +154,7 @@ class LlamaCppLM:
         self.max_contexts = max(1, max_contexts)
         first = self._make_context()
         self._made = 1
+        self._making = 0  # spare contexts being made ahead (_spare_ahead)
         self._free.append(first)
         self._tokenizer = first
         self.context_length = first.n_ctx()
@@ -187,10 +188,12 @@ class LlamaCppLM:
         Taking another conversation's context costs that one its cache: with two sessions on one context,
         each turn of each read its whole history again (1 s a turn after ten turns on two cores). A new
         context takes 0.3-0.45 s to make, so one is made ahead, off the caller's thread, whenever no spare
-        one is left."""
+        one is left; a caller that finds none spare while one is being made waits for it (at most that 0.3-0.45 s,
+        once per context made) rather than take a context another conversation's cache is in: that one would
+        read its whole history again, instructions and tools included."""
         with self._lock:
             while True:
-                if prefix is not None and prefix.context in self._free:
+                if prefix is not None and prefix.context in self._free and self._holder(prefix.context) is prefix:
                     context = prefix.context
                     break
                 spare = next((c for c in self._free if self._holder(c) is None), None)
@@ -201,6 +204,9 @@ class LlamaCppLM:
                     self._made += 1
                     context = None
                     break
+                if self._making:
+                    self._lock.wait()
+                    continue
                 if self._free:
                     context = self._free[0]  # released the longest ago
                     break
@@ -214,7 +220,7 @@ class LlamaCppLM:
         except BaseException:
             with self._lock:
                 self._made -= 1
-                self._lock.notify()
+                self._lock.notify_all()
             raise
 
     def _holder(self, context: Any) -> LlamaPrefix | None:
@@ -228,6 +234,7 @@ class LlamaCppLM:
         if self._made >= self.max_contexts or any(self._holder(c) is None for c in self._free):
             return
         self._made += 1
+        self._making += 1
 
         def make() -> None:
             try:
@@ -236,9 +243,12 @@ class LlamaCppLM:
                 logger.exception("could not make a spare llama.cpp context")
                 with self._lock:
                     self._made -= 1
-                    self._lock.notify()  # a caller waiting at max_contexts may make one itself
+                    self._making -= 1
+                    self._lock.notify_all()  # a caller waiting for it may make one itself
                 return
-            self._release(context, None)
+            with self._lock:
+                self._making -= 1
+                self._release(context, None)
 
         threading.Thread(target=make, name="llama-context", daemon=True).start()
 
@@ -251,7 +261,7 @@ class LlamaCppLM:
                 prefix.context = context
                 self._holders[id(context)] = weakref.ref(prefix)
             self._free.append(context)
-            self._lock.notify()
+            self._lock.notify_all()  # the one waiting may be waiting for this conversation's own context
 
     def encode_chat(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> list[int]:
         """Token ids of ``messages`` rendered with the chat template, ready for the answer.

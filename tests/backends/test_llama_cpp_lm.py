@@ -4,6 +4,7 @@ import dataclasses
 import hashlib
 import json
 import threading
+import time
 from pathlib import Path
 
 import jsonschema
@@ -344,6 +345,75 @@ def test_two_conversations_taking_turns_keep_their_own_caches():
             history += [{"role": "assistant", "content": answer}, {"role": "user", "content": "And then?"}]
     assert conversations[0][0].context is not conversations[1][0].context
     assert lm._made == 2
+
+
+def test_a_conversation_arriving_while_the_spare_is_made_waits_for_it_rather_than_take_anothers_cache():
+    """CI's failure: the first conversation took the context made at load, the spare made ahead was not ready
+    when the second came (a loaded machine), and the second took the first's context: the first's next turn read
+    only the instructions both share (27 of 57 tokens). Here the spare is held back until the second is seen
+    waiting for it."""
+    folder, name = default_model()
+    lm = LlamaCppLM(str(Path(folder) / name), threads=2, max_contexts=2, n_ctx=1024)
+    gate = threading.Event()
+    make = lm._make_context
+
+    def held_back():
+        assert gate.wait(30)
+        return make()
+
+    lm._make_context = held_back
+    cats = (lm.new_prefix_cache(), [{"role": "user", "content": "Tell me about cats."}])
+    owls = (lm.new_prefix_cache(), [{"role": "user", "content": "Tell me about owls."}])
+    first = "".join(lm.generate_stream(cats[1], 8, 0.0, prefix=cats[0]))
+    assert lm._making == 1
+    second: list[str] = []
+    waiting = threading.Thread(
+        target=lambda: second.append("".join(lm.generate_stream(owls[1], 8, 0.0, prefix=owls[0])))
+    )
+    waiting.start()
+    waiting.join(1.0)
+    assert waiting.is_alive() and not second, "the second conversation took the first's context"
+    gate.set()
+    waiting.join(30)
+    assert second and cats[0].context is not owls[0].context
+    for (prefix, history), answer in ((cats, first), (owls, second[0])):
+        earlier = lm.count_tokens(history)
+        history += [{"role": "assistant", "content": answer}, {"role": "user", "content": "And then?"}]
+        stream = lm.generate_stream(history, 8, 0.0, prefix=prefix)
+        "".join(stream)
+        assert stream.cached_tokens >= earlier, (stream.cached_tokens, earlier)
+
+
+def test_a_conversation_whose_context_was_taken_does_not_take_it_back_from_the_taker():
+    """Three conversations on two contexts: the third takes the context released the longest ago (the first's);
+    when the first comes back it takes the one released the longest ago now (the second's), not its old one,
+    which holds the third's cache."""
+    folder, name = default_model()
+    lm = LlamaCppLM(str(Path(folder) / name), threads=2, max_contexts=2, n_ctx=1024)
+    conversations = {
+        animal: (lm.new_prefix_cache(), [{"role": "user", "content": f"Tell me about {animal}."}])
+        for animal in ("cats", "owls", "hens")
+    }
+
+    def turn(animal):
+        prefix, history = conversations[animal]
+        stream = lm.generate_stream(history, 8, 0.0, prefix=prefix)
+        history += [{"role": "assistant", "content": "".join(stream)}, {"role": "user", "content": "And then?"}]
+        return stream
+
+    for animal in ("cats", "owls"):
+        turn(animal)
+        deadline = time.monotonic() + 30
+        while lm._making and time.monotonic() < deadline:  # the spare made ahead, so that owls gets its own
+            time.sleep(0.05)
+    assert conversations["cats"][0].context is not conversations["owls"][0].context
+    hens_context = turn("hens") and conversations["hens"][0].context
+    assert hens_context is not conversations["owls"][0].context  # it took the cats' context
+    turn("cats")
+    assert conversations["hens"][0].context is hens_context
+    earlier = lm.count_tokens(conversations["hens"][1][:-2])
+    stream = turn("hens")
+    assert stream.cached_tokens >= earlier, (stream.cached_tokens, earlier)
 
 
 def test_a_prefix_recovers_from_a_prompt_that_diverges(smol):
