@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shlex
 import sys
 import tempfile
 import time
@@ -44,7 +45,7 @@ from pipelines.backends.faster_whisper_stt import WhisperEngine  # noqa: E402
 from pipelines.backends.silero import SileroVadModel  # noqa: E402
 from pipelines.backends.smart_turn import SmartTurnModel  # noqa: E402
 from pipelines.backends.turn_text import EndOfTurnLM  # noqa: E402
-from pipelines.config import SessionSettings, TurnDetection  # noqa: E402
+from pipelines.config import EngineConfig, SessionSettings, TurnDetection  # noqa: E402
 from pipelines.messages import AudioIn, ResponseStarted, SpeechStopped, Utterance  # noqa: E402
 from pipelines.stages.base import SessionContext  # noqa: E402
 from pipelines.stages.vad import VadStage  # noqa: E402
@@ -53,6 +54,8 @@ from tests.support.speech import pcm16_chunks, silence, spoken, spoken_halves  #
 
 BEGIN, END = "<!-- turn_taking:begin -->", "<!-- turn_taking:end -->"
 RATE = 24000
+SEND_AHEAD_MS = EngineConfig.semantic_speculate_after_ms  # the silence after which the turn is sent ahead
+CHECK_MS = EngineConfig.smart_turn_silence_ms  # the silence after which Smart Turn is asked
 COMPLETE = [
     "What is the capital of France?",
     "Tell me a joke.",
@@ -249,13 +252,14 @@ def stage_decisions(
 ) -> dict[str, dict[str, list]]:
     """Per mode: premature cuts in mid-sentence pauses; for complete questions, the turn's end after the speech's.
 
-    "+ words": the default pipeline, which sends the turn ahead at 96 ms of silence; its transcript (real
+    "+ words": the default pipeline, which sends the turn ahead (``semantic_speculate_after_ms``); its transcript (real
     Whisper) is read by the text turn model. Its STT and reading costs go to ``costs``, not into positions."""
-    modes: dict[str, tuple[TurnDetection, int, bool]] = {"server_vad": (TurnDetection(type="server_vad"), 200, False)}
+    asked = CHECK_MS
+    modes: dict[str, tuple[TurnDetection, int, bool]] = {"server_vad": (TurnDetection(type="server_vad"), asked, False)}
     for eagerness in ("high", "auto", "low"):
         for read in (False, True):
             name = f"semantic_vad {eagerness}{' + words' if read else ''}"
-            modes[name] = (TurnDetection(type="semantic_vad", eagerness=eagerness), 200, read)
+            modes[name] = (TurnDetection(type="semantic_vad", eagerness=eagerness), asked, read)
     for ms in check_ms:
         for read in (False, True):
             name = f"semantic_vad auto{' + words' if read else ''}, asked at {ms} ms"
@@ -307,7 +311,7 @@ def _stopped(
         vad,
         turn_model=turn,
         check_after_ms=check_ms,
-        speculate_after_ms=96 if words else 0,
+        speculate_after_ms=SEND_AHEAD_MS if words else 0,
         text_model=_Timed(words[1], costs["words"]) if words else None,
     )
     stage.setup()
@@ -414,6 +418,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="only the first N utterances of each kind (a quick check)")
     parser.add_argument("--no-server", action="store_true", help="skip the end-to-end part")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument(
+        "--env", default="", metavar="'ENV=VALUE ...'", help="the end-to-end server's settings beside the defaults"
+    )
     args = parser.parse_args()
     if args.limit:
         del COMPLETE[args.limit :], MID_SENTENCE[args.limit :]
@@ -422,7 +429,12 @@ def main() -> None:
     if not args.no_server:
         server = LiveServer(
             Path(tempfile.mkdtemp(prefix="s2s-turn-bench-")),
-            env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "2", "S2S_LOG_LEVEL": "warning"},
+            env={
+                "S2S_PIPELINE": "real",
+                "S2S_POOL_SIZE": "2",
+                "S2S_LOG_LEVEL": "warning",
+                **dict(item.split("=", 1) for item in shlex.split(args.env)),
+            },
         )
         server.start(ready_timeout=900)
         try:
@@ -433,7 +445,9 @@ def main() -> None:
     words = (WhisperEngine(), EndOfTurnLM())
     word_costs: dict[str, list[float]] = {"stt": [], "words": []}
     stage = stage_decisions(vad, turn, words, args.stage_renderings, args.check_ms, COMPLETE, MID_SENTENCE, word_costs)
-    held_out = stage_decisions(vad, turn, words, args.stage_renderings, [], NEW_COMPLETE, NEW_MID_SENTENCE, word_costs)
+    held_out = stage_decisions(
+        vad, turn, words, args.stage_renderings, args.check_ms, NEW_COMPLETE, NEW_MID_SENTENCE, word_costs
+    )
     costs = model_cost(turn, args.calls)
     probs = drift(turn, args.stage_renderings)
     gate = {text: heard_ms(vad, text) for text in BACKCHANNELS + INTERRUPTIONS}
@@ -461,7 +475,7 @@ def report(args, e2e, stage, held_out, costs, word_costs, probs, gate, load_befo
             "End to end (real pipeline, one session per mode, each utterance to both in turn; `server_vad` at its "
             "defaults, 500 ms; `semantic_vad` eagerness auto). First audio and `speech_stopped` are timed by the "
             "client from the last speech chunk it sent (4.5 s of silence follow each question); a premature answer is a "  # noqa: E501
-            "turn cut in the pause.",
+            "turn cut in the pause." + (f" The server's settings besides the defaults: `{args.env}`." * bool(args.env)),
             "",
             "| mode | questions answered | first audio p50 | first audio p90 | speech_stopped p50 | answered after 1.5 s | premature answers |",  # noqa: E501
             "|---|---:|---:|---:|---:|---:|---:|",
@@ -483,8 +497,9 @@ def report(args, e2e, stage, held_out, costs, word_costs, probs, gate, load_befo
         lines += [
             "",
             f'The VAD stage alone, {title} (real Silero VAD and Smart Turn; "+ words": the turn sent ahead at '
-            f"96 ms of silence is transcribed by Whisper and read by the text turn model; {args.stage_renderings} "
-            "renderings of each utterance; positions in audio time, so the models' costs are not in them):",
+            f"{SEND_AHEAD_MS} ms of silence is transcribed by Whisper and read by the text turn model; "
+            f"{args.stage_renderings} renderings of each utterance; positions in audio time, so the models' costs "
+            "are not in them):",
             "",
             "| mode | complete questions: turn ended after the speech, p50 | p90 | waited over 1 s | premature cuts in mid-sentence pauses |",  # noqa: E501
             "|---|---:|---:|---:|---:|",
@@ -508,7 +523,7 @@ def report(args, e2e, stage, held_out, costs, word_costs, probs, gate, load_befo
         f"p50 {pct(costs, 50):.0f} ms, p99 {pct(costs, 99):.0f} ms.",
         "",
         "Its probability that a mid-sentence pause is the end of the turn, as more silence follows the first half "
-        "(why it is asked once per pause, at 200 ms, and never again as the silence grows):",
+        f"(why it is asked once per pause, at {CHECK_MS} ms, and never again as the silence grows):",
         "",
         "| silence after the first half | median | judged finished (>= 0.5) | sure of it (>= 0.9) |",
         "|---:|---:|---:|---:|",

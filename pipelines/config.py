@@ -163,7 +163,7 @@ class EngineConfig:
     # semantic_vad: the Smart Turn v3 ONNX file (None: the one in the pipecat-ai wheel), and the
     # silence after which it judges whether the turn is finished.
     smart_turn_model: str | None = None
-    smart_turn_silence_ms: int = 200
+    smart_turn_silence_ms: int = 100
     # semantic_vad's words check: a chat model (GGUF, on llama.cpp) reading the transcript of a pause.
     # "default": the packaged SmolLM2-135M-Instruct; "off"; or the path of a GGUF file.
     turn_text_model: str = "default"

@@ -196,7 +196,7 @@ S2S_POOL = PoolConfig(
         speculate_after_ms=envint("S2S_SPECULATE_AFTER_MS", 96, minimum=0),
         semantic_speculate_after_ms=envint("S2S_SEMANTIC_SPECULATE_AFTER_MS", 32, minimum=0),
         smart_turn_model=envstr("S2S_SMART_TURN_MODEL", "") or None,
-        smart_turn_silence_ms=envint("S2S_SMART_TURN_SILENCE_MS", 200, minimum=32, maximum=2000),
+        smart_turn_silence_ms=envint("S2S_SMART_TURN_SILENCE_MS", 100, minimum=32, maximum=2000),
         turn_text_model=envstr("S2S_TURN_TEXT_MODEL", "default"),
         min_interrupt_ms=envint("S2S_MIN_INTERRUPT_MS", 640, minimum=0, maximum=5000),
         first_piece_words=envint("S2S_FIRST_PIECE_WORDS", 2, minimum=0),

@@ -126,7 +126,7 @@ class VadStage(Stage):
         speculate_after_ms: int = 0,
         semantic_speculate_after_ms: int | None = None,
         turn_model: TurnModel | None = None,
-        check_after_ms: int = 200,
+        check_after_ms: int = 100,
         min_interrupt_ms: int = 0,
         text_model: TextTurnModel | None = None,
         denoiser: DenoiserModel | None = None,

@@ -66,7 +66,13 @@ def models() -> tuple[SileroVadModel, SmartTurnModel]:
 def vad_stage(models, detection: TurnDetection, min_interrupt_ms: int = 0) -> VadStage:
     context = SessionContext()
     context.settings = replace(SessionSettings(), turn_detection=detection)
-    stage = VadStage(context, models[0], turn_model=models[1], check_after_ms=200, min_interrupt_ms=min_interrupt_ms)
+    stage = VadStage(
+        context,
+        models[0],
+        turn_model=models[1],
+        check_after_ms=DEFAULTS.smart_turn_silence_ms,
+        min_interrupt_ms=min_interrupt_ms,
+    )
     stage.setup()
     return stage
 
@@ -85,6 +91,7 @@ def turns(out: list[Message]) -> list[SpeechStopped]:
 
 
 SEMANTIC = TurnDetection(type="semantic_vad", eagerness="auto")
+DEFAULTS = EngineConfig()  # the server's silences: when Smart Turn is asked, when a turn is sent ahead
 
 
 def test_a_finished_question_ends_the_turn_before_the_server_vad_window_closes(models):
@@ -129,11 +136,16 @@ def readers() -> tuple[WhisperEngine, EndOfTurnLM]:
 
 
 def listening_stage(models, readers, detection: TurnDetection = SEMANTIC) -> VadStage:
-    """A VAD stage that sends turns ahead at 96 ms of silence and reads their words (the default pipeline)."""
+    """A VAD stage that sends turns ahead and reads their words, at the default pipeline's silences."""
     context = SessionContext()
     context.settings = replace(SessionSettings(), turn_detection=detection)
     stage = VadStage(
-        context, models[0], speculate_after_ms=96, turn_model=models[1], check_after_ms=200, text_model=readers[1]
+        context,
+        models[0],
+        speculate_after_ms=DEFAULTS.semantic_speculate_after_ms,
+        turn_model=models[1],
+        check_after_ms=DEFAULTS.smart_turn_silence_ms,
+        text_model=readers[1],
     )
     stage.setup()
     return stage
