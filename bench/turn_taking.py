@@ -226,6 +226,8 @@ async def end_to_end(url: str, renderings: int) -> dict[str, dict[str, list]]:
                         for e in events
                     )
                     results[name]["premature"].append(cut)
+                    if cut and name != "server_vad":
+                        print(f"{name} answered in the pause: {text!r} ({pause} s)", file=sys.stderr, flush=True)
                 n += 1
     finally:
         for session in sessions.values():
