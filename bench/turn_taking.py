@@ -256,12 +256,13 @@ def stage_decisions(
 
     "+ words": the default pipeline, which sends the turn ahead (``semantic_speculate_after_ms``); its transcript (real
     Whisper) is read by the text turn model. Its STT and reading costs go to ``costs``, not into positions."""
-    asked = CHECK_MS
-    modes: dict[str, tuple[TurnDetection, int, bool]] = {"server_vad": (TurnDetection(type="server_vad"), asked, False)}
+    modes: dict[str, tuple[TurnDetection, int, bool]] = {
+        "server_vad": (TurnDetection(type="server_vad"), CHECK_MS, False)
+    }
     for eagerness in ("high", "auto", "low"):
         for read in (False, True):
             name = f"semantic_vad {eagerness}{' + words' if read else ''}"
-            modes[name] = (TurnDetection(type="semantic_vad", eagerness=eagerness), asked, read)
+            modes[name] = (TurnDetection(type="semantic_vad", eagerness=eagerness), CHECK_MS, read)
     for ms in check_ms:
         for read in (False, True):
             name = f"semantic_vad auto{' + words' if read else ''}, asked at {ms} ms"
