@@ -114,7 +114,7 @@ class CoreShare:
         self._waiting: list[_Waiter] = []  # the steps waiting for a core
         self._arrivals = itertools.count()
         self._left: dict[int, tuple[float, float]] = {}  # owner -> (due, when) of its last step, for HOLD_S
-        self.steps_waited = 0  # steps that waited for a core (the tests and the logs)
+        self.steps_waited = 0  # steps that waited for a core (read by the tests)
         self._busy = 0
         self._step_s: dict[int, float] = {}  # threads -> moving average of a step's seconds
         self._slower_at: dict[int, float] = {}  # threads -> when they last measured slower than the other count
