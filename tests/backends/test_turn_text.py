@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from pipelines.backends.turn_text import EndOfTurnLM, cached_prefix, words_of
+from pipelines.backends.turn_text import FRAMING, EndOfTurnLM, cached_prefix, words_of
 from pipelines.stages.vad import SEMANTIC_TEXT_FLOOR
 
 pytestmark = pytest.mark.real_models
@@ -99,11 +99,17 @@ def test_a_reading_is_the_same_whatever_the_context_read_before(reader):
 def test_the_next_reading_evaluates_only_what_differs_from_the_last(reader):
     reader.finished_probability("What is the capital of France")
     context = reader._free[-1]  # the context that read last
-    tokens = context.tokenize(
-        reader._format(messages=[{"role": "user", "content": "Why is the sky blue"}]).prompt.encode(),
-        add_bos=False,
-        special=True,
-    )
-    template = context.tokenize(b"<|im_start|>system\n", add_bos=False, special=True)
-    # The system message and the user's turn marker are kept: the words are what is left to evaluate.
-    assert len(template) < cached_prefix(context, tokens) < len(tokens) - 3
+    tokens = context.tokenize((FRAMING + "Why is the sky blue").encode(), add_bos=False, special=False)
+    framing = context.tokenize(FRAMING.rstrip('"').encode(), add_bos=False, special=False)
+    # The framing is kept: the words are what is left to evaluate.
+    assert len(framing) <= cached_prefix(context, tokens) < len(tokens) - 3
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Name a fruit that is yellow.", "What color is the sky", "Play some music", "Turn the lights off."],
+)
+def test_a_short_complete_request_without_a_question_mark_reads_as_finished(reader, text):
+    # Read as an open chat message, these read as low as the cut sentences (0.05-0.09 against the
+    # floor of 0.1 then): their turns waited 2 s for more speech.
+    assert reader.finished_probability(text) >= FLOOR, text
