@@ -9,7 +9,7 @@ Turn (as the VAD hears it: 0.3 s before, 0.2 s of silence after) and its Whisper
 text turn model, and for the utterances that sound finished (Smart Turn at or above 0.5) counts, per
 floor: the complete questions that would wait, and the cut sentences that would end the turn.
 
-Run: ``python bench/turn_words.py --renderings 3`` (``--model`` another GGUF chat model as the reader);
+Run: ``python bench/turn_words.py --renderings 3`` (``--model`` another GGUF language model as the reader);
 prints markdown and rewrites its section of docs/benchmarks.md.
 """
 
@@ -132,7 +132,7 @@ def section(rows: list[tuple[str, float, float, str]], times: list[float], args:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--renderings", type=int, default=3, help="renderings of each utterance")
-    parser.add_argument("--model", default="", help="a GGUF chat model as the reader (default: the server's)")
+    parser.add_argument("--model", default="", help="a GGUF language model as the reader (default: the server's)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     rows, times = scored(args.renderings, EndOfTurnLM(args.model or None))

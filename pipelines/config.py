@@ -164,7 +164,7 @@ class EngineConfig:
     # silence after which it judges whether the turn is finished.
     smart_turn_model: str | None = None
     smart_turn_silence_ms: int = 100
-    # semantic_vad's words check: a chat model (GGUF, on llama.cpp) reading the transcript of a pause.
+    # semantic_vad's words check: a small LM (GGUF, on llama.cpp) reading the transcript of a pause.
     # "default": the packaged SmolLM2-135M-Instruct; "off"; or the path of a GGUF file.
     turn_text_model: str = "default"
     # Speech needed while the assistant speaks before it counts as a barge-in (shorter sounds are dropped).

@@ -195,7 +195,7 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
         progress,
     )
     lm = _timed(f"lm ({config.lm_backend})", lambda: _lm(config, device, threads, pool_size), timings, progress)
-    turn_text = _timed("turn words (chat LM)", lambda: _turn_text(config, threads), timings, progress)
+    turn_text = _timed("turn words (LM)", lambda: _turn_text(config, threads), timings, progress)
     voices = _voices(config, device, timings, progress)
     schedulers: list[object] = []
     stt: object = whisper
@@ -243,7 +243,7 @@ def _denoiser(config: EngineConfig) -> DenoiserModel:
 
 
 def _turn_text(config: EngineConfig, threads: int) -> TextTurnModel | None:
-    """semantic_vad's reader of words: a small chat model on llama.cpp (the packaged SmolLM2 by default)."""
+    """semantic_vad's reader of words: a small LM on llama.cpp (the packaged SmolLM2 by default)."""
     from pipelines.backends.turn_text import EndOfTurnLM
 
     if config.turn_text_model == "off":
