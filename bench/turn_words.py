@@ -10,13 +10,17 @@ text turn model, and for the utterances that sound finished (Smart Turn at or ab
 floor: the complete questions that would wait, and the cut sentences that would end the turn.
 
 Run: ``python bench/turn_words.py --renderings 3`` (``--model`` another GGUF language model as the reader);
-prints markdown and rewrites its section of docs/benchmarks.md.
+prints markdown and rewrites its section of docs/benchmarks.md. Piper's renderings vary from run to run:
+``--transcripts FILE`` keeps them (each one's kind, Smart Turn's probability and Whisper's transcript) in FILE
+the first time and reads them from it after, so that two readers, or two checkouts' readers and floors, are
+compared on the same renderings.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import shlex
 import sys
@@ -70,6 +74,16 @@ def scored(renderings: int, reader: EndOfTurnLM) -> tuple[list[tuple[str, float,
                 started = time.perf_counter()
                 rows.append((kind, sound, reader.finished_probability(words), words))
                 times.append((time.perf_counter() - started) * 1000)
+    return rows, times
+
+
+def rescored(path: Path, reader: EndOfTurnLM) -> tuple[list[tuple[str, float, float, str]], list[float]]:
+    """The renderings kept in ``path`` (``--transcripts``), read again by ``reader``."""
+    rows, times = [], []
+    for kind, sound, _, words in json.loads(path.read_text()):
+        started = time.perf_counter()
+        rows.append((kind, sound, reader.finished_probability(words), words))
+        times.append((time.perf_counter() - started) * 1000)
     return rows, times
 
 
@@ -133,9 +147,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--renderings", type=int, default=3, help="renderings of each utterance")
     parser.add_argument("--model", default="", help="a GGUF language model as the reader (default: the server's)")
+    parser.add_argument(
+        "--transcripts", type=Path, help="keep the renderings in this JSON file, or read them from it if it exists"
+    )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    rows, times = scored(args.renderings, EndOfTurnLM(args.model or None))
+    reader = EndOfTurnLM(args.model or None)
+    if args.transcripts and args.transcripts.exists():
+        rows, times = rescored(args.transcripts, reader)
+    else:
+        rows, times = scored(args.renderings, reader)
+        if args.transcripts:
+            args.transcripts.write_text(json.dumps(rows))
     text = section(rows, times, args)
     print(text)
     if not args.no_write:
