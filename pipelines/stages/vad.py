@@ -69,8 +69,9 @@ SEMANTIC_THRESHOLD = {"low": 0.7, "medium": 0.5, "auto": 0.5, "high": 0.3}
 # speech before the turn ends anyway (half the longest wait). A transcript that Whisper ends with a
 # question mark (its read of the voice and the words) needs this many times less: 63 of 81 complete
 # questions end so, 5 of 42 cut sentences. Chosen by bench/turn_words.py (docs/benchmarks.md): with the
-# words read as a quote (``turn_text.FRAMING``), no cut sentence that sounds finished reads over 0.19, and
-# only mis-heard complete questions ("is the Sunestar") read under 0.2.
+# words read as a quote (``turn_text.FRAMING``), no cut sentence that sounds finished reads over 0.19 (but one
+# that Whisper ended with words of its own, "Could you send a message to me?"), and only mis-heard complete
+# questions ("is the Sunestar") read under 0.2.
 SEMANTIC_TEXT_FLOOR = {"low": 0.3, "medium": 0.2, "auto": 0.2, "high": 0.08}
 QUESTION_MARK_WEIGHT = 25
 SEMANTIC_TEXT_WAIT_MS = {name: wait // 2 for name, wait in SEMANTIC_MAX_WAIT_MS.items()}
