@@ -55,10 +55,10 @@ FLOORS = (0.2, 0.15, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002)
 BEFORE, AFTER = np.zeros(4800, np.float32), np.zeros(3200, np.float32)  # 16 kHz: 0.3 s and 0.2 s of silence
 
 
-def scored(renderings: int, reader: EndOfTurnLM) -> tuple[list[tuple[str, float, float, str]], list[float]]:
-    """(kind, Smart Turn's probability, the reader's, the transcript) of every rendering; the reader's times."""
+def rendered(renderings: int) -> list[tuple[str, float, str]]:
+    """(kind, Smart Turn's probability, the transcript) of every rendering."""
     turn, whisper = SmartTurnModel(), WhisperEngine()
-    rows, times = [], []
+    rows = []
     kinds = (("complete", COMPLETE + NEW_COMPLETE + QUESTIONS), ("cut", MID_SENTENCE + NEW_MID_SENTENCE))
     for kind, texts in kinds:
         for text in texts:
@@ -70,17 +70,16 @@ def scored(renderings: int, reader: EndOfTurnLM) -> tuple[list[tuple[str, float,
                 sound = turn.probability(
                     np.concatenate([np.zeros(4800, np.float32), heard, np.zeros(3200, np.float32)])
                 )
-                words = whisper.transcribe(heard)
-                started = time.perf_counter()
-                rows.append((kind, sound, reader.finished_probability(words), words))
-                times.append((time.perf_counter() - started) * 1000)
-    return rows, times
+                rows.append((kind, sound, whisper.transcribe(heard)))
+    return rows
 
 
-def rescored(path: Path, reader: EndOfTurnLM) -> tuple[list[tuple[str, float, float, str]], list[float]]:
-    """The renderings kept in ``path`` (``--transcripts``), read again by ``reader``."""
+def scored(
+    renderings: list[tuple[str, float, str]], reader: EndOfTurnLM
+) -> tuple[list[tuple[str, float, float, str]], list[float]]:
+    """(kind, Smart Turn's probability, the reader's, the transcript) of every rendering; the reader's times."""
     rows, times = [], []
-    for kind, sound, _, words in json.loads(path.read_text()):
+    for kind, sound, words in renderings:
         started = time.perf_counter()
         rows.append((kind, sound, reader.finished_probability(words), words))
         times.append((time.perf_counter() - started) * 1000)
@@ -152,13 +151,13 @@ def main() -> None:
     )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    reader = EndOfTurnLM(args.model or None)
     if args.transcripts and args.transcripts.exists():
-        rows, times = rescored(args.transcripts, reader)
+        renderings = [tuple(row) for row in json.loads(args.transcripts.read_text())]
     else:
-        rows, times = scored(args.renderings, reader)
+        renderings = rendered(args.renderings)
         if args.transcripts:
-            args.transcripts.write_text(json.dumps(rows))
+            args.transcripts.write_text(json.dumps(renderings))
+    rows, times = scored(renderings, EndOfTurnLM(args.model or None))
     text = section(rows, times, args)
     print(text)
     if not args.no_write:
