@@ -7,7 +7,9 @@ complete questions and sentences cut mid-way (bench/turn_taking.py's sets and be
 questions, Piper with its random variation), scores each with Smart
 Turn (as the VAD hears it: 0.3 s before, 0.2 s of silence after) and its Whisper transcript with the
 text turn model, and for the utterances that sound finished (Smart Turn at or above 0.5) counts, per
-floor: the complete questions that would wait, and the cut sentences that would end the turn.
+floor: the complete questions that would wait, and the cut sentences that would end the turn. Of the
+utterances that sound unfinished it counts those whose words end the turn at once (at or above
+``vad.SEMANTIC_TEXT_SURE``) and after half the longest wait (over the floor, under that mark).
 
 Run: ``python bench/turn_words.py --renderings 3`` (``--model`` another GGUF language model as the reader);
 prints markdown and rewrites its section of docs/benchmarks.md. Piper's renderings vary from run to run:
@@ -46,6 +48,7 @@ from pipelines.stages.vad import (  # noqa: E402
     SEMANTIC_TEXT_SURE,
     SEMANTIC_THRESHOLD,
     weighed,
+    words_floor,
     words_sure,
 )
 from tests.support import speech  # noqa: E402
@@ -131,12 +134,21 @@ def section(rows: list[tuple[str, float, float, str]], times: list[float], args:
     ]
     going_on = [r for r in rows if r[1] < finished]
     ended = [r for r in going_on if r[2] >= words_sure("auto", r[3])]
+    halved = [r for r in going_on if words_floor("auto", r[3]) <= r[2] < words_sure("auto", r[3])]
+
+    def of(kind: str, subset: list[tuple[str, float, float, str]]) -> str:
+        return f"{sum(r[0] == kind for r in subset)} of {sum(r[0] == kind for r in going_on)}"
+
     lines += [
         "",
         f"Of the {len(going_on)} renderings that sound unfinished (they would wait 4 s), the words end the turn "
         f"(at or above {SEMANTIC_TEXT_SURE['auto']}, with the question mark's weight) for "
-        f"{sum(r[0] == 'complete' for r in ended)} of {sum(r[0] == 'complete' for r in going_on)} complete "
-        f"questions and {sum(r[0] == 'cut' for r in ended)} of {sum(r[0] == 'cut' for r in going_on)} cut sentences.",
+        f"{of('complete', ended)} complete questions and {of('cut', ended)} cut sentences; they read at or above "
+        f"the floor, under that mark, for {of('complete', halved)} complete questions and {of('cut', halved)} cut "
+        "sentences (the sound and the words disagree: the turn ends after 2 s of silence, as a finished-sounding "
+        "pause whose words read under the floor does). "
+        + "; ".join(f'"{r[3]}" {r[0]} {r[2]:.3f}' for r in sorted(halved, key=lambda r: -r[2])[:8])
+        + ".",
         END,
     ]
     return "\n".join(lines)

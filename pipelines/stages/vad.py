@@ -66,21 +66,27 @@ SEMANTIC_MAX_WAIT_MS = {"low": 8000, "medium": 4000, "auto": 4000, "high": 2000}
 SEMANTIC_THRESHOLD = {"low": 0.7, "medium": 0.5, "auto": 0.5, "high": 0.3}
 # The words' check (a text turn model on the speculative transcript): the chance of a finished message
 # below which the words overrule a finished-sounding pause, and how long such a pause then waits for more
-# speech before the turn ends anyway (half the longest wait). A transcript that Whisper ends with a
-# question mark (its read of the voice and the words) needs this many times less: 63 of 81 complete
-# questions end so, 5 of 42 cut sentences. Chosen by bench/turn_words.py (docs/benchmarks.md): with the
-# words read as a quote (``turn_text.FRAMING``), no cut sentence that sounds finished reads over 0.19 (but one
-# that Whisper ended with words of its own, "Could you send a message to me?"), and only mis-heard complete
-# questions ("is the Sunestar") read under 0.2.
+# speech before the turn ends anyway (half the longest wait). Chosen by bench/turn_words.py
+# (docs/benchmarks.md): with the words read as a quote (``turn_text.FRAMING``), no cut sentence that sounds
+# finished reads over 0.19 (but one that Whisper ended with words of its own, "Could you send a message to
+# me?"), and only mis-heard complete questions ("is the Sunestar") read under 0.2.
+# A transcript that Whisper ends with a question mark (its read of the voice and the words) needs
+# QUESTION_MARK_WEIGHT times less: of 240 renderings, 110 of 140 complete questions end so and 10 of 100 cut
+# sentences. Those cut sentences read 0.0007 at most ("Could you book a table for?"; Whisper's own ending
+# aside), the complete questions 0.0056 at least (a mis-heard "What colors the sky?"): 100 puts the bound,
+# 0.002, midway between the two on a log scale (25 held that question 2 s).
 SEMANTIC_TEXT_FLOOR = {"low": 0.3, "medium": 0.2, "auto": 0.2, "high": 0.08}
-QUESTION_MARK_WEIGHT = 25
+QUESTION_MARK_WEIGHT = 100
 SEMANTIC_TEXT_WAIT_MS = {name: wait // 2 for name, wait in SEMANTIC_MAX_WAIT_MS.items()}
 # The chance of a finished message at or above which the words overrule an unfinished-sounding pause:
 # Smart Turn hears some complete questions as going on ("How are you today?", "Is the sun a star"), which
 # then waited the longest wait; of the cut sentences that sound unfinished, only a list read over 0.36 ("I
 # need to buy eggs. Milk. Bread" 0.66; bench/turn_words.py, docs/benchmarks.md). Whisper's question mark
 # weighs here as in the floor (of the pauses that sound unfinished, the complete questions' transcripts
-# ended in one, the cut sentences' did not).
+# ended in one, the cut sentences' did not). Words over the floor and under this mark end such a pause
+# after half the longest wait: in a server's turns, Whisper heard Piper's "Is the sun a star?" as "is the
+# sun is star" (0.29), and of 56 cut sentences that sounded unfinished one read there ("My phone number is
+# 5 5 5 5", 0.23: answered if its pause lasts 2 s).
 SEMANTIC_TEXT_SURE = {"low": 0.8, "medium": 0.5, "auto": 0.5, "high": 0.3}
 # How long after the turn model's verdict the words may take to come from the STT; later, the sound decides.
 WORDS_DUE_MS = 800
@@ -112,8 +118,10 @@ class VadStage(Stage):
     transcript of the turn sent ahead at ``semantic_speculate_after_ms``) as unfinished, e.g. "I'd like
     to order a": then it waits for more speech up to half the longest wait. The words may also
     overrule an unfinished-sounding turn, when they read as finished beyond doubt
-    (``SEMANTIC_TEXT_SURE``, e.g. "How are you today"): it ends once they are read. Without a turn
-    model (the loopback profile) a pause of ``check_after_ms`` ends the turn.
+    (``SEMANTIC_TEXT_SURE``, e.g. "How are you today"): it ends once they are read. Words that read
+    as finished but not beyond doubt (over the floor, under that mark) disagree with the sound as
+    unfinished words disagree with a finished sound: the turn ends after half the longest wait.
+    Without a turn model (the loopback profile) a pause of ``check_after_ms`` ends the turn.
 
     While the assistant speaks, speech counts as a barge-in (``SpeechStarted``, which
     cancels the response) only once ``min_interrupt_ms`` of it has been heard; a shorter
@@ -172,7 +180,7 @@ class VadStage(Stage):
         self._speech_end_at = 0.0
         self._rounds = 0
         # Of the current pause: "" (not asked), "unfinished", "unfinished, words read", "sounds finished",
-        # "words unfinished".
+        # "disagree" (the sound and the words: the turn ends after the half wait).
         self._verdict = ""
         self._gated = False  # speech while the assistant speaks, not yet long enough to interrupt
         self._heard_ms = 0
@@ -329,7 +337,7 @@ class VadStage(Stage):
             return True
         if self._silence_ms < self.check_after_ms or self._verdict == "unfinished, words read":
             return False
-        if self._verdict == "words unfinished":
+        if self._verdict == "disagree":
             return self._silence_ms >= SEMANTIC_TEXT_WAIT_MS[eagerness]
         if not self._verdict:
             self._verdict = "sounds finished" if self._sounds_finished(eagerness) else "unfinished"
@@ -378,11 +386,12 @@ class VadStage(Stage):
         )
         if probability >= floor:
             return True
-        self._verdict = "words unfinished"
+        self._verdict = "disagree"
         return self._silence_ms >= SEMANTIC_TEXT_WAIT_MS[eagerness]
 
     def _words_sure(self, eagerness: str) -> bool:
-        """Whether the words of an unfinished-sounding turn read as finished beyond doubt; read once."""
+        """Whether the words of an unfinished-sounding turn end it: at once when they read as finished beyond
+        doubt, after the half wait when they read as finished (over the floor); read once."""
         if self.text_model is None or not self._speculation:
             return False
         words = self.context.words_of(self._speculation)
@@ -399,7 +408,12 @@ class VadStage(Stage):
             logger.exception("the text turn model failed; the turn waits")
             return False
         logger.debug("text turn model on an unfinished-sounding pause: %.3f for %r", probability, words)
-        return probability >= words_sure(eagerness, words)
+        if probability >= words_sure(eagerness, words):
+            return True
+        if probability >= words_floor(eagerness, words):
+            self._verdict = "disagree"  # finished words, an unfinished sound: as in the other disagreement
+            return self._silence_ms >= SEMANTIC_TEXT_WAIT_MS[eagerness]
+        return False
 
     def _stop_speaking(self) -> None:
         self._speaking = False

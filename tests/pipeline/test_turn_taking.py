@@ -227,7 +227,7 @@ def test_whisper_s_question_mark_lowers_the_mark_of_words_sure_to_end_an_unfinis
     for heard, ended in (("What color is the sky?", 1), ("What color is the sky", 0)):
         stage = listening_stage((models[0], HearsGoingOn()), (None, Doubtful(0.06)))
         out = feed_and_transcribe(stage, Hears(heard), silence(0.5), question, silence(1.5))
-        assert len(turns(out)) == ended, heard  # 0.06: above 0.5 / 25, far under 0.5
+        assert len(turns(out)) == ended, heard  # 0.06: above 0.5 / 100, far under 0.5
 
 
 class HearsGoingOn:
@@ -235,6 +235,18 @@ class HearsGoingOn:
 
     def probability(self, samples: np.ndarray) -> float:
         return 0.05
+
+
+def test_words_that_read_finished_but_not_beyond_doubt_end_an_unfinished_sounding_pause_after_the_half_wait(models):
+    question = spoken("Is the sun a star?")
+    # Whisper's "is the sun is star" reads 0.29: over the floor (0.2), under the sure mark (0.5).
+    stage = listening_stage((models[0], HearsGoingOn()), (None, Doubtful(0.29)))
+    assert turns(feed_and_transcribe(stage, Hears("is the sun is star"), silence(0.5), question, silence(1.9))) == []
+    assert len(turns(feed_and_transcribe(stage, Hears("is the sun is star"), silence(0.3)))) == 1  # auto: 2 s of 4
+    # Under the floor the sound decides: the longest wait.
+    below = listening_stage((models[0], HearsGoingOn()), (None, Doubtful(0.19)))
+    assert turns(feed_and_transcribe(below, Hears("is the sun is star"), silence(0.5), question, silence(3.8))) == []
+    assert len(turns(feed_and_transcribe(below, Hears("is the sun is star"), silence(0.4)))) == 1
 
 
 class CountedReader:
