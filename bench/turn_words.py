@@ -70,9 +70,7 @@ def rendered(renderings: int) -> list[tuple[str, float, str]]:
                 speech.spoken_halves.cache_clear()
                 said = speech.spoken(text, steady=False) if kind == "complete" else speech.spoken_halves(text)[0]
                 heard = audio.resample(said, 24000, 16000)
-                sound = turn.probability(
-                    np.concatenate([np.zeros(4800, np.float32), heard, np.zeros(3200, np.float32)])
-                )
+                sound = turn.probability(np.concatenate([BEFORE, heard, AFTER]))
                 rows.append((kind, sound, whisper.transcribe(heard)))
     return rows
 

@@ -338,7 +338,7 @@ class VadStage(Stage):
         if self._silence_ms < self.check_after_ms or self._verdict == "unfinished, words read":
             return False
         if self._verdict == "disagree":
-            return self._silence_ms >= SEMANTIC_TEXT_WAIT_MS[eagerness]
+            return self._disagree(eagerness)
         if not self._verdict:
             self._verdict = "sounds finished" if self._sounds_finished(eagerness) else "unfinished"
         if self._verdict == "unfinished":
@@ -386,8 +386,7 @@ class VadStage(Stage):
         )
         if probability >= floor:
             return True
-        self._verdict = "disagree"
-        return self._silence_ms >= SEMANTIC_TEXT_WAIT_MS[eagerness]
+        return self._disagree(eagerness)
 
     def _words_sure(self, eagerness: str) -> bool:
         """Whether the words of an unfinished-sounding turn end it: at once when they read as finished beyond
@@ -411,9 +410,13 @@ class VadStage(Stage):
         if probability >= words_sure(eagerness, words):
             return True
         if probability >= words_floor(eagerness, words):
-            self._verdict = "disagree"  # finished words, an unfinished sound: as in the other disagreement
-            return self._silence_ms >= SEMANTIC_TEXT_WAIT_MS[eagerness]
+            return self._disagree(eagerness)  # finished words, an unfinished sound
         return False
+
+    def _disagree(self, eagerness: str) -> bool:
+        """The sound and the words of the pause disagree: the turn ends after half the longest wait."""
+        self._verdict = "disagree"
+        return self._silence_ms >= SEMANTIC_TEXT_WAIT_MS[eagerness]
 
     def _stop_speaking(self) -> None:
         self._speaking = False
