@@ -97,7 +97,7 @@ def section(
 ) -> str:
     rows = [
         "| encoder window | questions | transcribe p50 | p90 | max | word error rate | given up (30 s again) "
-        "| against 30 s (p50) |",
+        f"| against {max(results):g} s (p50) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     full = pct(results[max(results)]["ms"], 50)
