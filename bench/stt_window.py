@@ -131,9 +131,10 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    results = measure(sorted(set(args.windows), reverse=True), args.threads, max(1, args.renderings))
+    renderings = max(1, args.renderings)
+    results = measure(sorted(set(args.windows), reverse=True), args.threads, renderings)
     command = "python bench/stt_window.py " + shlex.join(sys.argv[1:])
-    text = section(results, command.strip(), args.threads, os.getloadavg()[0], max(1, args.renderings))
+    text = section(results, command.strip(), args.threads, os.getloadavg()[0], renderings)
     print(text)
     if not args.no_write:
         write_section(text, BEGIN, END)
