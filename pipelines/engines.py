@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 
 from pipelines import cores
 from pipelines.config import EngineConfig
@@ -22,17 +23,23 @@ from pipelines.stages.vad import TextTurnModel, TurnModel, VadModel, VadStage
 logger = logging.getLogger(__name__)
 
 
+def _torch() -> ModuleType | None:
+    """PyTorch, or None where it is not installed: the CPU container image leaves it out, since none of the
+    default engines (llama.cpp, CTranslate2, ONNX Runtime) needs it; Coqui TTS and the transformers LM do."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
 def resolve_device(requested: str) -> str:
+    torch = _torch() if requested in ("auto", "cuda") else None
     if requested != "auto":
-        if requested == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                raise ModelLoadError("S2S_DEVICE=cuda but no CUDA device is available")
+        if requested == "cuda" and (torch is None or not torch.cuda.is_available()):
+            raise ModelLoadError("S2S_DEVICE=cuda but no CUDA device is available")
         return requested
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
 
 
 def compute_threads(config: EngineConfig, pool_size: int) -> int:
@@ -146,9 +153,9 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
     # A batch scheduler is the one caller of its model: it gets all the cores the units would have split.
     lm_threads = (config.torch_threads or os.cpu_count() or 1) if config.lm_batching else threads
     stt_threads = (config.torch_threads or os.cpu_count() or 1) if config.stt_batch_window_ms else threads
-    import torch
-
-    torch.set_num_threads(lm_threads)
+    torch = _torch()
+    if torch is not None:
+        torch.set_num_threads(lm_threads)
     # A lone talker's LM takes every core while nothing else computes (pipelines.cores); a fixed
     # S2S_TORCH_THREADS, or a batch scheduler that has them all already, keeps its count.
     # Steps in order of urgency, one per core: on the CPU, where the units' engines share the cores; a batch
