@@ -92,3 +92,29 @@ bench-quality: setup
 
 clean:
 	rm -rf $(VENV) staticfiles
+
+# The container image (Dockerfile) built with podman as these machines must: a Debian base made here from Debian's
+# packages, this machine's CA bundle for pip as a build secret (scripts/container_build.sh). With Docker and public
+# images it is only `docker build -t s2s:cpu .` (docs/deploy.md#containers). More: CONTAINER_BUILD_ARGS="--build-arg VARIANT=gpu".
+.PHONY: container-deps container test-container
+CONTAINER_IMAGE ?= localhost/s2s:cpu
+CONTAINER_BUILD_ARGS ?=
+container-deps:
+	@for tool in mmdebstrap podman podman-compose runc; do \
+		command -v $$tool >/dev/null && continue; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq mmdebstrap podman podman-compose runc >/dev/null; break; \
+		else echo "install $$tool (apt-get install mmdebstrap podman podman-compose runc)"; exit 1; fi; \
+	done
+
+container: container-deps
+	bash scripts/container_build.sh $(CONTAINER_IMAGE) $(CONTAINER_BUILD_ARGS)
+
+# compose.yaml end to end (tests/container): the image, stand-ins for the official PostgreSQL and Redis images made
+# from Debian's packages, then up, /readyz, a spoken turn through the openai SDK, `compose stop` draining it, up again
+# with the data kept. Too slow for every run (a first build takes about half an hour on two cores): not in `make test`.
+test-container: setup container
+	for name in postgres redis; do \
+		nice -n 15 scripts/podman_here.sh podman build --format docker --network host -q -t localhost/s2s-test-$$name \
+			-f tests/container/images/$$name.Containerfile tests/container/images >/dev/null || exit 1; \
+	done
+	S2S_TEST_CONTAINER=1 S2S_IMAGE=$(CONTAINER_IMAGE) $(PY) -m pytest tests/container -m container $(PYTEST_ARGS)
