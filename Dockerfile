@@ -77,6 +77,8 @@ COPY scripts /app/scripts
 WORKDIR /app
 RUN python manage.py collectstatic --noinput --verbosity 0
 ENV S2S_MEDIA_ROOT=/data/media DATABASE_URL=sqlite:////data/db.sqlite3
+# Offline, and the build's check proves it: a model that reached for a hub would fail here, not at a customer's.
+ENV HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 USER s2s
 # The check: every default model loads from its package (the chunked ones joined into ~/.cache/s2s/models and
 # checked by SHA-256, here, once) and one spoken turn runs through a unit; the LM's build runs on this CPU.
