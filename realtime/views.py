@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import Resolver404, resolve, reverse
 
-from pipelines.config import EngineConfig
+from pipelines.config import SPEED_RANGE, EngineConfig
 from realtime.access import auth
 from realtime.protocol.session import SessionConfig
 from realtime.node import channel_layer
@@ -43,6 +43,8 @@ def index(request: HttpRequest) -> HttpResponse:
         "client_secrets_url": secrets_url,
         "sign_in_url": sign_in_url,
         "voices": installed_voices(settings.S2S_POOL.engines),
+        "voice_aliases": ", ".join(settings.S2S_POOL.engines.voices),
+        "speed_range": SPEED_RANGE,
         "timings_url": TIMINGS_PATH,
         "calls_url": CALLS_PATH if _routed(CALLS_PATH) else "",
         "ice_servers": json.dumps(list(settings.S2S_ICE_SERVERS)),
@@ -56,7 +58,7 @@ def index(request: HttpRequest) -> HttpResponse:
 def session_defaults() -> dict[str, object]:
     """The session a new connection gets, as ``session.created`` will show it: the settings form starts from it,
     so pressing Apply before connecting sends these values rather than an empty form."""
-    voices = tuple(settings.S2S_POOL.engines.voices) or ("alloy",)
+    voices = tuple(settings.S2S_POOL.engines.all_voices) or ("alloy",)
     return SessionConfig("sess_defaults", "gpt-realtime", voices).as_ga()
 
 

@@ -7,9 +7,18 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
-from django.db.models import Count, Q, QuerySet
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.contrib.admin.utils import quote, unquote
+from django.db.models import QuerySet
+from django.core.exceptions import PermissionDenied
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    JsonResponse,
+)
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -140,7 +149,7 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         return "live" if obj.duration_s is None else f"{obj.duration_s:.1f} s"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[RealtimeSession]:
-        return super().get_queryset(request).annotate(n_user_messages=Count("items", filter=Q(items__role="user")))
+        return super().get_queryset(request).with_user_messages()  # type: ignore[attr-defined]
 
     @admin.display(description="user messages", ordering="n_user_messages")
     def user_messages(self, obj: RealtimeSession) -> str:
@@ -156,6 +165,7 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         wrap = self.admin_site.admin_view
         return [
             path("<str:session_id>/recording/<int:pk>/", wrap(self.recording_view), name="realtime_recording"),
+            path("<str:session_id>/end/", wrap(self.end_view), name="realtime_session_end"),
             *super().get_urls(),
         ]
 
@@ -168,15 +178,33 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         session = RealtimeSession.objects.filter(id=unquote(object_id)).first()
         if session is None or not self.has_view_permission(request, session):
             return super().change_view(request, object_id, form_url, extra_context)  # 404 / 403 as usual
+        live = session.end_reason == EndReason.ACTIVE
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
             "title": f"Session {session.id}",
             "original": session,
             "has_view_permission": True,
+            "live": live,
+            "can_end": live and self.has_end_live_session_permission(request),
+            "refresh_ms": max(2000, int(settings.S2S_SLOT_BOARD_REFRESH_S * 1000)),
             **session_detail(session),
         }
         return TemplateResponse(request, "admin/realtime/realtimesession/detail.html", context)
+
+    def end_view(self, request: HttpRequest, session_id: str) -> HttpResponse:
+        """POST, from a live session's page: ends it wherever it runs, then back to its page, which says so."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_end_live_session_permission(request):
+            raise PermissionDenied
+        live = RealtimeSession.objects.filter(id=session_id, end_reason=EndReason.ACTIVE).exists()
+        if live:
+            cluster.end_session(session_id, reason=f"admin {request.user.get_username()}")
+            self.message_user(request, f"Asked session {session_id} to end.", messages.SUCCESS)
+        else:
+            self.message_user(request, f"Session {session_id} is not live: nothing to end.", messages.WARNING)
+        return HttpResponseRedirect(reverse("admin:realtime_realtimesession_change", args=[quote(session_id)]))
 
     def recording_view(self, request: HttpRequest, session_id: str, pk: int) -> HttpResponse:
         """Streams one turn's recording to someone who may read the session (never through a public URL)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.db.models import Max, QuerySet
 from django.http import HttpRequest
@@ -14,6 +16,19 @@ class PromptVersionInline(admin.StackedInline):
     extra = 1
     fields = ("version", "instructions", "variables", "created_at")
     readonly_fields = ("created_at",)
+
+    def get_formset(self, request: HttpRequest, obj: Prompt | None = None, **kwargs: Any) -> Any:
+        """The blank version starts as the next number (1 for a new prompt): left as it is, with no
+        instructions, the blank form is unchanged and skipped; filled in, it needs no number typed."""
+        formset = super().get_formset(request, obj, **kwargs)
+        formset.form.base_fields["version"].initial = next_version(obj)
+        return formset
+
+
+def next_version(prompt: Prompt | None) -> int:
+    if prompt is None or prompt.pk is None:
+        return 1
+    return (prompt.versions.aggregate(top=Max("version"))["top"] or 0) + 1
 
 
 @admin.register(Prompt)

@@ -6,7 +6,10 @@ import { Chat } from "./chat.js";
 import { EventLog } from "./eventlog.js";
 import { CaptureClock, breakdownText, fetchTiming } from "./latency.js";
 import { RealtimeClient, fetchClientSecret, realtimeUrl } from "./realtime-client.js";
-import { settingsSession, settingsStatus, showPushToTalk, showSettings, showTurnOptions, turnDetection } from "./settings.js";
+import {
+  forgetSettings, restoreSettings, saveSettings, savedSettings, settingsSession, settingsStatus, showEcho, showPushToTalk,
+  showSettings, showSpeed, showTurnOptions, turnDetection,
+} from "./settings.js";
 import { WebRTCClient, webrtcSupported } from "./webrtc-client.js";
 
 const root = document.getElementById("app");
@@ -15,9 +18,11 @@ const chat = new Chat($("chat"), () => {
   root.dataset.empty = String(chat.empty);
 });
 const eventLog = new EventLog($("events"), $("event-count"));
+const DEFAULTS = JSON.parse($("session-defaults").textContent); // the session a new connection gets
 
 const BUSY = "All slots are busy";
 const RETRY_S = 5;
+const SENDING_LATER = "Connecting to send your message…";
 const MIN_TURN_SAMPLES = 2400; // 100 ms: the least audio the server accepts in a commit
 const LABELS = {
   disconnected: "Not connected",
@@ -72,7 +77,8 @@ window.s2sStats = stats;
 
 let link = null; // the live connection and its audio, or null
 let settingsDirty = false;
-let pendingText = null; // an example prompt chosen before connecting
+let pendingText = null; // {text, typed}: an example prompt chosen, or a message typed, before connecting
+let sessions = 0; // sessions opened since the page loaded: the chat marks where each new one starts
 let retry = null; // {timer, left} while a full pool is retried
 
 function setState(state, text) {
@@ -133,6 +139,7 @@ async function connect(fromRetry = false) {
     setState("error", "Sign in first");
     return;
   }
+  stats.sessionId = null; // until this connection's session.created
   const context = new AudioContext({ latencyHint: "interactive" }); // created in the click: allowed to play
   link = {
     context, client: null, mic: null, player: null, closing: false,
@@ -344,6 +351,7 @@ function onRemoteIdle() {
 }
 
 function disconnect() {
+  pendingText = null;
   if (!link) return;
   link.closing = true;
   link.client && link.client.close();
@@ -363,6 +371,7 @@ function teardown() {
   old.context.close().catch(() => {});
   stats.microphone = "off";
   root.dataset.microphone = "off";
+  showEcho(null);
   $("level").value = 0;
   $("microphone-select").disabled = true;
 }
@@ -398,6 +407,7 @@ function stopRetry() {
 
 // "Stop trying": the countdown ends and the page waits for the user to press Connect.
 function giveUpRetry() {
+  pendingText = null;
   stopRetry();
   clearAlert();
   notice("Stopped trying. Press Connect when you want to try again.");
@@ -523,20 +533,25 @@ const HANDLERS = {
     retry = null;
     clearAlert();
     stats.sessionId = event.session.id;
+    sessions += 1;
+    if (sessions > 1 && !chat.empty) chat.divider("New session: the assistant does not remember the conversation above.");
     setState("listening");
-    if (settingsDirty || stats.pushToTalk) sendSettings();
+    showEcho(event.session);
+    if (settingsDirty || stats.pushToTalk || savedSettings()) sendSettings(); // what this person set, again
     else showSettings(event.session);
     if (link.client.kind === "webrtc") useCallMicrophone(link);
     else startMicrophone(link);
     if (pendingText) {
-      const text = pendingText;
+      const { text, typed } = pendingText;
       pendingText = null;
-      sendText(text);
+      if ($("notice").textContent === SENDING_LATER) notice("");
+      if (sendText(text) && typed && $("message").value.trim() === text) $("message").value = "";
     }
   },
   "session.updated": (event) => {
     settingsDirty = false;
     showSettings(event.session);
+    showEcho(event.session);
     settingsStatus("Settings applied.", true);
   },
   error: (event) => onError(event.error || {}),
@@ -671,9 +686,12 @@ function onError(error) {
 
 // --- typing, examples, clear and export ----------------------------------------------------
 
-function sendText(text) {
-  if (!link || !link.client || !link.client.open || stats.sessionId === null) {
-    showAlert("Connect first, then send your message.");
+// Sends a message now, or (not connected yet) connects first and sends it once the session is open.
+function sendText(text, typed = false) {
+  if (!connected()) {
+    pendingText = { text, typed };
+    if (!link && !retry) connect();
+    if (link || retry) notice(SENDING_LATER); // not when connect() could not even start (sign in first)
     return false;
   }
   clearAlert();
@@ -692,15 +710,13 @@ function sendText(text) {
   return true;
 }
 
-function tryExample(text) {
-  if (link && stats.sessionId !== null && link.client && link.client.open) return sendText(text);
-  pendingText = text;
-  if (!link) connect();
+function connected() {
+  return !!(link && link.client && link.client.open && stats.sessionId !== null);
 }
 
 // Clears the page and, when connected, the server's history too, so the assistant starts afresh.
 function clearConversation() {
-  if (link && link.client && link.client.open) {
+  if (connected()) {
     stopAnswer();
     if (link.activeResponse) send({ type: "response.cancel" });
     for (const itemId of chat.itemIds()) send({ type: "conversation.item.delete", item_id: itemId });
@@ -708,6 +724,20 @@ function clearConversation() {
   chat.clear();
   $("latency-summary").textContent = "Last answer: no turn yet";
   $("latency-breakdown").textContent = "";
+}
+
+// "Server defaults": forgets what this browser kept and, when connected, asks the session for the defaults.
+function resetSettings() {
+  forgetSettings();
+  showSettings(DEFAULTS);
+  if (stats.pushToTalk) showPushToTalk(true);
+  if (connected()) {
+    settingsDirty = true;
+    sendSettings();
+  } else {
+    settingsDirty = false;
+    settingsStatus("Back to the server's defaults.", true);
+  }
 }
 
 function sendSettings() {
@@ -732,21 +762,24 @@ $("composer").addEventListener("submit", (event) => {
   event.preventDefault();
   const input = $("message");
   const text = input.value.trim();
-  if (text && sendText(text)) input.value = "";
+  if (text && sendText(text, true)) input.value = "";
 });
 $("settings-form").addEventListener("submit", (event) => {
   event.preventDefault();
   settingsDirty = true;
+  if (!settingsSession(stats.pushToTalk).problem) saveSettings();
   sendSettings();
 });
-for (const id of ["instructions", "voice", "silence", "turn-detection", "eagerness", "max-tokens"]) {
+$("reset-settings").addEventListener("click", resetSettings);
+$("speed").addEventListener("input", showSpeed);
+for (const id of ["instructions", "voice", "speed", "silence", "turn-detection", "eagerness", "max-tokens"]) {
   $(id).addEventListener("change", () => {
     settingsDirty = true;
   });
 }
 $("turn-detection").addEventListener("change", showTurnOptions);
 for (const button of document.querySelectorAll(".example")) {
-  button.addEventListener("click", () => tryExample(button.textContent.trim()));
+  button.addEventListener("click", () => sendText(button.textContent.trim()));
 }
 $("clear").addEventListener("click", clearConversation);
 $("export").addEventListener("click", () => chat.download());
@@ -769,7 +802,7 @@ $("microphone-select").addEventListener("change", (event) => {
   else if (link) startMicrophone(link, event.target.value);
 });
 window.addEventListener("pagehide", () => disconnect());
-showSettings(JSON.parse($("session-defaults").textContent)); // the server's defaults, before any connection
+restoreSettings(DEFAULTS); // the server's defaults, and over them what this browser kept
 showTurnOptions();
 setState("disconnected");
 root.dataset.ready = "true";

@@ -4,7 +4,20 @@ export class Chat {
   constructor(list, onChange = () => {}) {
     this.list = list;
     this.onChange = onChange; // called when an entry is added or the chat is cleared
-    this.entries = new Map(); // item id -> {li, text, meta}
+    this.entries = new Map(); // item id -> {li, text, meta, role, session}
+    this.session = 0; // entries added since the last divider belong to this session
+  }
+
+  // A line across the chat where a new session starts: what is above it belongs to a session that is gone.
+  divider(text) {
+    this.session += 1;
+    const li = document.createElement("li");
+    li.className = "divider";
+    li.dataset.role = "divider";
+    li.setAttribute("role", "separator");
+    li.textContent = text;
+    this.list.append(li);
+    this.scroll();
   }
 
   entry(itemId, role) {
@@ -24,7 +37,7 @@ export class Chat {
     meta.className = "meta";
     li.append(who, text, meta);
     this.list.append(li);
-    entry = { li, text, meta, role };
+    entry = { li, text, meta, role, session: this.session };
     this.entries.set(itemId, entry);
     this.onChange();
     this.scroll();
@@ -63,10 +76,16 @@ export class Chat {
     Object.assign(entry.li.dataset, data);
   }
 
-  // Everything said so far as plain text, one "Who: words" paragraph per entry, remarks in brackets.
+  // Everything said so far as plain text, one "Who: words" paragraph per entry, remarks in brackets, and
+  // "--- New session ... ---" where a session starts.
   text() {
     const lines = [];
-    for (const entry of this.entries.values()) {
+    for (const li of this.list.children) {
+      if (li.dataset.role === "divider") {
+        lines.push(`--- ${li.textContent} ---`);
+        continue;
+      }
+      const entry = this.entries.get(li.dataset.itemId);
       const who = entry.role === "user" ? "You" : "Assistant";
       const remark = entry.meta.textContent ? ` [${entry.meta.textContent}]` : "";
       lines.push(`${who}: ${entry.text.textContent}${remark}`);
@@ -87,8 +106,9 @@ export class Chat {
     setTimeout(() => URL.revokeObjectURL(anchor.href), 1000);
   }
 
+  // The items of the current session (the server knows no others).
   itemIds() {
-    return [...this.entries.keys()];
+    return [...this.entries.entries()].filter(([, entry]) => entry.session === this.session).map(([itemId]) => itemId);
   }
 
   clear() {

@@ -1,7 +1,10 @@
-// The settings form: instructions, voice and turn detection, read from and written to session objects.
+// The settings form: instructions, voice, speed, turn detection and answer length, read from and written to
+// session objects; what the person applied is kept in this browser (localStorage) until they go back to the
+// server's defaults, and what the server echoed is said in words under the form.
 
 const $ = (id) => document.getElementById(id);
 const FADE_MS = 2500;
+const STORE_KEY = "s2s.settings"; // the session.update body last applied, as settingsSession() made it
 let fadeTimer = null;
 
 // Shows a status line under the form; "Settings applied." fades away after a moment.
@@ -38,17 +41,26 @@ export function showPushToTalk(on) {
   showTurnOptions();
 }
 
-// Fills the form from a session object the server sent (session.created / session.updated).
+export function showSpeed() {
+  $("speed-value").textContent = `${Number($("speed").value).toFixed(2)}×`;
+}
+
+// Fills the form from a session object: one the server sent (session.created / session.updated), its
+// defaults, or the settings kept in this browser (a session.update body).
 export function showSettings(session) {
   if (!session) return;
   if (typeof session.instructions === "string") $("instructions").value = session.instructions;
   const audio = session.audio || {};
-  const voice = (audio.output || {}).voice;
+  const output = audio.output || {};
   const select = $("voice");
-  if (voice) {
+  if (output.voice) {
     // The OpenAI names the server accepts are aliases of its default voice: that is the first option.
-    const known = [...select.options].some((option) => option.value === voice);
-    select.value = known ? voice : select.options[0] ? select.options[0].value : "";
+    const known = [...select.options].some((option) => option.value === output.voice);
+    select.value = known ? output.voice : select.options[0] ? select.options[0].value : "";
+  }
+  if (typeof output.speed === "number") {
+    $("speed").value = output.speed;
+    showSpeed();
   }
   if (session.max_output_tokens != null) {
     $("max-tokens").value = session.max_output_tokens === "inf" ? "" : session.max_output_tokens;
@@ -89,7 +101,80 @@ export function settingsSession(pushToTalk) {
       type: "realtime",
       instructions: $("instructions").value,
       max_output_tokens: limit ? Number(limit) : "inf",
-      audio: { input: { turn_detection: detection }, output: { voice: $("voice").value } },
+      audio: {
+        input: { turn_detection: detection },
+        output: { voice: $("voice").value, speed: Number($("speed").value) },
+      },
     },
   };
+}
+
+// --- kept in this browser ---------------------------------------------------------------
+
+// The settings last applied here, or null (none, or storage this browser refuses).
+export function savedSettings() {
+  try {
+    const saved = JSON.parse(window.localStorage.getItem(STORE_KEY) || "null");
+    return saved && typeof saved === "object" ? saved : null;
+  } catch (error) {
+    return null;
+  }
+}
+
+function showSaved(saved) {
+  $("settings-saved").hidden = !saved;
+  $("settings-mark").hidden = !saved;
+}
+
+// Keeps the form's settings (with the turn detection chosen, push-to-talk or not) for the next session.
+export function saveSettings() {
+  const { session } = settingsSession(false);
+  if (!session) return;
+  try {
+    window.localStorage.setItem(STORE_KEY, JSON.stringify(session));
+  } catch (error) {
+    return; // private mode or full: they still apply to this session
+  }
+  showSaved(true);
+}
+
+export function forgetSettings() {
+  try {
+    window.localStorage.removeItem(STORE_KEY);
+  } catch (error) {
+    // nothing was kept
+  }
+  showSaved(false);
+}
+
+// At load: the server's defaults, then what this browser kept on top of them.
+export function restoreSettings(defaults) {
+  showSettings(defaults);
+  const saved = savedSettings();
+  if (saved) showSettings(saved);
+  showSaved(!!saved);
+  showSpeed();
+  return !!saved;
+}
+
+// --- what the server echoed ---------------------------------------------------------------
+
+// The session the server says it runs, in a line of words; "" clears it.
+export function showEcho(session) {
+  const echo = $("settings-echo");
+  if (!session) {
+    echo.textContent = "";
+    return;
+  }
+  const audio = session.audio || {};
+  const output = audio.output || {};
+  const detection = (audio.input || {}).turn_detection;
+  let turns = "push to talk (no turn detection)";
+  if (detection && detection.type === "server_vad") turns = `server VAD, ${detection.silence_duration_ms} ms pause`;
+  if (detection && detection.type === "semantic_vad") turns = `semantic VAD, ${detection.eagerness} eagerness`;
+  const limit = session.max_output_tokens === "inf" ? "no length limit" : `at most ${session.max_output_tokens} tokens`;
+  echo.textContent = `The server runs this session with: voice ${output.voice}, speed ${output.speed}×, ${turns}, ${limit}.`;
+  echo.dataset.voice = output.voice || "";
+  echo.dataset.speed = String(output.speed);
+  echo.dataset.instructions = session.instructions || "";
 }

@@ -1,0 +1,161 @@
+"""The admin at 1280x800 and 390x844 in headless Chromium: every column of the session and API-key lists on the
+screen, the slot board without empty labels, a live session's page that refreshes and can end it, and counts
+that a search leaves alone. One live loopback server (FAKE stages) for the module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.contrib.admin.utils import quote
+
+from tests.audit.clients import ws_connect, ws_receive_until, ws_text_turn
+from tests.browser.conftest import ARTIFACTS, BASE_ARGS, chromium_path
+from tests.support.polling import wait_for
+from tests.support.server import LiveServer
+
+pytestmark = pytest.mark.browser
+
+PASSWORD = "phone-pw"
+SIZES = {"1280": {"width": 1280, "height": 800}, "390": {"width": 390, "height": 844}}
+ON_SCREEN = """(args) => [...document.querySelectorAll(args.selector)].map((cell) => {
+  const box = cell.getBoundingClientRect();
+  return {visible: box.width > 0 && box.height > 0, inside: box.left >= 0 && box.right <= args.width,
+          text: cell.innerText.trim()};
+})"""
+
+
+def shot(page, name: str, size: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"admin-{name}-{size}.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[LiveServer]:
+    live = LiveServer(
+        tmp_path_factory.mktemp("admin"),
+        {
+            "DJANGO_SUPERUSER_USERNAME": "admin",
+            "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
+            "DJANGO_SUPERUSER_EMAIL": "admin@example.com",
+            "S2S_SLOT_BOARD_REFRESH_S": "0.5",
+            "S2S_HEARTBEAT_S": "0.5",
+        },
+    ).start(ready_timeout=120)
+    live.manage("createsuperuser", "--noinput")
+    live.manage("create_api_key", "ops")
+    with ws_connect(live.ws) as ws:  # a finished session, its user asking about the sky three times
+        ws_receive_until(ws, "session.created")
+        for text in ("Is the sky blue?", "Why is the sky blue?", "And at night, the sky?"):
+            ws_text_turn(ws, text)
+    all_free(live)
+    yield live
+    live.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(server) -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=chromium_path(), args=BASE_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def all_free(server: LiveServer) -> None:
+    wait_for(lambda: server.get("/readyz")[0] == 200, timeout=20, what="every unit free again")
+
+
+def operator(browser, server: LiveServer, size: str, failed: list[str]):
+    page = browser.new_page(viewport=SIZES[size])
+    page.set_default_timeout(15000)
+    page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
+    page.goto(f"{server.http}/admin/login/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
+    return page
+
+
+def cells(page, selector: str, width: int) -> list[dict]:
+    found = page.evaluate(ON_SCREEN, {"selector": selector, "width": width})
+    assert found, f"no {selector}"
+    return found
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_every_column_of_the_session_and_key_lists_is_on_the_screen(server, browser, size):
+    failed: list[str] = []
+    page = operator(browser, server, size, failed)
+    width = SIZES[size]["width"]
+    page.goto(f"{server.http}/admin/realtime/realtimesession/")
+    for column in ("end_reason", "transport", "principal", "user_messages"):
+        for cell in cells(page, f"#result_list td.field-{column}", width):
+            assert cell["visible"] and cell["inside"], f"{column} is off the {width} px screen: {cell}"
+    counted = page.locator("#result_list td.field-user_messages").first.inner_text()
+    assert counted.endswith("3")  # the phone's card says "User messages: 3"
+    if size == "390":
+        assert page.locator("#result_list td.field-end_reason").first.inner_text().startswith("End reason")
+    page.goto(f"{server.http}/admin/realtime/realtimesession/?q=sky")  # the search joins the transcript
+    assert page.locator("#result_list td.field-user_messages").first.inner_text() == counted
+    shot(page, "session-list", size)
+
+    page.goto(f"{server.http}/admin/realtime/apikey/")
+    for column in ("name", "prefix", "is_active", "revoked_at"):
+        for cell in cells(page, f"#result_list td.field-{column}, #result_list th.field-{column}", width):
+            assert cell["visible"] and cell["inside"], f"{column} is off the {width} px screen: {cell}"
+    shot(page, "api-keys", size)
+    assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    assert failed == []
+    page.close()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_live_session_shows_on_the_board_without_empty_labels_and_its_page_ends_it(server, browser, size):
+    failed: list[str] = []
+    page = operator(browser, server, size, failed)
+    width = SIZES[size]["width"]
+    with ws_connect(server.ws) as ws:
+        held = ws_receive_until(ws, "session.created")["session"]["id"]
+        page.goto(f"{server.http}/admin/realtime/node/")
+        page.wait_for_selector(f"tr:has(td.session:has-text('{held}')) button.end-session")
+        board = page.evaluate(
+            """() => [...document.querySelectorAll('.slot-board tbody tr')].map((row) => ({
+                 state: row.querySelector('td.state').innerText.trim(),
+                 labels: [...row.querySelectorAll('td')].filter((td) => td.getBoundingClientRect().height > 0)
+                   .map((td) => td.innerText.trim())}))"""
+        )
+        idle = [row for row in board if row["state"] == "idle"]
+        assert idle, board
+        for row in idle:  # an idle unit has no session and no time in it: nothing shown for them
+            assert all(text for text in row["labels"]), f"an idle unit shows an empty label: {row}"
+        shot(page, "slot-board", size)
+
+        page.goto(f"{server.http}/admin/realtime/realtimesession/{quote(held)}/change/")
+        end = page.locator("#end-session")
+        assert end.is_visible()
+        box = end.bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= width
+        assert "Still active" in page.inner_text("#facts")
+        shot(page, "live-session", size)
+        page.once("dialog", lambda dialog: dialog.accept())
+        end.click()
+        page.wait_for_selector(f".messagelist :text('Asked session {held} to end.')")
+        error = ws_receive_until(ws, "error", timeout=10)["error"]
+        assert error["code"] == "session_ended_by_admin"
+    # the page refreshes by itself until it shows how the session ended, then stops
+    page.wait_for_function("() => document.getElementById('facts').innerText.includes('Ended by an admin')")
+    assert page.locator("#live").count() == 0 and page.locator("#end-session").count() == 0
+    all_free(server)
+
+    with ws_connect(server.ws) as ws:  # a session that ends by itself: its open page follows
+        held = ws_receive_until(ws, "session.created")["session"]["id"]
+        page.goto(f"{server.http}/admin/realtime/realtimesession/{quote(held)}/change/")
+        assert page.is_visible("#live")
+    page.wait_for_function("() => document.getElementById('facts').innerText.includes('Client closed')")
+    assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    all_free(server)
+    assert failed == []
+    page.close()

@@ -1,0 +1,78 @@
+"""Normal use logs no warning: a person talks through the page (its scripts and styles served under ASGI), an
+operator reads the admin, the session's summary runs on the embedded Celery; then the server's log is read."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.admin.utils import quote
+
+from tests.support.polling import wait_for
+from tests.support.server import LiveServer
+
+pytestmark = pytest.mark.browser
+
+# A logged warning or worse from these libraries ("... WARNING kombu.connection: ..."), or a Python warning
+# printed by the warnings module ("path.py:123: Warning: ...", "DeprecationWarning: ...").
+LIBRARIES = ("django", "channels", "daphne", "celery", "kombu", "whitenoise", "asgiref", "py.warnings")
+LOGGED = re.compile(rf" (WARNING|ERROR|CRITICAL) ({'|'.join(re.escape(n) for n in LIBRARIES)})(\.[\w.]+)?: ")
+WARNED = re.compile(r"^\S+\.py:\d+: \w*Warning: ", re.M)
+
+
+def warnings_in(log: str) -> list[str]:
+    return [line for line in log.splitlines() if LOGGED.search(line)] + WARNED.findall(log)
+
+
+def test_the_patterns_catch_what_the_libraries_print():
+    log = (
+        "2026-01-01 10:00:00,000 WARNING kombu.connection: No hostname was supplied.\n"
+        "/x/django/http/response.py:537: Warning: StreamingHttpResponse must consume synchronous iterators\n"
+        "2026-01-01 10:00:00,000 INFO realtime.node.runtime: the pool is warm\n"
+    )
+    assert len(warnings_in(log)) == 2
+
+
+@pytest.mark.parametrize("transport", ["webrtc", "websocket"])
+def test_a_session_through_the_page_and_the_admin_logs_no_warning(tmp_path, open_page, transport):
+    server = LiveServer(
+        tmp_path,
+        {
+            "DJANGO_SUPERUSER_USERNAME": "admin",
+            "DJANGO_SUPERUSER_PASSWORD": "quiet-pw",
+            "DJANGO_SUPERUSER_EMAIL": "a@b.c",
+        },
+    ).start(ready_timeout=120)
+    try:
+        server.manage("createsuperuser", "--noinput")
+        query = "" if transport == "webrtc" else "?transport=websocket"
+        client = open_page(f"{server.http}/{query}")
+        page = client.page
+        page.click("#connect")
+        client.wait_for("window.s2sStats.state === 'listening'", 15)
+        session_id = client.stats()["sessionId"]
+        page.fill("#message", "a quiet question")
+        page.press("#message", "Enter")
+        client.wait_for("window.s2sStats.playedSamples > 0 && window.s2sStats.state === 'listening'", 20)
+        page.click("#connect")
+        client.wait_for("window.s2sStats.state === 'disconnected'", 10)
+        wait_for(lambda: server.get("/readyz")[0] == 200, timeout=20, what="the unit free again")
+
+        page.goto(f"{server.http}/admin/login/")  # the admin's own static files
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", "quiet-pw")
+        page.click("input[type=submit]")
+        page.wait_for_selector("#site-name")
+        session = f"{server.http}/admin/realtime/realtimesession/{quote(session_id)}/change/"
+        # the session's summary (a Celery task, eager without a broker) is written after its end
+        wait_for(
+            lambda: page.goto(session) and "Not summarized yet" not in page.inner_text("#summary"),
+            timeout=20,
+            interval=0.5,
+            what="the session's summary",
+        )
+        assert client.errors == []
+    finally:
+        server.stop()
+    log = server.full_log()
+    assert warnings_in(log) == [], "\n".join(warnings_in(log))
