@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup system-deps node-deps run test lint bench bench-quality clean
+.PHONY: setup system-deps node-deps run run-tls tls-cert test lint bench bench-quality clean
 
 # llama.cpp (the default LM engine) compiles from source, into a wheel kept per version and flags
 # (scripts/llama_cpp.sh). Not -march=native: on a Xeon that lists AMX, that build's AMX code died with
@@ -64,12 +64,29 @@ run: setup
 	$(PY) manage.py migrate --noinput
 	$(RUN_ENV) $(PY) manage.py serve --host $(HOST) --port $(PORT)
 
+# HTTPS and WSS on the server's own port, with a local certificate authority and a certificate for localhost,
+# 127.0.0.1 and ::1 made by openssl in certs/ (not committed; clients trust certs/ca.pem: README, "TLS").
+# HSTS stays off here unless S2S_HSTS_SECONDS says otherwise: a browser would keep it for localhost for a year.
+CERTS := certs
+tls-cert:
+	bash scripts/local_cert.sh $(CERTS)
+
+run-tls: setup tls-cert
+	$(PY) manage.py migrate --noinput
+	S2S_TLS_CERT=$(CERTS)/localhost.pem S2S_TLS_KEY=$(CERTS)/localhost-key.pem S2S_HSTS_SECONDS=$${S2S_HSTS_SECONDS:-0} \
+		$(RUN_ENV) $(PY) manage.py serve --host $(HOST) --port $(PORT)
+
 # OpenAI's JS Agents SDK, pinned by its lock file: loaded by a browser test, run by node in a pipeline test.
 NODE_DEPS := tests/browser/agents_sdk/node_modules/.package-lock.json
 $(NODE_DEPS): tests/browser/agents_sdk/package-lock.json | system-deps
 	npm ci --prefix tests/browser/agents_sdk --no-audit --no-fund
 
-node-deps: $(NODE_DEPS)
+# OpenAI's Node SDK (openai, with ws), pinned by its lock file: run by node in tests/clients over wss://.
+CLIENT_DEPS := tests/clients/node_modules/.package-lock.json
+$(CLIENT_DEPS): tests/clients/package-lock.json | system-deps
+	npm ci --prefix tests/clients --no-audit --no-fund
+
+node-deps: $(NODE_DEPS) $(CLIENT_DEPS)
 
 test: setup system-deps node-deps
 	$(PY) -m pytest $(PYTEST_ARGS)

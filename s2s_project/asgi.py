@@ -25,6 +25,7 @@ from realtime.node import runtime  # noqa: E402
 from realtime.transports.routing import websocket_urlpatterns  # noqa: E402
 from realtime.transports.sip.signalling import listeners  # noqa: E402
 from s2s_project.body_limit import BodyLimit  # noqa: E402
+from s2s_project.forwarded import ForwardedFor  # noqa: E402
 
 
 async def lifespan(scope, receive, send) -> None:
@@ -43,8 +44,9 @@ async def lifespan(scope, receive, send) -> None:
 
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(django_asgi_app),  # request bodies capped as they arrive
-        "websocket": URLRouter(websocket_urlpatterns),
+        # request bodies capped as they arrive; behind a trusted proxy, the client is the forwarded address
+        "http": ForwardedFor(BodyLimit(django_asgi_app)),
+        "websocket": ForwardedFor(URLRouter(websocket_urlpatterns)),
         "lifespan": lifespan,
     }
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 
@@ -110,3 +111,14 @@ def envicelist(name: str) -> tuple[dict[str, object], ...]:
         if any(u.startswith("turn") for u in urls) and not (server.get("username") and server.get("credential")):
             raise ImproperlyConfigured(f"{name}: the TURN server {urls[0]} needs a 'username' and a 'credential'")
     return tuple(servers)  # type: ignore[arg-type]
+
+
+def envnetworks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Comma-separated addresses or networks (``10.0.0.5, 10.1.0.0/16, ::1``)."""
+    networks = []
+    for part in envlist(name, ()):
+        try:
+            networks.append(ipaddress.ip_network(part, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {part!r} is not an IP address or network") from None
+    return tuple(networks)

@@ -30,7 +30,7 @@ from daphne import http_protocol
 from django.conf import settings
 from twisted.web import http
 
-from s2s_project import body_limit
+from s2s_project import body_limit, forwarded
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,9 @@ class DeadlineHTTPChannel(http.HTTPChannel):
 
     def _await_request(self) -> None:
         """Starts the wait for the next request: counted for its address, and with a deadline."""
-        if not pending.enter(self._address, settings.S2S_MAX_PENDING_PER_ADDRESS):
+        # A trusted proxy carries every client's connections: it caps each client itself.
+        proxy = forwarded.is_trusted(self._address, settings.S2S_TRUSTED_PROXIES)
+        if not pending.enter(self._address, 0 if proxy else settings.S2S_MAX_PENDING_PER_ADDRESS):
             logger.warning(
                 "%s has %s connections without a whole request (S2S_MAX_PENDING_PER_ADDRESS): closing one more",
                 self._address,

@@ -32,7 +32,7 @@ from django.core.exceptions import ImproperlyConfigured
 from realtime.node import runtime
 from realtime.access.checks import uses_development_key
 from realtime.protocol.limits import max_frame_bytes
-from s2s_project import http_phase
+from s2s_project import http_phase, tls
 from realtime.transports.sip.signalling import listeners
 from s2s_project.asgi import application
 
@@ -51,7 +51,11 @@ def _abort_if_open(transport: object) -> None:
 
 
 def pending_bytes(transport: object) -> int | None:
-    """Bytes a Twisted TCP transport still holds for the peer (None where it cannot tell, e.g. TLS)."""
+    """Bytes a Twisted TCP transport still holds for the peer (None where it cannot tell).
+
+    Under TLS the protocol writes to Twisted's TLS wrapper, which encrypts at once and hands the bytes to the
+    TCP transport beneath it: that one holds what waits (the handshake's own buffer aside)."""
+    transport = getattr(transport, "transport", None) or transport  # TLSMemoryBIOProtocol -> TCP
     try:
         return len(transport.dataBuffer) - transport.offset + transport._tempDataLen  # type: ignore[attr-defined]
     except AttributeError:
@@ -152,7 +156,7 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
         # Twisted listens with a backlog of 50: a burst of connections (clients coming back after a restart)
         # overflows it. 2048 is uvicorn's and gunicorn's default (the kernel caps it at net.core.somaxconn).
         endpoints=[
-            f"{endpoint}:backlog={LISTEN_BACKLOG}"
+            f"{tls.endpoint(endpoint, settings.S2S_TLS)}:backlog={LISTEN_BACKLOG}"
             for endpoint in build_endpoint_description_strings(host=host, port=port)
         ],
         websocket_timeout=-1,
@@ -170,7 +174,11 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
         logger.warning(
             "authentication is OFF (S2S_AUTH_REQUIRED=0): anyone who can reach %s:%s may open sessions", host, port
         )
-    logger.info("serving on http://%s:%s (WebSocket at /v1/realtime)", host, port)
+    secure = settings.S2S_TLS is not None
+    logger.info(
+        "serving on %s://%s:%s (WebSocket at %s://%s:%s/v1/realtime)",
+        *("https" if secure else "http", host, port, "wss" if secure else "ws", host, port),
+    )
     try:
         server.run()
     finally:

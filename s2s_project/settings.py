@@ -24,7 +24,8 @@ from pipelines.config import (
 )
 from realtime.protocol.mcp.config import McpPolicy
 from realtime.transports.sip import config as sip_config
-from s2s_project.env import envbool, envchoice, envfloat, envicelist, envint, envlist, envpairs, envstr
+from s2s_project import tls
+from s2s_project.env import envbool, envchoice, envfloat, envicelist, envint, envlist, envnetworks, envpairs, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -50,7 +51,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "s2s_project.static_files.StaticFilesMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -103,11 +104,9 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-# Without a broker, tasks run eagerly in the process. Celery still takes a producer for each (to serialize the
-# arguments): kombu's in-memory transport, named with its host, as kombu warns of a URL without one.
-CELERY_TASK_ALWAYS_EAGER = not envstr("CELERY_BROKER_URL", "")
-CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "") or "memory://localhost/"
+CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "")
 CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", "")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_IGNORE_RESULT = True
 
@@ -362,14 +361,22 @@ S2S_SIP = _sip_settings()
 # there through the channel layer; the asker waits this long for its answer (none: 404, no process holds it).
 S2S_CALL_CONTROL_TIMEOUT_S = envfloat("S2S_CALL_CONTROL_TIMEOUT_S", 5.0, minimum=0.5, maximum=60.0)
 
+# HTTPS and WSS on ``manage.py serve``'s own port: both PEM files, checked here (s2s_project/tls.py).
+S2S_TLS = tls.load_pair(envstr("S2S_TLS_CERT", "").strip(), envstr("S2S_TLS_KEY", "").strip())
+# Reverse proxies whose X-Forwarded-For names the client (s2s_project/forwarded.py): addresses or networks.
+# From any other peer the header is ignored, so the per-address limits cannot be dodged by writing it.
+S2S_TRUSTED_PROXIES = envnetworks("S2S_TRUSTED_PROXIES")
+
 # Production mode: HTTPS-only cookies, HSTS, redirect to HTTPS (``check --deploy`` passes).
-# Off by default so that the local run command keeps working over plain http.
+# Off by default so that the local run command keeps working over plain http. TLS on the server's own port
+# (S2S_TLS_CERT) turns on the same secure settings without the production mode's checks.
 S2S_PRODUCTION = envbool("S2S_PRODUCTION", False)
 if S2S_PRODUCTION:
     if DEBUG:
         raise ImproperlyConfigured("S2S_PRODUCTION=1 needs DJANGO_DEBUG=0")
     if SECRET_KEY.startswith("insecure-") or len(SECRET_KEY) < 50:
         raise ImproperlyConfigured("S2S_PRODUCTION=1 needs DJANGO_SECRET_KEY: 50 or more random characters")
+if S2S_PRODUCTION or S2S_TLS:
     SECURE_SSL_REDIRECT = envbool("S2S_SSL_REDIRECT", True)
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]  # probes of a load balancer speak plain http
     SECURE_HSTS_SECONDS = envint("S2S_HSTS_SECONDS", 31536000, minimum=0)

@@ -6,6 +6,7 @@ import json
 import os
 import resource
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -44,9 +45,11 @@ class LiveServer:
         launcher: str = "daphne",
         open_files: tuple[int, int] | None = None,
         root: Path = ROOT,
+        ca_file: Path | None = None,
     ) -> None:
         """``open_files``: the (soft, hard) limit on open files the server process starts with; ``root``: the
-        checkout whose ``manage.py`` runs (a benchmark's other version of the code)."""
+        checkout whose ``manage.py`` runs (a benchmark's other version of the code); ``ca_file``: with
+        ``S2S_TLS_CERT`` in ``env`` (https and wss), what this helper's own requests trust."""
         self.root = root
         self.launcher = launcher
         self.open_files = open_files
@@ -61,16 +64,18 @@ class LiveServer:
             "PYTHONUNBUFFERED": "1",
             **(env or {}),
         }
+        self.tls = bool(self.env.get("S2S_TLS_CERT"))
+        self.ssl_context = ssl.create_default_context(cafile=ca_file) if self.tls else None
         self.log_path = tmp_dir / f"server-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def http(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def ws(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/realtime"
+        return f"{'wss' if self.tls else 'ws'}://127.0.0.1:{self.port}/v1/realtime"
 
     def manage(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -98,6 +103,12 @@ class LiveServer:
                 "127.0.0.1",
                 "--port",
                 str(self.port),
+                # the documented TLS launch: uvicorn takes the pair on its command line
+                *(
+                    ["--ssl-certfile", self.env["S2S_TLS_CERT"], "--ssl-keyfile", self.env["S2S_TLS_KEY"]]
+                    if self.tls
+                    else []
+                ),
             ],
         }[self.launcher]
         limits = self.open_files
@@ -114,7 +125,7 @@ class LiveServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"server exited early:\n{self.log()}")
             try:
-                with urllib.request.urlopen(f"{self.http}/readyz", timeout=2) as response:
+                with urllib.request.urlopen(f"{self.http}/readyz", timeout=2, context=self.ssl_context) as response:
                     if response.status == 200:
                         return self
             except (urllib.error.URLError, ConnectionError, TimeoutError):
@@ -125,7 +136,7 @@ class LiveServer:
 
     def get(self, path: str) -> tuple[int, bytes]:
         try:
-            with urllib.request.urlopen(f"{self.http}{path}", timeout=10) as response:
+            with urllib.request.urlopen(f"{self.http}{path}", timeout=10, context=self.ssl_context) as response:
                 return response.status, response.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
@@ -138,7 +149,7 @@ class LiveServer:
             data=json.dumps({"session": {"type": "realtime"}}).encode(),
             headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10, context=self.ssl_context) as response:
             return json.loads(response.read())["value"]
 
     def log(self) -> str:
