@@ -51,7 +51,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "s2s_project.static_files.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -104,9 +104,11 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "")
+# Without a broker, tasks run eagerly in the process. Celery still takes a producer for each (to serialize the
+# arguments): kombu's in-memory transport, named with its host, as kombu warns of a URL without one.
+CELERY_TASK_ALWAYS_EAGER = not envstr("CELERY_BROKER_URL", "")
+CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "") or "memory://localhost/"
 CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", "")
-CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_IGNORE_RESULT = True
 
