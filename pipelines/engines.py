@@ -37,7 +37,8 @@ def resolve_device(requested: str) -> str:
     torch = _torch() if requested in ("auto", "cuda") else None
     if requested != "auto":
         if requested == "cuda" and (torch is None or not torch.cuda.is_available()):
-            raise ModelLoadError("S2S_DEVICE=cuda but no CUDA device is available")
+            why = "PyTorch is not installed" if torch is None else "no CUDA device is available"
+            raise ModelLoadError(f"S2S_DEVICE=cuda but {why}")
         return requested
     return "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
 
