@@ -139,6 +139,12 @@ class RealtimeSession(models.Model):
     principal = models.CharField(
         "who", max_length=200, blank=True, db_index=True, help_text="The API key or user that opened the session."
     )
+    # Who may reach it and read its records (realtime.access.owner): the hash of the credential that opened it
+    # (or accepted its call) and that credential's API key; neither: staff alone.
+    owner_credential = models.CharField(max_length=64, blank=True, editable=False)
+    owner_key = models.ForeignKey(
+        "realtime.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
+    )
     client_addr = models.CharField(max_length=100, blank=True)
     transport = models.CharField(max_length=16, choices=Transport.choices, default=Transport.WEBSOCKET, db_index=True)
     user_agent = models.CharField(max_length=500, blank=True)

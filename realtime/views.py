@@ -6,18 +6,22 @@ import hmac
 import json
 from pathlib import Path
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.views.decorators.http import require_GET
 from django.urls import Resolver404, resolve, reverse
 
 from pipelines.config import SPEED_RANGE, EngineConfig
-from realtime.access import auth
+from realtime.access import auth, owner
+from realtime.access.owner import Caller, Owner
+from realtime.protocol.core import AUTH_STATUS
 from realtime.protocol.session import SessionConfig
 from realtime.node import channel_layer
 from realtime.node import runtime
 from realtime.audit import metrics as metrics_exposition
-from realtime.models import ResponseRecord, Stage
+from realtime.models import RealtimeSession, ResponseRecord, Stage
 
 REALTIME_PATH = "/v1/realtime"
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
@@ -82,38 +86,34 @@ def installed_voices(engines: EngineConfig) -> list[tuple[str, str]]:
 TIMINGS_PATH = "/v1/realtime/sessions/SESSION_ID/timings"
 
 
-def session_timings(request: HttpRequest, session_id: str) -> JsonResponse:
+def _api_error(status: int, code: str, message: str, param: str | None = None) -> JsonResponse:
+    return JsonResponse(
+        {"error": {"type": "invalid_request_error", "code": code, "message": message, "param": param}}, status=status
+    )
+
+
+def _auth_refused(exc: auth.AuthError) -> JsonResponse:
+    return _api_error(AUTH_STATUS.get(exc.code, 503), exc.code, exc.message)
+
+
+@require_GET
+@owner.route(_auth_refused)
+async def session_timings(request: HttpRequest, session_id: str, caller: Caller) -> JsonResponse:
     """``GET``: what the server measured for each response of a session, in milliseconds.
 
     The Realtime events carry no timings, so the page reads its own session's breakdown
     (STT, LM first token, TTS first audio, end of speech to first audio) here, the same
     figures the admin and ``/metrics`` show. Only numbers and ids, never text or audio.
-    With authentication on, the caller needs an API key or a staff sign-in, as for a secret.
+    Allowed to whom the owner rule allows (the session's credential, its API key, staff); to
+    anyone else the session does not exist (404, as an unknown id).
     """
-    if request.method != "GET":
-        return JsonResponse(
-            {
-                "error": {
-                    "type": "invalid_request_error",
-                    "code": "method_not_allowed",
-                    "message": "Use GET.",
-                    "param": None,
-                }
-            },
-            status=405,
-        )
-    if settings.S2S_AUTH_REQUIRED and not _may_read_timings(request):
-        return JsonResponse(
-            {
-                "error": {
-                    "type": "invalid_request_error",
-                    "code": "invalid_api_key",
-                    "message": "Missing credentials.",
-                    "param": None,
-                }
-            },
-            status=401,
-        )
+    return await sync_to_async(_timings)(session_id, caller)
+
+
+def _timings(session_id: str, caller: Caller) -> JsonResponse:
+    row = RealtimeSession.objects.filter(id=session_id).only("id", "owner_credential", "owner_key").first()
+    if row is None or (settings.S2S_AUTH_REQUIRED and not Owner.of_record(row).allows(caller)):
+        return _api_error(404, "session_not_found", f"No session with id '{session_id[:100]}' that you may read.")
     rows = ResponseRecord.objects.filter(session_id=session_id).order_by("finished_at")
     responses = [
         {
@@ -129,20 +129,6 @@ def session_timings(request: HttpRequest, session_id: str) -> JsonResponse:
 
 def _ms(seconds: float | None) -> int | None:
     return None if seconds is None else round(seconds * 1000)
-
-
-def _may_read_timings(request: HttpRequest) -> bool:
-    user = getattr(request, "user", None)
-    if user is not None and user.is_authenticated and user.is_staff:
-        return True
-    token = auth.bearer_token(request.headers.get("Authorization", ""))
-    if token is None or token.startswith(auth.SECRET_PREFIX):
-        return False
-    try:
-        auth.verify_api_key(token)
-    except auth.AuthError:
-        return False
-    return True
 
 
 def _routed(path: str) -> bool:
@@ -199,6 +185,11 @@ def _readiness() -> tuple[dict[str, object], int]:
     if not pool.admitting or free == 0:
         body["status"] = "warming" if not pool.warm else ("draining" if not pool.admitting else "full")
         return body, 503
+    if rt.listeners:
+        body["listeners"] = "up" if all(listener.up for listener in rt.listeners) else "down"
+        if body["listeners"] == "down":  # the phone line is dead until the listener starts again
+            body["status"] = "listener_down"
+            return body, 503
     return body, 200
 
 

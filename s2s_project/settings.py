@@ -313,8 +313,11 @@ S2S_WEBRTC_SILENCE_TIMEOUT_S = envfloat("S2S_WEBRTC_SILENCE_TIMEOUT_S", 60.0, mi
 # incoming call is announced there (realtime.call.incoming, signed with S2S_SIP_WEBHOOK_SECRET) and waits for
 # POST /v1/realtime/calls/{call_id}/accept; without one, S2S_SIP_SESSION (JSON settings) answers at once.
 # Who may ring: S2S_SIP_TRUSTED (the trunk's addresses) and/or S2S_SIP_USERS (user:password digest logins);
-# neither set: anyone who reaches the port. S2S_SIP_TLS_BIND (+ _CERT, _KEY) adds SIP over TLS, and
-# S2S_SIP_SRTP (off, optional, required) SDES-keyed SRTP (docs/deploy.md#phone-calls-sip).
+# neither set: anyone who reaches the port. Who owns a call (follows, hangs up, refers it; accepts it when
+# set): the API key named S2S_SIP_OWNER_KEY (its name, as create_api_key made it), else staff alone; with a
+# webhook and no owner key, the API key that accepts a ringing call (docs/security.md). S2S_SIP_TLS_BIND
+# (+ _CERT, _KEY) adds SIP over TLS, and S2S_SIP_SRTP (off, optional, required) SDES-keyed SRTP
+# (docs/deploy.md#phone-calls-sip).
 def _sip_settings() -> sip_config.SipConfig:
     try:
         bind = envstr("S2S_SIP_BIND", "").strip()
@@ -332,6 +335,7 @@ def _sip_settings() -> sip_config.SipConfig:
             accept_timeout_s=envfloat("S2S_SIP_ACCEPT_TIMEOUT_S", 20.0, minimum=1.0),
             numbers=envchoice("S2S_SIP_NUMBERS", "masked", sip_config.NUMBER_POLICIES),
             session=sip_config.parse_session(envstr("S2S_SIP_SESSION", "")),
+            owner_key=envstr("S2S_SIP_OWNER_KEY", "").strip(),
             users=sip_config.parse_users(envstr("S2S_SIP_USERS", "")),
             trusted=sip_config.parse_trusted(envstr("S2S_SIP_TRUSTED", "")),
             realm=envstr("S2S_SIP_REALM", "s2s-realtime").strip() or "s2s-realtime",
@@ -341,6 +345,13 @@ def _sip_settings() -> sip_config.SipConfig:
             tls_cert=envstr("S2S_SIP_TLS_CERT", "").strip(),
             tls_key=envstr("S2S_SIP_TLS_KEY", "").strip(),
             srtp=envchoice("S2S_SIP_SRTP", "optional", sip_config.SRTP_POLICIES),
+            tcp_idle_s=envfloat("S2S_SIP_TCP_IDLE_S", sip_config.SipConfig.tcp_idle_s, minimum=1.0),
+            tcp_max_per_address=envint(
+                "S2S_SIP_TCP_MAX_PER_ADDRESS", sip_config.SipConfig.tcp_max_per_address, minimum=1
+            ),
+            tcp_max_connections=envint(
+                "S2S_SIP_TCP_MAX_CONNECTIONS", sip_config.SipConfig.tcp_max_connections, minimum=1
+            ),
         )
     except sip_config.SipConfigError as exc:
         raise ImproperlyConfigured(f"S2S_SIP_*: {exc}") from None

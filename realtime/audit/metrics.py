@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -55,7 +55,25 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.listener_up = Gauge(
+            "s2s_listener_up",
+            "Whether a listener of this process (SIP over UDP, TCP, TLS) has its socket open.",
+            ["transport"],
+            registry=self.registry,
+        )
+        self.listener_restarts = Counter(
+            "s2s_listener_restarts",
+            "Listener sockets found closed and started again, by transport.",
+            ["transport"],
+            registry=self.registry,
+        )
         self.registry.register(_ProcessCollector(node, pool, writer))
+
+    def listener_state(self, transport: str, up: bool) -> None:
+        self.listener_up.labels(transport=transport).set(1 if up else 0)
+
+    def count_listener_restart(self, transport: str) -> None:
+        self.listener_restarts.labels(transport=transport).inc()
 
     def observe(self, stage: Stage, seconds: float) -> None:
         self.latency.labels(stage=stage.value).observe(seconds)

@@ -153,8 +153,12 @@ def session_started(writer: RecordWriter, session_id: str, **fields: Any) -> Non
     writer.submit(lambda: upsert(RealtimeSession, {"id": session_id}, fields))
 
 
-def session_ended(writer: RecordWriter, session_id: str, **fields: Any) -> None:
+def session_updated(writer: RecordWriter, session_id: str, **fields: Any) -> None:
+    """Changes the session's row (its end, a new owner)."""
     writer.submit(lambda: RealtimeSession.objects.filter(id=session_id).update(**fields))
+
+
+session_ended = session_updated
 
 
 def breakdown(marks: dict[str, float], first_audio_at: float | None) -> dict[str, float]:

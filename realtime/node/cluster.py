@@ -76,7 +76,7 @@ def end_key_sessions(api_key_id: int) -> None:
 
 async def hang_up_elsewhere(call_id: str, caller: dict[str, Any]) -> bool:
     """Asks whichever process holds ``call_id`` to hang it up if ``caller`` may (a
-    :meth:`realtime.access.call_owner.Caller.as_message`: the holder decides); False
+    :meth:`realtime.access.owner.Caller.as_message`: the holder decides); False
     without a channel layer. Fire and forget: a call that is gone already ignores it."""
     layer = get_channel_layer()
     if layer is None:
@@ -89,7 +89,7 @@ async def control_elsewhere(
     call_id: str, action: str, body: dict[str, Any], caller: dict[str, Any], timeout_s: float
 ) -> dict[str, Any] | None:
     """Asks whichever process holds ``call_id`` to run a control ``action`` (accept, reject, refer) with the
-    request's ``body`` for ``caller`` (a :meth:`realtime.access.call_owner.Caller.as_message`: the holder
+    request's ``body`` for ``caller`` (a :meth:`realtime.access.owner.Caller.as_message`: the holder
     decides, as it would locally), and waits up to ``timeout_s`` for its answer (a
     :meth:`realtime.protocol.transport.ControlAnswer.as_message`). None: no channel layer, or nobody answered
     in time (no process holds the call). Raises what the channel layer raises (Redis away)."""

@@ -25,7 +25,7 @@ from django.utils import timezone
 from pipelines.factory import build_pool, synthetic_turn
 from pipelines.pool import PipelinePool
 from realtime import tasks
-from realtime.access.call_owner import CallOwner
+from realtime.access.owner import Owner
 from realtime.access.rate import CallLimits
 from realtime.audit import records
 from realtime.node.cluster import Heartbeat
@@ -62,7 +62,7 @@ class LiveSession(Protocol):
 class LiveCall(Protocol):
     """A call's session (WebRTC, SIP), found by the call id to hang it up (``DELETE /v1/realtime/calls/ID``)."""
 
-    owner: CallOwner  # the credentials that opened it: who may hang it up
+    owner: Owner  # who may reach it (realtime.access.owner)
     client_addr: str  # the client's address (live calls are capped per address)
 
     async def hang_up(self) -> None:
@@ -71,6 +71,10 @@ class LiveCall(Protocol):
 
 class Listener(Protocol):
     """A listener of its own (SIP) that lives on the server's event loop, beside the ASGI app."""
+
+    @property
+    def up(self) -> bool:
+        """Whether its sockets are open (``/readyz`` is 503 while one is not)."""
 
     async def start(self, runtime: Runtime) -> None: ...
 

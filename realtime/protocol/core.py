@@ -27,7 +27,7 @@ from pipelines import audio, messages as m
 from pipelines.ids import new_id
 from pipelines.pool import Lease
 from realtime.access import auth
-from realtime.access.call_owner import Caller, CallOwner
+from realtime.access.owner import Caller, Owner
 from realtime.audit import records
 from realtime.models import EndReason, Prompt, Transport as TransportKind
 from realtime.node import cluster
@@ -87,6 +87,7 @@ class OpenRequest:
     # ``call_config``); raises Refusal.
     prepare: Callable[[auth.Principal], Awaitable[dict[str, Any] | None]] | None = None
     session_id: str = field(default_factory=lambda: new_id("sess"))
+    owner: Owner | None = None  # None: whoever the credentials are (realtime.access.owner); a SIP call's is set
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ async def open_session(runtime: Runtime, transport: Transport, request: OpenRequ
         )
         core = SessionCore._claim(runtime, transport, opening)
         token = auth.scope_token(request.scope) if request.scope is not None else None
-        core.owner = CallOwner.of(token, principal)
+        core.owner = request.owner or Owner.of(token, principal)
         core.call_id = request.call_id
         await core.mailbox.open(_groups(core.id, principal, request.call_id))
         await core.start()
@@ -298,7 +299,7 @@ class SessionCore:
         self.outbox = outbox or Outbox(settings.S2S_SEND_BUFFER_EVENTS)
         self.outbox.on_full = self._overflow
         self.mailbox = Mailbox(self.id, {kind: functools.partial(act, self) for kind, act in self.MAILBOX.items()})
-        self.owner = CallOwner()  # who may hang the call up (realtime.access.call_owner)
+        self.owner = Owner()  # who may reach the session (realtime.access.owner)
         self.call_id: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._followers: set[Transport] = set()  # event-only transports attached to the session (?call_id=)
@@ -382,6 +383,7 @@ class SessionCore:
             client_addr=self.opening.client_addr,
             user_agent=self.opening.user_agent,
             transport=self.opening.transport,
+            **self.owner.record_fields(),
         )
         self._spawn(self._send_loop(), "send")
         self._spawn(self._watch_limits(), "limits")
@@ -470,24 +472,27 @@ class SessionCore:
         await self.end(EndReason.CLIENT_CLOSED, None)
         await self.transport.close(CLOSE_NORMAL, "The call was hung up")
 
+    def change_owner(self, owner: Owner) -> None:
+        """A new owner (a SIP call's, once a key accepted it), kept in the session's record too."""
+        self.owner = owner
+        records.session_updated(self.runtime.writer, self.id, **owner.record_fields())
+
     @property
     def client_addr(self) -> str:
         return self.opening.client_addr
 
     async def _hang_up_by(self, message: dict[str, Any]) -> None:
         """``call.hang_up`` from another process: honoured when its caller may end this call
-        (:meth:`CallOwner.allows`: the credential that opened it, its API key, staff)."""
+        (:meth:`Owner.allows`: the credential that opened it, its API key, staff)."""
         if self.owner.allows(Caller.from_message(message.get("caller"))):
             await self.hang_up()
 
     async def control(self, action: str, body: dict[str, Any], caller: Caller) -> ControlAnswer:
         """The operator's ``accept``, ``reject`` or ``refer`` of this session's call, asked on this process or
-        another (``call.control``): run by a transport that is :class:`Controlled` (a SIP call), which decides
-        who may; any other call is not found, as it would be locally."""
-        if not isinstance(self.transport, Controlled):
-            return ControlAnswer.not_found("This is not a SIP call.")
-        if self.ended:
-            return ControlAnswer.not_found(f"No SIP call with id '{self.call_id}' on this server.")
+        another (``call.control``): run by a transport that is :class:`Controlled` (a SIP call) for a caller the
+        owner rule permits; to anyone else, and for any other call, the call does not exist."""
+        if self.ended or not self.owner.permits(caller, action) or not isinstance(self.transport, Controlled):
+            return ControlAnswer.not_found(self.call_id or self.id)
         return await self.transport.control(action, body, caller)
 
     async def _control_by(self, message: dict[str, Any]) -> None:

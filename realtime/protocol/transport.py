@@ -17,10 +17,11 @@ from pipelines import messages as m
 from realtime.protocol.events import encode_audio, error_event
 
 if TYPE_CHECKING:
-    from realtime.access.call_owner import Caller
+    from realtime.access.owner import Caller
 
 Event = dict[str, Any]
 
+CALL_NOT_FOUND = "No live call with id '{}' that you may reach."  # unknown, or not the caller's
 CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
@@ -111,8 +112,9 @@ class ControlAnswer:
     param: str | None = None
 
     @classmethod
-    def not_found(cls, message: str) -> ControlAnswer:
-        return cls(404, "call_not_found", message, "call_id")
+    def not_found(cls, call_id: str) -> ControlAnswer:
+        """The one answer for a call that does not exist and for one the caller may not reach (the owner rule)."""
+        return cls(404, "call_not_found", CALL_NOT_FOUND.format(call_id[:100]), "call_id")
 
     def as_message(self) -> dict[str, Any]:
         return {"status": self.status, "code": self.code, "message": self.message, "param": self.param}

@@ -29,7 +29,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from pipelines.ids import new_id
-from realtime.access import auth, call_owner
+from realtime.access import auth, owner
+from realtime.access.owner import Caller
 from realtime.access.auth import Principal
 from realtime.access.rate import Limited
 from realtime.models import Prompt, Transport
@@ -37,7 +38,7 @@ from realtime.node import runtime
 from realtime.node.cluster import hang_up_elsewhere
 from realtime.node.runtime import Runtime
 from realtime.protocol.core import AUTH_STATUS, SESSION_LIMIT_REASON, OpenRequest
-from realtime.protocol.transport import CLOSE_POLICY, Refusal
+from realtime.protocol.transport import CLOSE_POLICY, ControlAnswer, Refusal
 from realtime.protocol.events import EventError, error_event
 from realtime.protocol.session import SessionConfig
 from realtime.transports import offer_limits
@@ -231,24 +232,31 @@ async def create_call(request: HttpRequest) -> HttpResponse:
     return response
 
 
+def auth_refused(exc: auth.AuthError) -> JsonResponse:
+    """A request whose credentials are refused, as the API's JSON error (401, 403; 503 when unverifiable)."""
+    return error_response(AUTH_STATUS.get(exc.code, 503), exc.code, exc.message, error_type=exc.error_type)
+
+
+def call_not_found(call_id: str) -> JsonResponse:
+    """The one answer for a call that does not exist here and for one the caller may not reach."""
+    answer = ControlAnswer.not_found(call_id)
+    return error_response(answer.status, answer.code, answer.message, answer.param)
+
+
 @csrf_exempt
 @require_http_methods(["DELETE", "POST"])
-async def hang_up(request: HttpRequest, call_id: str) -> HttpResponse:
+@owner.route(auth_refused)
+async def hang_up(request: HttpRequest, call_id: str, caller: Caller) -> HttpResponse:
     """``DELETE /v1/realtime/calls/{call_id}`` (or ``POST .../hangup``): ends the call.
 
-    Allowed to the credentials that opened the call, the same API key's, and staff
-    (:mod:`realtime.access.call_owner`); to anyone else the call does not exist. A call held by another
-    process of the cluster (behind a load balancer) is asked through the channel layer, and decides there;
-    that answer cannot know whether the call still existed.
+    Allowed to whom the owner rule allows (:mod:`realtime.access.owner`); to anyone else the call does not
+    exist. A call held by another process of the cluster (behind a load balancer) is asked through the
+    channel layer, and decides there; that answer cannot know whether the call still existed.
     """
-    try:
-        caller = await call_owner.identify(request)
-    except auth.AuthError as exc:
-        return error_response(AUTH_STATUS.get(exc.code, 503), exc.code, exc.message, error_type=exc.error_type)
     call = runtime.current().calls.get(call_id)
     if call is not None and call.owner.allows(caller):
         await call.hang_up()
         return HttpResponse(status=200 if request.method == "POST" else 204)
     if call is None and settings.REDIS_URL and await hang_up_elsewhere(call_id, caller.as_message()):
         return HttpResponse(status=200 if request.method == "POST" else 204)
-    return error_response(404, "call_not_found", f"No live call with id '{call_id}' that you may end here.", "call_id")
+    return call_not_found(call_id)

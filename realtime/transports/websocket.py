@@ -14,14 +14,13 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
 
-from realtime.access import auth
+from realtime.access import auth, owner
 from realtime.models import EndReason, Transport
 from realtime.node import runtime
 from realtime.protocol.core import OpenRequest, SessionCore, open_session
 from realtime.protocol.events import error_event, server_event
-from realtime.protocol.transport import CLOSE_POLICY, Refusal, ServerEvent
+from realtime.protocol.transport import CLOSE_POLICY, ControlAnswer, Refusal, ServerEvent
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +31,9 @@ BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
 
 
 class RealtimeConsumer(AsyncWebsocketConsumer):
-    """One Realtime session per socket."""
+    """One Realtime session per socket, or a follower of a live call (``?call_id=``, through the owner rule)."""
+
+    owner_rule = True  # every way in asks realtime.access.owner (tests/security/test_owner_routes.py)
 
     # The socket needs no channel of its own: the session's mailbox (realtime.protocol.mailbox) is on the layer.
     channel_layer_alias = None  # type: ignore[assignment]
@@ -75,19 +76,20 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
 
     async def _follow(self, call_id: str) -> None:
         """Attaches this socket to a live call (SIP or WebRTC) beside its own transport: the session's events
-        without the audio, and client events into the same session. Ending the socket leaves the call alone."""
+        without the audio, and client events into the same session. Ending the socket leaves the call alone.
+
+        Allowed to whom the owner rule allows (:mod:`realtime.access.owner`); to anyone else the call does not
+        exist (the same ``error`` and close as an unknown id). Identifying the caller spends no client secret."""
         try:
-            principal = await auth.authenticate(self.scope, call_id)
-            if settings.S2S_AUTH_REQUIRED and principal.kind != "api_key":
-                raise auth.AuthError("invalid_api_key", "Following a call takes an API key.")
+            caller = await owner.identify_scope(self.scope)
         except auth.AuthError as exc:
             await self.send_event(ServerEvent.of(error_event(exc.code, exc.message, error_type=exc.error_type)))
             await self.close(code=exc.close_code, reason=exc.reason)
             return
         core = runtime.current().calls.get(call_id)
-        if not isinstance(core, SessionCore) or core.ended:
-            message = f"No live call with id '{call_id}'."
-            await self.send_event(ServerEvent.of(error_event("call_not_found", message, "call_id")))
+        if not isinstance(core, SessionCore) or core.ended or not core.owner.allows(caller):
+            answer = ControlAnswer.not_found(call_id)
+            await self.send_event(ServerEvent.of(error_event(answer.code, answer.message, answer.param)))
             await self.close(code=CLOSE_POLICY, reason="No such call")
             return
         self.following = core

@@ -394,16 +394,23 @@ class TestTimings:
             "voice_to_voice_ms": 800,
         }
 
-    def test_with_authentication_on_only_staff_or_a_key_may_read_them(self, client, settings, admin_client):
+    def test_with_authentication_on_only_the_sessions_owner_or_staff_may_read_them(
+        self, client, settings, admin_client
+    ):
         settings.S2S_AUTH_REQUIRED = True
-        make_session()
-        assert client.get("/v1/realtime/sessions/sess_audit1/timings").status_code == 401
-        assert admin_client.get("/v1/realtime/sessions/sess_audit1/timings").status_code == 200
-        _, key = create_api_key("timings")
-        assert (
-            client.get("/v1/realtime/sessions/sess_audit1/timings", HTTP_AUTHORIZATION=f"Bearer {key}").status_code
-            == 200
-        )
+        owner, owner_key = create_api_key("owner")
+        _, other_key = create_api_key("another")
+        make_session(owner_key_id=owner.pk)
+        url = "/v1/realtime/sessions/sess_audit1/timings"
+        assert client.get(url).status_code == 401
+        assert admin_client.get(url).status_code == 200
+        assert client.get(url, HTTP_AUTHORIZATION=f"Bearer {owner_key}").status_code == 200
+        foreign = client.get(url, HTTP_AUTHORIZATION=f"Bearer {other_key}")
+        unknown = client.get("/v1/realtime/sessions/sess_nosuch/timings", HTTP_AUTHORIZATION=f"Bearer {other_key}")
+        assert foreign.status_code == unknown.status_code == 404
+        assert foreign.json()["error"]["message"].replace("sess_audit1", "ID") == unknown.json()["error"][
+            "message"
+        ].replace("sess_nosuch", "ID")
 
 
 def test_the_page_offers_each_installed_voice_once():

@@ -11,7 +11,7 @@ from channels.layers import get_channel_layer
 
 from pipelines import messages as m
 from realtime.access.auth import Principal
-from realtime.access.call_owner import Caller, CallOwner
+from realtime.access.owner import Caller, Owner
 from realtime.node import cluster, runtime
 from realtime.protocol.transport import ControlAnswer, Refusal, ServerEvent
 from tests.support.client import Closed, text_item, types
@@ -160,7 +160,7 @@ async def test_an_admin_end_or_a_revoked_key_ends_the_session_with_an_error_and_
 async def test_a_hang_up_from_elsewhere_needs_the_credential_that_opened_the_call(direct, loopback_pool):
     client = await direct(principal=KEY, call_id="rtc_test2")
     core = client.transport.core
-    core.owner = CallOwner("digest-of-the-secret", 7)
+    core.owner = Owner("digest-of-the-secret", 7)
     await cluster.hang_up_elsewhere("rtc_test2", Caller("digest-of-another", 8).as_message())  # another key
     await cluster.hang_up_elsewhere("rtc_test2", {"credential": "", "api_key_id": None})  # what an old node sent
     await client.update_session(instructions="still here")
@@ -176,7 +176,7 @@ async def test_a_call_control_request_from_elsewhere_is_answered_on_its_reply_ch
     client = await direct(principal=KEY, call_id="rtc_test3")
     answer = await cluster.control_elsewhere("rtc_test3", "accept", {}, Caller().as_message(), 5.0)
     assert answer is not None
-    assert ControlAnswer.from_message(answer) == ControlAnswer.not_found("This is not a SIP call.")
+    assert ControlAnswer.from_message(answer) == ControlAnswer.not_found("rtc_test3")
     layer = get_channel_layer()
     reply_to = await layer.new_channel()
     await layer.group_send(cluster.call_group("rtc_test3"), {"type": cluster.CALL_CONTROL, "reply_to": reply_to})

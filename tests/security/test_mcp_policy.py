@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from realtime.protocol.events import EventError
-from realtime.protocol.mcp.config import McpPolicy, parse_server
+from realtime.protocol.mcp.config import McpPolicy, normalize_url, parse_server
 
 POLICY = McpPolicy(("https://mcp.internal/tools", "http://127.0.0.1:8080"))
 
@@ -74,3 +74,60 @@ def test_a_bad_entry_is_refused_naming_its_field(change, param):
     with pytest.raises(EventError) as caught:
         parse_server(entry, "t", POLICY)
     assert caught.value.param == param
+
+
+ADMIN_POLICY = McpPolicy(("http://127.0.0.1:9100/mcp",))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9100/mcp/%2e%2e/internal-admin",  # what a receiving server resolves to /internal-admin
+        "http://127.0.0.1:9100/mcp/%2E%2E/internal-admin",
+        "http://127.0.0.1:9100/mcp/.%2e/internal-admin",
+        "http://127.0.0.1:9100/mcp/../internal-admin",
+        "http://127.0.0.1:9100/mcp/./tools",
+        "http://127.0.0.1:9100/mcp/%2e/tools",
+        "http://127.0.0.1:9100/mcp/..",
+        "http://127.0.0.1:9100/mcp%2f..%2finternal-admin",
+        "http://127.0.0.1:9100/mcp/%5c..%5cinternal-admin",
+        "http://127.0.0.1:9100/mcp/\\../internal-admin",
+        "http://127.0.0.1:9100/mcp/a b",
+    ],
+)
+def test_a_server_url_with_a_dot_segment_written_or_encoded_is_refused_naming_its_param(url):
+    entry = {"type": "mcp", "server_label": "s", "server_url": url}
+    assert not ADMIN_POLICY.allows(url)
+    with pytest.raises(EventError) as refused:
+        parse_server(entry, "session.tools[0]", ADMIN_POLICY)
+    assert refused.value.code == "invalid_value" and refused.value.param == "session.tools[0].server_url"
+
+
+def test_a_server_url_is_compared_and_requested_as_normalised():
+    entry = {"type": "mcp", "server_label": "s", "server_url": "HTTP://127.0.0.1:9100/mcp/%7euser/%41pi?q=%61"}
+    assert parse_server(entry, "t", ADMIN_POLICY).url == "http://127.0.0.1:9100/mcp/~user/Api?q=a"
+    assert normalize_url("http://127.0.0.1:9100/mcp/a%2fb") is None
+    assert normalize_url("http://127.0.0.1:9100/mcp/%c3%a9") == "http://127.0.0.1:9100/mcp/%C3%A9"
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("Host", "internal-admin.local"),
+        ("host", "internal-admin.local"),
+        ("Content-Length", "0"),
+        ("Transfer-Encoding", "chunked"),
+        ("Connection", "close"),
+        ("Keep-Alive", "timeout=5"),
+        ("Upgrade", "websocket"),
+        ("TE", "trailers"),
+        ("Proxy-Authorization", "Basic x"),
+        ("X Bad", "v"),
+        ("X-Split", "a\r\nHost: internal-admin.local"),
+    ],
+)
+def test_a_tool_may_not_set_a_header_that_frames_or_routes_the_request(name, value):
+    entry = {"type": "mcp", "server_label": "s", "server_url": "http://127.0.0.1:9100/mcp", "headers": {name: value}}
+    with pytest.raises(EventError) as refused:
+        parse_server(entry, "session.tools[0]", ADMIN_POLICY)
+    assert refused.value.code == "invalid_value" and refused.value.param == f"session.tools[0].headers.{name}"

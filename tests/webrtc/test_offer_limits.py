@@ -8,7 +8,7 @@ import json
 import pytest
 from aiortc.rtcsctptransport import SCTP_DATA_FIRST_FRAG, SCTP_DATA_LAST_FRAG, DataChunk
 
-from realtime.access.call_owner import Caller, CallOwner
+from realtime.access.owner import Caller, Owner
 from realtime.access.rate import MAX_TRACKED, CallLimits, RateTable
 from realtime.transports import offer_limits
 from realtime.transports.offer_limits import BadOffer, OfferCaps
@@ -106,7 +106,7 @@ def test_live_calls_are_capped_per_address_and_per_key(settings):
 
 
 def test_a_call_is_hung_up_only_by_its_credential_its_api_key_or_staff():
-    owner = CallOwner("hash-of-ek", 7)  # opened with a client secret minted by key 7
+    owner = Owner("hash-of-ek", 7)  # opened with a client secret minted by key 7
     assert owner.allows(Caller("hash-of-ek"))
     assert owner.allows(Caller("hash-of-key-7", 7))
     assert owner.allows(Caller("hash-of-another-ek-of-7", 7))
@@ -115,7 +115,9 @@ def test_a_call_is_hung_up_only_by_its_credential_its_api_key_or_staff():
     assert not owner.allows(Caller())
     assert not owner.allows(Caller.from_message({"credential": "", "api_key_id": "7", "staff": "yes"}))
     assert owner.allows(Caller.from_message(Caller("h", 7).as_message()))
-    assert CallOwner().allows(Caller())  # opened with authentication off
+    assert Owner(open=True).allows(Caller())  # opened with authentication off
+    assert not Owner().allows(Caller("hash-of-key-8", 8))  # no credential, no key: staff alone
+    assert Owner().allows(Caller(staff=True))
 
 
 def chunk(tsn: int, seq: int, data: bytes, first: bool, last: bool) -> DataChunk:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pipelines.config import FunctionTool
 from realtime.protocol.events import EventError, check_type
@@ -48,24 +48,77 @@ class McpPolicy:
         return bool(self.allowed_urls)
 
     def allows(self, url: str) -> bool:
-        """Whether ``url`` lies under one of the allowed prefixes: same scheme, host and port, path below."""
-        try:
-            target = urlsplit(url)
-            port = target.port
-        except ValueError:
+        """Whether ``url``, normalised (:func:`normalize_url`), lies under one of the allowed prefixes: same
+        scheme, host and port, path below. A URL that does not normalise (a dot segment) is never allowed."""
+        normal = normalize_url(url)
+        if normal is None:
             return False
-        if target.scheme not in ("http", "https") or not target.hostname or target.username or target.password:
-            return False
+        target = urlsplit(normal)
         for prefix in self.allowed_urls:
             allowed = urlsplit(prefix)
             if (allowed.scheme, allowed.hostname) != (target.scheme, target.hostname):
                 continue
-            if (allowed.port or _default_port(allowed.scheme)) != (port or _default_port(target.scheme)):
+            if (allowed.port or _default_port(allowed.scheme)) != (target.port or _default_port(target.scheme)):
                 continue
             base = allowed.path.rstrip("/")
             if target.path == base or target.path.startswith(base + "/") or not base:
                 return True
         return False
+
+
+UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+# Request headers a tool may not set: they frame or route the request (a Host reaches another virtual host behind
+# a proxy) or belong to one hop (RFC 9110 s7.6.1).
+REFUSED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "upgrade",
+        "expect",
+    }
+)
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def normalize_url(url: str) -> str | None:
+    """``url`` as it will be requested: an http(s) URL without credentials, its percent-encoded unreserved
+    characters decoded and other escapes upper-cased (RFC 3986 s6.2.2); None when it is not one, or when its path
+    holds a dot segment (``.`` or ``..``, written or encoded), an encoded slash or a backslash: the receiving
+    server would resolve those to another path than the one the allow-list saw."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+        return None
+    if any(ord(char) < 0x21 or ord(char) == 0x7F for char in url):
+        return None
+
+    def unescape(match: re.Match[str]) -> str:
+        char = chr(int(match.group(1), 16))
+        return char if char in UNRESERVED else "%" + match.group(1).upper()
+
+    path = _PERCENT.sub(unescape, parts.path)
+    if "\\" in path or "%2F" in path or "%5C" in path:
+        return None
+    if any(segment in (".", "..") for segment in path.split("/")):
+        return None
+    host = parts.hostname.lower()
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+    return urlunsplit((parts.scheme.lower(), netloc, path, _PERCENT.sub(unescape, parts.query), ""))
 
 
 def _default_port(scheme: str) -> int:
@@ -150,7 +203,15 @@ def parse_server(entry: dict[str, Any], param: str, policy: McpPolicy) -> McpSer
             f"MCP tools are off on this server, so '{param}.server_url' cannot be used. To turn them on, {TURN_ON}.",
             f"{param}.server_url",
         )
-    if not policy.allows(url):
+    normal = normalize_url(url)
+    if normal is None:
+        raise EventError(
+            "invalid_value",
+            f"'{param}.server_url' must be an http(s) URL without credentials, dot segments ('.', '..', written "
+            "or percent-encoded), encoded slashes or backslashes.",
+            f"{param}.server_url",
+        )
+    if not policy.allows(normal):
         raise EventError(
             "invalid_value",
             f"'{param}.server_url' is not under a URL this server may reach (S2S_MCP_ALLOWED_URLS).",
@@ -158,8 +219,7 @@ def parse_server(entry: dict[str, Any], param: str, policy: McpPolicy) -> McpSer
         )
     headers = dict(check_type(entry.get("headers") or {}, dict, f"{param}.headers"))
     for key, value in headers.items():
-        if not isinstance(value, str):
-            raise EventError("invalid_type", f"'{param}.headers.{key}' must be a string.", f"{param}.headers.{key}")
+        check_header(key, value, f"{param}.headers.{key}")
     if entry.get("authorization") is not None:
         headers["Authorization"] = "Bearer " + check_type(entry["authorization"], str, f"{param}.authorization")
     description = entry.get("server_description")
@@ -167,7 +227,7 @@ def parse_server(entry: dict[str, Any], param: str, policy: McpPolicy) -> McpSer
         check_type(description, str, f"{param}.server_description")
     server = McpServer(
         label,
-        url,
+        normal,
         tuple(headers.items()),
         description,
         parse_allowed(entry.get("allowed_tools"), f"{param}.allowed_tools"),
@@ -175,6 +235,21 @@ def parse_server(entry: dict[str, Any], param: str, policy: McpPolicy) -> McpSer
     )
     echo = {k: v for k, v in entry.items() if k not in ("headers", "authorization")}
     return replace(server, echo={"type": "mcp", **echo})
+
+
+def check_header(name: Any, value: Any, param: str) -> None:
+    """A header a tool may send: a token for a name, one line of text for a value, and none that frames or
+    routes the request (:data:`REFUSED_HEADERS`); raises :class:`EventError` with ``param``."""
+    if not isinstance(value, str):
+        raise EventError("invalid_type", f"'{param}' must be a string.", param)
+    if not isinstance(name, str) or not _TOKEN.match(name) or any(char in value for char in "\r\n\x00"):
+        raise EventError("invalid_value", f"'{param}' is not a valid HTTP header (name or value).", param)
+    if name.lower() in REFUSED_HEADERS:
+        raise EventError(
+            "invalid_value",
+            f"'{param}': the {name} header cannot be set by a tool (it frames or routes the request).",
+            param,
+        )
 
 
 def parse_filter(value: Any, param: str) -> ToolFilter:

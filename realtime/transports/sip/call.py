@@ -15,14 +15,16 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from aiosipua import IncomingCall, SdpMessage, SipUAC
 from aiosipua.dialog import DialogState
+from channels.db import database_sync_to_async
 
 from pipelines.ids import new_id
 from realtime.access import auth
-from realtime.access.call_owner import Caller, CallOwner
+from realtime.access.owner import Caller, Owner, sip_owner
 from realtime.models import EndReason, RealtimeSession, Transport as TransportKind
 from realtime.node import cluster
 from realtime.node.runtime import Runtime
@@ -101,9 +103,11 @@ class SipCall(PlaysFromQueue):
     async def ring(self) -> bool:
         """Claims a unit and starts the session, binds the media; False: the INVITE was refused (486, 488, 503)."""
         source_ip, source_port = self.incoming.source_addr
+        answerable = bool(self.config.webhook_url)
         request = OpenRequest(
             transport=TransportKind.SIP,
             principal=auth.ANONYMOUS,
+            owner=await database_sync_to_async(sip_owner)(self.config.owner_key, answerable),
             model=self.config.session.get("model") or None,
             client_addr=f"{source_ip}:{source_port}"[:100],
             user_agent=self.incoming.invite.get_header("user-agent") or "",
@@ -148,15 +152,18 @@ class SipCall(PlaysFromQueue):
 
     # --- the operator's answer ----------------------------------------------------------
 
-    async def accept(self, session: dict[str, Any] | None, api_key_id: int | None = None) -> None:
-        """Answers the call (200 OK with the SDP answer) with these session settings (checked already)."""
+    async def accept(self, session: dict[str, Any] | None, by: Caller | None = None) -> None:
+        """Answers the call (200 OK with the SDP answer) with these session settings (checked already); ``by``:
+        the operator who accepted it (None: the default session answered)."""
         if self.state != "ringing" or self.core is None:
             raise CallStateError(f"The call is {self.state}: only a ringing call can be accepted.")
         self.state = "active"
-        self.api_key_id = api_key_id
-        if api_key_id is not None:  # the key that accepted the call owns it; revoking that key ends it
-            self.core.owner = CallOwner(api_key_id=api_key_id)
-            await self.core.mailbox.join(cluster.key_group(api_key_id))
+        if by is not None and by.api_key_id is not None:  # the key that accepted it owns it; revoking it ends it
+            self.api_key_id = by.api_key_id
+            self.core.change_owner(Owner(by.credential, by.api_key_id))
+            await self.core.mailbox.join(cluster.key_group(by.api_key_id))
+        elif self.core.owner.answerable:  # accepted by staff: answered, no longer any key's to take
+            self.core.change_owner(replace(self.core.owner, answerable=False))
         self.incoming.accept(self._answer)
         self.media.start_playout()
         if session:

@@ -32,6 +32,7 @@ class SipConfig:
     accept_timeout_s: float = 20.0  # a ringing call nobody accepted is declined (480) after this
     numbers: str = "masked"  # what the audit keeps of the caller's and callee's numbers
     session: dict[str, Any] = field(default_factory=dict)  # the default session (no webhook)
+    owner_key: str = ""  # the name of the API key that owns the calls (realtime.access.owner); empty: staff alone
     users: dict[str, str] = field(default_factory=dict, repr=False)  # digest logins that may ring (S2S_SIP_USERS)
     trusted: tuple[Network, ...] = ()  # networks that ring without credentials (the trunk)
     realm: str = "s2s-realtime"  # the digest realm of the 401 challenge
@@ -41,6 +42,11 @@ class SipConfig:
     tls_cert: str = ""  # PEM paths of the TLS listener's certificate chain and key
     tls_key: str = ""
     srtp: str = "optional"  # off: plain RTP only; optional: SRTP when offered; required: only SRTP (488 else)
+    # SIP over TCP and TLS: a connection that carries no call and sends nothing this long is closed; at most
+    # this many connections from one address, and in all (a trunk carries many calls on one connection).
+    tcp_idle_s: float = 30.0
+    tcp_max_per_address: int = 32
+    tcp_max_connections: int = 256
 
     @property
     def enabled(self) -> bool:

@@ -2,10 +2,9 @@
 the request reached: the view on the call's own process calls it directly, the view on another process sends the
 request through the call's mailbox (``realtime.node.cluster.control_elsewhere``), and the answer is the same.
 
-Who may: anyone the call's owner allows (:mod:`realtime.access.call_owner`). A ringing call has no owner (it came
-in over the trunk); the API key that accepts it becomes its owner, so only that key refers it (or hangs it up)
-later; to any other key it does not exist (404), as for a hang-up. Whether a request carries an
-API key at all is checked where it arrived (:mod:`realtime.transports.sip.views`).
+Who may: whom the owner rule permits (:mod:`realtime.access.owner`), checked by the session core before any
+action runs; to anyone else the call does not exist (404), as for a hang-up. The API key that accepts a ringing
+call becomes its owner, so only that key refers it (or hangs it up) later.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from realtime.access.call_owner import Caller
+from realtime.access.owner import Caller
 from realtime.protocol.transport import ControlAnswer
 from realtime.transports.calls import BadOffer, check_session
 
@@ -50,7 +49,7 @@ async def accept(call: SipCall, body: dict[str, Any], caller: Caller) -> None:
         raise CallStateError(f"The call is {call.state}: only a ringing call can be accepted.")
     session = {**call.config.session, **body}
     await sync_to_async(check_session)(session)
-    await call.accept(session, caller.api_key_id)
+    await call.accept(session, caller)
 
 
 async def reject(call: SipCall, body: dict[str, Any], caller: Caller) -> None:
@@ -78,10 +77,10 @@ ACTIONS: dict[str, Callable[[SipCall, dict[str, Any], Caller], Awaitable[None]]]
 
 
 async def run(call: SipCall, action: str, body: dict[str, Any], caller: Caller) -> ControlAnswer:
-    """``action`` on ``call`` for ``caller``: 200, or the refusal as the API's error (404 for a caller the call's
-    owner does not allow, 400 for a bad request or session, 409 for the call's state)."""
-    if call.core is None or not call.core.owner.allows(caller):
-        return ControlAnswer.not_found(f"No SIP call with id '{call.id}' that you may control here.")
+    """``action`` on ``call`` for ``caller`` (whom the session core let through): 200, or the refusal as the
+    API's error (400 for a bad request or session, 409 for the call's state)."""
+    if call.core is None or not call.core.owner.permits(caller, action):  # the core asked already; never skipped
+        return ControlAnswer.not_found(call.id)
     act = ACTIONS.get(action)
     if act is None:
         return ControlAnswer(400, "invalid_request", f"No call action {action!r}.")

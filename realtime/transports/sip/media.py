@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import numpy as np
 from aiortp import RTPSession
@@ -25,6 +26,7 @@ from aiosipua import SdpMessage, negotiate_sdp
 
 from pipelines import audio
 from realtime.transports.playout import ReplyQueue
+from realtime.transports.sip import guard
 from realtime.transports.sip.srtp import SrtpContext, Unacceptable, choose
 from realtime.transports.sip.config import SipConfig
 
@@ -34,6 +36,7 @@ RATE = 8000  # G.711
 FRAME_S = 0.020
 FRAME_SAMPLES = int(RATE * FRAME_S)
 G711 = [0, 8]  # payload types: PCMU, PCMA
+FAILED_SENDS = guard.PeerLog("RTP: a send")
 
 
 class NoCommonCodec(Exception):
@@ -57,12 +60,25 @@ class GuardedRTPSession(RTPSession):
         await super()._bind_transports(local_addr, remote_addr)
         for transport, rtcp in ((self._rtp_transport, False), (self._rtcp_transport, True)):
             assert transport is not None
-            transport.send = partial(self._send, transport.send, rtcp)  # type: ignore[method-assign]
+            transport.send = partial(self._send, transport, transport.send, rtcp)  # type: ignore[method-assign]
 
-    def _send(self, send: Callable[..., None], rtcp: bool, data: bytes, addr: tuple[str, int] | None = None) -> None:
+    def _send(
+        self, transport: Any, send: Callable[..., None], rtcp: bool, data: bytes, addr: tuple[str, int] | None = None
+    ) -> None:
+        """Sends a packet (protected, with SRTP) to a destination checked first: asyncio closes the socket for a
+        send it cannot even try (a port over 65535), so such a packet is dropped and logged once per peer."""
+        wanted = addr or transport._remote_addr
+        target = guard.destination(wanted)
+        if target is None:
+            FAILED_SENDS.failed(wanted, "not an IP address and port")
+            return
         packet = self.srtp.protect(data, rtcp) if self.srtp is not None else data
-        if packet is not None:
-            send(packet, addr)
+        if packet is None:
+            return
+        try:
+            send(packet, target)
+        except Exception as exc:
+            FAILED_SENDS.failed(target, exc)
 
     def _handle_rtp(self, data: bytes, addr: tuple[str, int]) -> None:
         clear = self._heard(data, addr, rtcp=False)
@@ -127,6 +143,9 @@ class CallMedia:
 
     async def open(self, offer: SdpMessage, signalling_host: str) -> SdpMessage:
         """Binds an RTP port pair and returns the SDP answer; raises :class:`NoCommonCodec` or :class:`NoPorts`."""
+        problem = guard.offer_problem(offer)
+        if problem is not None:
+            raise NoCommonCodec(problem)
         remote = offer.rtp_address
         if remote is None:
             raise NoCommonCodec("the offer has no audio address (c= and m=audio)")
@@ -179,10 +198,6 @@ class CallMedia:
     @property
     def encrypted(self) -> bool:
         return self.session is not None and self.session.srtp is not None
-
-    @property
-    def refused_packets(self) -> int:
-        return self.session.refused if self.session is not None else 0
 
     async def close(self) -> None:
         if self._clock is not None:

@@ -15,18 +15,23 @@ process's other parts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 import ssl
-from dataclasses import dataclass
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from aiortp.port_allocator import PortAllocator
 from aiosipua import IncomingCall, SipRequest, SipResponse, SipUAS, SipUAC
-from aiosipua.transport import SipTransport, TcpSipTransport, UdpSipTransport
+from aiosipua.transport import SipTransport, TcpSipTransport, UdpSipTransport, _read_sip_message
 from django.conf import settings
 
 from realtime.node.runtime import Runtime
+from realtime.transports.sip import guard
 from realtime.transports.sip.auth import DigestAuth
 from realtime.transports.sip.call import SipCall
 from realtime.transports.sip.config import SipConfig
@@ -36,6 +41,7 @@ from realtime.transports.sip.webhook import announce
 logger = logging.getLogger(__name__)
 
 USER_AGENT = "s2s-realtime"
+WATCH_INTERVAL_S = 1.0  # how often the listener checks that its sockets are open
 
 
 class _DatagramProtocol(asyncio.DatagramProtocol):
@@ -51,8 +57,11 @@ class _DatagramProtocol(asyncio.DatagramProtocol):
 
 class UdpTransport(UdpSipTransport):
     """aiosipua's UDP transport, bound without its protocol's ``assert isinstance(transport,
-    asyncio.DatagramTransport)``: Python 3.11's selector transport is not one, and the assertion
-    logged an error for every bind (the socket worked regardless)."""
+    asyncio.DatagramTransport)`` (Python 3.11's selector transport is not one), whose sends never close the
+    socket: a destination is checked first (:func:`guard.destination`), a failed send dropped and logged once
+    per peer."""
+
+    failed_sends = guard.PeerLog("SIP over UDP: a send")
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -60,16 +69,143 @@ class UdpTransport(UdpSipTransport):
             lambda: _DatagramProtocol(self), local_addr=self.local_addr
         )
 
+    def send(self, message: SipRequest | SipResponse, addr: tuple[str, int]) -> None:
+        target = guard.destination(addr)
+        if target is None:
+            self.failed_sends.failed(addr, "not an IP address and port")
+            return
+        try:
+            super().send(message, target)
+        except Exception as exc:
+            self.failed_sends.failed(addr, exc)
+
+    @property
+    def alive(self) -> bool:
+        return self._udp_transport is not None and not self._udp_transport.is_closing()
+
+    async def restart(self) -> None:
+        """Binds again after the socket was closed (its close finished first: the port is free)."""
+        if self._udp_transport is not None:
+            self._udp_transport.abort()
+            self._udp_transport = None
+        await asyncio.sleep(0)  # the transport's connection_lost, which closes the socket, runs now
+        await self.start()
+
 
 @dataclass
-class TlsTransport(TcpSipTransport):
-    """aiosipua's TCP transport behind TLS (RFC 3261 s26.2): its server socket wrapped in ``ssl_context``.
+class TcpTransport(TcpSipTransport):
+    """aiosipua's TCP transport with bounds: a connection that carries no call and sends nothing for
+    ``idle_timeout_s`` is closed; at most ``max_per_address`` connections from one address and ``max_total`` in
+    all. A response goes back on the connection its request came in on (RFC 3261 s18.2.2), whatever port its
+    ``Via`` names; a send that cannot be made is dropped and logged once per peer."""
+
+    idle_timeout_s: float = 30.0
+    max_per_address: int = 32
+    max_total: int = 256
+    carries_call: Callable[[TcpSipTransport, tuple[str, int]], bool] = lambda _transport, _addr: False
+    _sources: OrderedDict[str, tuple[str, int]] = field(default_factory=OrderedDict, init=False, repr=False)
+    _per_address: Counter[str] = field(default_factory=Counter, init=False, repr=False)
+    name = "TCP"
+
+    def __post_init__(self) -> None:
+        self.failed_sends = guard.PeerLog(f"SIP over {self.name}: a send")
+        self.refused = 0  # connections over a cap, closed at once
+        self.idle_closed = 0  # connections closed for idling without a call
+
+    async def _handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        addr = (str(peer[0]), int(peer[1])) if peer else ("0.0.0.0", 0)
+        if self._per_address[addr[0]] >= self.max_per_address or len(self._connections) >= self.max_total:
+            self.refused += 1
+            self.failed_sends.failed(addr[0], "a connection over the caps (S2S_SIP_TCP_MAX_*) closed at once")
+            writer.close()
+            return
+        self._per_address[addr[0]] += 1
+        self._connections[addr] = (reader, writer)
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.idle_timeout_s):
+                        data = await _read_sip_message(reader)
+                except TimeoutError:
+                    if self.carries_call(self, addr):
+                        continue
+                    self.idle_closed += 1
+                    break
+                if data is None:
+                    break
+                self._dispatch(data, addr)
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError, ssl.SSLError):
+            pass
+        finally:
+            self._connections.pop(addr, None)
+            self._per_address[addr[0]] -= 1
+            if self._per_address[addr[0]] <= 0:
+                del self._per_address[addr[0]]
+            writer.close()
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await writer.wait_closed()
+
+    def _dispatch(self, data: bytes, addr: tuple[str, int]) -> None:
+        """Notes which connection each request's top ``Via`` branch came in on, then aiosipua's dispatch."""
+        head = data[: data.find(b"\r\n\r\n") + 1 or len(data)]
+        branch = _top_branch(head)
+        if branch:
+            self._sources[branch] = addr
+            self._sources.move_to_end(branch)
+            while len(self._sources) > MAX_SOURCES:
+                self._sources.popitem(last=False)
+        super()._dispatch(data, addr)
+
+    def send_reply(self, response: SipResponse) -> None:
+        vias = response.headers.get("via")
+        branch = _top_branch(("Via: " + vias[0]).encode("utf-8", "replace")) if vias else ""
+        source = self._sources.get(branch) if branch else None
+        if source is not None and source in self._connections:
+            self.send(response, source)
+            return
+        super().send_reply(response)
+
+    def send(self, message: SipRequest | SipResponse, addr: tuple[str, int]) -> None:
+        try:
+            super().send(message, addr)
+        except Exception as exc:  # no connection to that address (any more)
+            self.failed_sends.failed(addr, exc)
+
+    @property
+    def alive(self) -> bool:
+        return self._server is not None and self._server.is_serving()
+
+    async def restart(self) -> None:
+        """Listens again after the server socket was closed; connections already open (calls) stay."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        await asyncio.sleep(0)
+        await self.start()
+
+
+MAX_SOURCES = 4096  # requests whose connection is remembered for their responses
+_BRANCH = re.compile(rb"^(?:via|v)\s*:[^\r\n]*?;\s*branch=([^;,\s]+)", re.IGNORECASE | re.MULTILINE)
+
+
+def _top_branch(head: bytes) -> str:
+    """The branch of the first ``Via`` in a message's head ("" none)."""
+    found = _BRANCH.search(head)
+    return found.group(1).decode("latin1") if found else ""
+
+
+@dataclass
+class TlsTransport(TcpTransport):
+    """The TCP transport behind TLS (RFC 3261 s26.2): its server socket wrapped in ``ssl_context``.
 
     What the server writes names TLS: the Contact of its answers (so the caller's BYE comes back over
     TLS, not as plain UDP to the TLS port) and the Via of its own requests (a BYE, a REFER)."""
 
     ssl_context: ssl.SSLContext | None = None
     handshake_timeout_s: float = 10.0
+    name = "TLS"
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
@@ -91,6 +227,9 @@ class TlsTransport(TcpSipTransport):
                 for index, via in enumerate(vias):
                     message.headers.append("Via", "SIP/2.0/TLS " + via[12:] if index == 0 else via)
         super().send(message, addr)
+
+
+TRANSPORT_NAMES = {UdpTransport: "sip-udp", TcpTransport: "sip-tcp", TlsTransport: "sip-tls"}
 
 
 def server_tls_context(config: SipConfig) -> ssl.SSLContext:
@@ -119,6 +258,9 @@ class SipListener:
         self._calls: dict[str, SipCall] = {}  # by SIP Call-ID
         self._tasks: set[asyncio.Task[Any]] = set()
         self.dropped = 0  # messages aiosipua parsed but could not handle
+        self.bad_requests = 0  # requests answered 400 for an impossible Via or Contact
+        self.restarts = 0  # transports started again after their socket closed
+        self._watchdog: asyncio.Task[None] | None = None
 
     @property
     def calls(self) -> dict[str, SipCall]:
@@ -128,13 +270,20 @@ class SipListener:
         self.runtime = runtime
         address = (self.config.host, self.config.port)
         advertised = (self.config.sdp_ip, self.config.port)
+        bounds = {
+            "idle_timeout_s": self.config.tcp_idle_s,
+            "max_per_address": self.config.tcp_max_per_address,
+            "max_total": self.config.tcp_max_connections,
+            "carries_call": self._carries_call,
+        }
         transports: list[tuple[SipTransport, tuple[str, int]]] = [
             (UdpTransport(local_addr=address), advertised),
-            (TcpSipTransport(local_addr=address), advertised),
+            (TcpTransport(local_addr=address, **bounds), advertised),  # type: ignore[arg-type]
         ]
         if self.config.tls_host:
             tls_address = (self.config.tls_host, self.config.tls_port)
-            tls = TlsTransport(local_addr=tls_address, ssl_context=server_tls_context(self.config))
+            context = server_tls_context(self.config)
+            tls = TlsTransport(local_addr=tls_address, ssl_context=context, **bounds)  # type: ignore[arg-type]
             transports.append((tls, self.config.tls_contact))
         for transport, advertised in transports:
             uac = SipUAC(transport, advertised_addr=advertised)
@@ -149,8 +298,9 @@ class SipListener:
                 # called over TCP may send its BYE over UDP (RFC 3261's default); all find the call.
                 agent._calls = self._agents[0]._calls
             await agent.start()
-            transport.on_message = partial(self._guarded, transport.on_message)
+            transport.on_message = partial(self._guarded, transport, transport.on_message)
             self._agents.append(agent)
+        self._watchdog = asyncio.create_task(self._watch(), name="sip-watchdog")
         logger.info("SIP listening on %s:%s (UDP and TCP), RTP on %s-%s", *address, *self.config.rtp_ports)
         if self.config.tls_host:
             logger.info("SIP over TLS listening on %s:%s", self.config.tls_host, self.config.tls_port)
@@ -162,6 +312,8 @@ class SipListener:
 
     async def stop(self) -> None:
         """Closes the sockets (the runtime's drain has ended the calls already)."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         for call in list(self._calls.values()):
             await call.finish("server_closed")
         for agent in self._agents:
@@ -172,10 +324,16 @@ class SipListener:
 
     # --- requests ---------------------------------------------------------------------
 
-    def _guarded(self, dispatch: Any, message: Any, addr: tuple[str, int]) -> None:
-        """aiosipua's handling of one message; one that breaks it (a CSeq it cannot read) is dropped with a
-        line counted, not a traceback for each of a flood."""
+    def _guarded(self, transport: SipTransport, dispatch: Any, message: Any, addr: tuple[str, int]) -> None:
+        """aiosipua's handling of one message, after its ``Via`` and ``Contact`` are checked (a request that names
+        an impossible port is answered 400, back where it came from); one that breaks aiosipua (a CSeq it cannot
+        read) is dropped with a line counted, not a traceback for each of a flood."""
         try:
+            if isinstance(message, SipRequest) and message.method != "ACK":
+                problem = guard.request_problem(message)
+                if problem is not None:
+                    self._bad_request(transport, message, addr, problem)
+                    return
             dispatch(message, addr)
         except Exception as exc:
             self.dropped += 1
@@ -183,6 +341,54 @@ class SipListener:
                 logger.warning(
                     "SIP message from %s:%s dropped (%s: %s); %s so far", *addr, type(exc).__name__, exc, self.dropped
                 )
+
+    def _bad_request(self, transport: SipTransport, request: SipRequest, addr: tuple[str, int], why: str) -> None:
+        """A 400 for ``request``, sent to its source address (its ``Via`` cannot be trusted to route it)."""
+        self.bad_requests += 1
+        if self.bad_requests == 1 or self.bad_requests % 100 == 0:
+            logger.info("SIP %s from %s:%s refused (400 %s); %s so far", request.method, *addr, why, self.bad_requests)
+        response = SipResponse(status_code=400, reason_phrase=why)
+        for via in request.headers.get("via"):
+            response.headers.append("Via", via)
+        for name in ("from", "to", "call-id", "cseq"):
+            value = request.headers.get_first(name)
+            if value:
+                response.headers.set_single(name.title() if name != "call-id" else "Call-ID", value)
+        response.headers.set_single("User-Agent", USER_AGENT)
+        transport.send(response, addr)
+
+    def _carries_call(self, transport: TcpSipTransport, addr: tuple[str, int]) -> bool:
+        """Whether a connection carries a live call (it is not closed for idling)."""
+        return any(
+            call.incoming.transport is transport and tuple(call.incoming.source_addr) == addr
+            for call in self._calls.values()
+        )
+
+    @property
+    def up(self) -> bool:
+        """Whether every transport of the listener is listening (``/readyz`` and the metrics say so)."""
+        return all(getattr(agent.transport, "alive", True) for agent in self._agents)
+
+    async def _watch(self) -> None:
+        """Starts again any transport whose socket closed (nothing should close it; if something does, the phone
+        line must not stay dead until a restart), and tells the metrics each transport's state."""
+        while True:
+            for agent in self._agents:
+                transport, name = agent.transport, TRANSPORT_NAMES.get(type(agent.transport), "other")
+                alive = getattr(transport, "alive", True)
+                if self.runtime is not None:
+                    self.runtime.metrics.listener_state(name, alive)
+                if alive:
+                    continue
+                self.restarts += 1
+                if self.runtime is not None:
+                    self.runtime.metrics.count_listener_restart(name)
+                logger.error("SIP: the %s listener on %s:%s was closed; starting it again", name, *transport.local_addr)
+                try:
+                    await transport.restart()
+                except Exception:
+                    logger.exception("SIP: the %s listener could not be started again", name)
+            await asyncio.sleep(WATCH_INTERVAL_S)
 
     def _on_invite(self, incoming: IncomingCall) -> None:
         agent = next(a for a in self._agents if a.transport is incoming.transport)
@@ -214,6 +420,10 @@ class SipListener:
         if not verdict.admitted:
             challenge = self.auth.challenge(stale=verdict.stale) if verdict.status == 401 else []
             self._refuse(agent, incoming, verdict.status, verdict.reason, challenge)
+            return False
+        problem = guard.offer_problem(incoming.sdp_offer)
+        if problem is not None:
+            self._refuse(agent, incoming, 488, problem)
             return False
         offer = incoming.sdp_offer.audio if incoming.sdp_offer is not None else None
         if offer is not None:

@@ -1,6 +1,6 @@
 """The operator's control of a SIP call, as OpenAI's GA API has it: ``POST /v1/realtime/calls/{call_id}/accept``,
 ``/reject`` and ``/refer`` (``/hangup`` and ``DELETE`` are the WebRTC views': they find SIP calls in the same
-registry, ``Runtime.calls``). Allowed to an API key (anyone with authentication off).
+registry, ``Runtime.calls``). Allowed to whom the owner rule permits (:mod:`realtime.access.owner`).
 
 The credentials and the body are checked here, where the request arrived; the action is decided where the call
 is held (:func:`realtime.transports.sip.control.run`): on this process directly, on another one of the cluster
@@ -19,34 +19,16 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from realtime.access import auth
-from realtime.access.call_owner import Caller
+from realtime.access import owner
+from realtime.access.owner import Caller
 from realtime.node import cluster, runtime
-from realtime.protocol.core import AUTH_STATUS
 from realtime.protocol.transport import ControlAnswer
-from realtime.transports.calls import error_response
+from realtime.transports.calls import auth_refused, error_response
 from realtime.transports.sip.control import BadRequest
 
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 256 * 1024
-
-
-async def _caller(request: HttpRequest) -> Caller | HttpResponse:
-    """Who asks (their API key and the hash of their token), or the error response: an API key is required
-    when authentication is on."""
-    authorization = request.headers.get("Authorization", "")
-    try:
-        principal = await auth.authenticate_request(request.scope, authorization, "")
-    except auth.AuthError as exc:
-        status = AUTH_STATUS.get(exc.code, 503)
-        return error_response(status, exc.code, exc.message, error_type=exc.error_type)
-    if settings.S2S_AUTH_REQUIRED and principal.kind != "api_key":
-        return error_response(401, "invalid_api_key", "Controlling a call takes an API key.")
-    if principal.kind != "api_key":  # authentication off: nobody in particular
-        return Caller()
-    token = auth.bearer_token(authorization) or ""
-    return Caller(auth.hash_token(token), principal.api_key_id)
 
 
 def _number(text: str) -> int:
@@ -78,7 +60,7 @@ async def _answer(call_id: str, action: str, body: dict[str, Any], caller: Calle
     if core is not None:
         return await core.control(action, body, caller)
     if not settings.REDIS_URL:  # the in-memory channel layer reaches this process only
-        return ControlAnswer.not_found(f"No SIP call with id '{call_id}' on this server.")
+        return ControlAnswer.not_found(call_id)
     try:
         answer = await cluster.control_elsewhere(
             call_id, action, body, caller.as_message(), settings.S2S_CALL_CONTROL_TIMEOUT_S
@@ -87,7 +69,7 @@ async def _answer(call_id: str, action: str, body: dict[str, Any], caller: Calle
         logger.exception("call %s: the %s request could not be sent through the channel layer", call_id, action)
         return ControlAnswer(503, "server_error", "The servers holding calls cannot be reached now; try again.")
     if answer is None:
-        return ControlAnswer.not_found(f"No SIP call with id '{call_id}' on any server.")
+        return ControlAnswer.not_found(call_id)
     return ControlAnswer.from_message(answer)
 
 
@@ -97,10 +79,8 @@ def call_control(action: str) -> Callable[[HttpRequest, str], Awaitable[HttpResp
 
     @csrf_exempt
     @require_POST
-    async def view(request: HttpRequest, call_id: str) -> HttpResponse:
-        caller = await _caller(request)
-        if isinstance(caller, HttpResponse):
-            return caller
+    @owner.route(auth_refused)
+    async def view(request: HttpRequest, call_id: str, caller: Caller) -> HttpResponse:
         try:
             body = _body(request)
         except BadRequest as exc:

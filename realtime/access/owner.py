@@ -1,0 +1,191 @@
+"""The one owner rule: who may reach a live session or call, and read what is kept of it.
+
+A session remembers its :class:`Owner`: the hash of the key or ``ek_`` secret that opened it (or
+accepted its call) and the API key behind that credential (the key itself, or the key that minted
+the secret). Every way in asks :meth:`Owner.allows` for a :class:`Caller`: following a call
+(``/v1/realtime?call_id=``), hanging up, ``accept``/``reject``/``refer``, a session's timings.
+Allowed are the same credential, its API key or any client secret that key minted, and a signed-in
+staff user; to anyone else the session does not exist (404, or ``error`` + close 1008, worded as
+for an unknown id). A session opened with authentication off is open to anyone.
+
+A phone call comes in over the trunk, not with a credential: it is owned by the API key
+``S2S_SIP_OWNER_KEY`` names (else by staff alone). A ringing call announced to the webhook, with no
+owner key set, may be answered (accepted or rejected) by any API key, which then owns it.
+
+Identifying a caller never spends a client secret. The question crosses processes as a small dict
+(:meth:`Caller.as_message`), so the node that holds a call decides.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+
+from realtime.access import auth
+from realtime.access.auth import Principal
+from realtime.models import ApiKey, ClientSecret
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asks: the hash of their bearer token ("" none), their API key's id, staff or not."""
+
+    credential: str = ""
+    api_key_id: int | None = None
+    staff: bool = False
+
+    def as_message(self) -> dict[str, Any]:
+        return {"credential": self.credential, "api_key_id": self.api_key_id, "staff": self.staff}
+
+    @classmethod
+    def from_message(cls, message: Any) -> Caller:
+        if not isinstance(message, dict):
+            return cls()
+        key = message.get("api_key_id")
+        staff = message.get("staff") is True
+        return cls(str(message.get("credential") or ""), key if isinstance(key, int) else None, staff)
+
+
+ANSWERING = frozenset({"accept", "reject"})  # the actions that answer a ringing call
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who a session belongs to. Neither a credential nor a key, and not ``open``: staff alone."""
+
+    credential: str = ""  # the hash of the key or client secret that opened it
+    api_key_id: int | None = None  # that key, or the key that minted the secret
+    open: bool = False  # opened with authentication off: anyone
+    answerable: bool = False  # a ringing call any API key may accept or reject (it then owns the call)
+
+    @classmethod
+    def of(cls, token: str | None, principal: Principal) -> Owner:
+        """The owner of a session ``principal`` opened, presenting ``token``."""
+        if principal.kind == "anonymous":
+            return cls(open=True)
+        return cls(auth.hash_token(token) if token else "", principal.api_key_id)
+
+    def allows(self, caller: Caller) -> bool:
+        """The owner rule: the same credential, its API key (or a secret it minted), staff; anyone when open."""
+        if self.open or caller.staff:
+            return True
+        if caller.credential and caller.credential == self.credential:
+            return True
+        return caller.api_key_id is not None and caller.api_key_id == self.api_key_id
+
+    def permits(self, caller: Caller, action: str) -> bool:
+        """:meth:`allows`, and for answering a ringing call (``accept``, ``reject``) any API key while the call
+        is answerable."""
+        answering = action in ANSWERING and self.answerable and caller.api_key_id is not None
+        return answering or self.allows(caller)
+
+    def record_fields(self) -> dict[str, Any]:
+        """What a session's record keeps of its owner (``RealtimeSession.owner_*``)."""
+        return {"owner_credential": self.credential, "owner_key_id": self.api_key_id}
+
+    @classmethod
+    def of_record(cls, row: Any) -> Owner:
+        """The owner a session's record keeps (``RealtimeSession``): no ``open``, no answering."""
+        return cls(row.owner_credential, row.owner_key_id)
+
+
+def sip_owner(owner_key_name: str, answerable: bool) -> Owner:
+    """The owner of a call that came in over SIP (sync: reads the database): the newest active API key named
+    ``owner_key_name``, else staff alone; anyone with authentication off. ``answerable``: announced to the
+    webhook, so that any API key may answer it when no owner key is named."""
+    if not settings.S2S_AUTH_REQUIRED:
+        return Owner(open=True)
+    key_id = None
+    if owner_key_name:
+        key_id = (
+            ApiKey.objects.filter(name=owner_key_name, revoked_at__isnull=True)
+            .order_by("-created_at")
+            .values_list("pk", flat=True)
+            .first()
+        )
+    return Owner(api_key_id=key_id, answerable=answerable and not owner_key_name)
+
+
+# --- identifying a caller -----------------------------------------------------------------
+
+
+def _caller_for_token(token: str) -> Caller:
+    """A bearer token as a caller (sync: reads the database); raises :class:`auth.AuthError` for an unknown one.
+
+    Never spends a client secret. A secret is known whether or not it was spent or expired (its session
+    may outlive its expiry), unless the key that minted it was revoked."""
+    digest = auth.hash_token(token)
+    if token.startswith(auth.SECRET_PREFIX):
+        secret = ClientSecret.objects.filter(secret_hash=digest).values("api_key_id", "api_key__revoked_at").first()
+        if secret is None or secret["api_key__revoked_at"] is not None:
+            raise auth.AuthError("invalid_api_key", "The client secret is unknown.")
+        return Caller(digest, secret["api_key_id"])
+    return Caller(digest, auth.verify_api_key(token).api_key_id)
+
+
+async def identify_token(token: str | None) -> Caller:
+    """The caller a bearer token (or none) names; raises :class:`auth.AuthError` (authentication on, and no
+    token or an unknown one). With authentication off every session is open, so any token will do."""
+    if not settings.S2S_AUTH_REQUIRED:
+        return Caller()
+    if token:
+        return await sync_to_async(_caller_for_token)(token)
+    raise auth.AuthError(
+        "invalid_api_key",
+        "Send the credential that opened the session (or its API key) as 'Authorization: Bearer KEY'.",
+        reason="Missing credentials",
+    )
+
+
+async def identify_scope(scope: dict[str, Any]) -> Caller:
+    """The caller of a WebSocket handshake: the Origin checked, then its key or secret (header or subprotocol)."""
+    auth.check_origin(scope)
+    return await identify_token(auth.scope_token(scope))
+
+
+async def identify(request: HttpRequest) -> Caller:
+    """The caller of an HTTP request: the Origin checked first (a foreign page reaches no session, with or
+    without authentication), then a bearer token or a staff sign-in; raises :class:`auth.AuthError`."""
+    scope = getattr(request, "scope", None) or {  # ASGI, or a WSGI request (the test client) as its headers
+        "headers": [(name.lower().encode("latin1"), value.encode("latin1")) for name, value in request.headers.items()],
+        "scheme": request.scheme,
+    }
+    auth.check_origin(scope)
+    authorization = request.headers.get("Authorization", "")
+    token = auth.bearer_token(authorization) if authorization else None
+    if not token:
+        user = await request.auser()
+        if user.is_active and user.is_staff:
+            return Caller(staff=True)
+    return await identify_token(token)
+
+
+# --- the routes that reach a session ------------------------------------------------------
+
+View = Callable[..., Awaitable[HttpResponse]]
+
+
+def route(refused: Callable[[auth.AuthError], HttpResponse]) -> Callable[[View], View]:
+    """Marks an HTTP view as one that reaches a session, and identifies its caller first: the view is called
+    with ``caller=``; a caller who cannot be identified gets ``refused(error)``. Every URL with a session's
+    or a call's id goes through this (``tests/security/test_owner_routes.py`` walks the URLs)."""
+
+    def decorate(view: View) -> View:
+        @functools.wraps(view)
+        async def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            try:
+                caller = await identify(request)
+            except auth.AuthError as exc:
+                return refused(exc)
+            return await view(request, *args, caller=caller, **kwargs)
+
+        checked.owner_rule = True  # type: ignore[attr-defined]
+        return checked
+
+    return decorate
