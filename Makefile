@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup system-deps node-deps run run-tls tls-cert test lint bench bench-quality clean
+.PHONY: setup system-deps node-deps pipecat-deps run run-tls tls-cert test lint bench bench-quality clean
 
 # llama.cpp (the default LM engine) compiles from source, into a wheel kept per version and flags
 # (scripts/llama_cpp.sh). Not -march=native: on a Xeon that lists AMX, that build's AMX code died with
@@ -88,7 +88,18 @@ $(CLIENT_DEPS): tests/clients/package-lock.json | system-deps
 
 node-deps: $(NODE_DEPS) $(CLIENT_DEPS)
 
-test: setup system-deps node-deps
+# pipecat-ai, pinned, in a virtual environment of its own as its users run it (it wants protobuf<7, the server
+# protobuf 7): tests/clients/test_pipecat.py runs tests/clients/pipecat/turns.py with it.
+PIPECAT_VENV := .venv-pipecat
+PIPECAT_DEPS := $(PIPECAT_VENV)/.installed
+$(PIPECAT_DEPS): tests/clients/pipecat/requirements.txt
+	test -x $(PIPECAT_VENV)/bin/python || $(PYTHON) -m venv $(PIPECAT_VENV)
+	$(PIPECAT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $<
+	touch $@
+
+pipecat-deps: $(PIPECAT_DEPS)
+
+test: setup system-deps node-deps pipecat-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff's checks and its formatter, as configured in pyproject.toml; CI runs this before the tests.
@@ -108,7 +119,7 @@ bench-quality: setup
 	$(PY) bench/quality.py
 
 clean:
-	rm -rf $(VENV) staticfiles
+	rm -rf $(VENV) $(PIPECAT_VENV) staticfiles
 
 # The container image (Dockerfile) built with podman as these machines must: a Debian base made here from Debian's
 # packages, this machine's CA bundle for pip as a build secret (scripts/container_build.sh). With Docker and public
