@@ -2,18 +2,20 @@
 
 WhiteNoise's middleware answers with a ``FileResponse`` over a plain file, as does the admin's recording view.
 Django's ASGI handler can only iterate such a synchronous stream with a warning ("StreamingHttpResponse must
-consume synchronous iterators ..."), once per file: on every page load. Under ASGI this middleware reads the
-file in a worker thread and hands it over as an async iterator, as Django's own ``ASGIStaticFilesHandler``
-does; under WSGI it is WhiteNoise's middleware unchanged.
+consume synchronous iterators ..."): on every page load. For a request that came through ASGI this middleware
+hands the response's file over as an async iterator, read in a worker thread, as Django's own
+``ASGIStaticFilesHandler`` does; under WSGI it is WhiteNoise's middleware unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from whitenoise.middleware import WhiteNoiseMiddleware
 
@@ -33,33 +35,28 @@ def as_async_stream(response: HttpResponseBase) -> HttpResponseBase:
     return response
 
 
+class CollectedWhenPresent:
+    """The settings, with ``STATIC_ROOT`` only where ``collectstatic`` made it: the finders serve the files
+    without it, and WhiteNoise would warn at every start of a root that is not there."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.settings, name)
+        if name == "STATIC_ROOT" and value and not os.path.isdir(value):
+            return None
+        return value
+
+
 class StaticFilesMiddleware(WhiteNoiseMiddleware):
-    """WhiteNoise's middleware, able to run in an async chain (ASGI) without a warning per file."""
+    """WhiteNoise's middleware, whose responses (and those of the views behind it) reach an ASGI server as
+    async streams. Django runs it in the sync chain wherever a middleware after it is sync-only, so it asks
+    the request which server it came through rather than the chain."""
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(
-        self, get_response: Callable[[HttpRequest], Any] | None = None, settings: Any = django_settings
-    ) -> None:
-        super().__init__(get_response, settings)
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
+    def __init__(self, get_response: Callable[[HttpRequest], Any] | None = None, settings: Any = django_settings):
+        super().__init__(get_response, CollectedWhenPresent(settings))
 
     def __call__(self, request: HttpRequest) -> Any:
-        if self.is_async:
-            return self.serve_async(request)
-        return super().__call__(request)
-
-    async def serve_async(self, request: HttpRequest) -> HttpResponseBase:
-        if self.autorefresh:
-            static_file = await sync_to_async(self.find_file, thread_sensitive=False)(request.path_info)
-        else:
-            static_file = self.files.get(request.path_info)
-        if static_file is None:
-            get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]] = self.get_response  # type: ignore[assignment]
-            response = await get_response(request)
-        else:  # opening the file (and stat) is disk work: off the event loop
-            response = await sync_to_async(self.serve, thread_sensitive=False)(static_file, request)
-        return as_async_stream(response)
+        response = super().__call__(request)
+        return as_async_stream(response) if isinstance(request, ASGIRequest) else response

@@ -198,6 +198,7 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
             return HttpResponseNotAllowed(["POST"])
         if not self.has_end_live_session_permission(request):
             raise PermissionDenied
+        session_id = unquote(session_id)  # as the page names it (admin_urlquote)
         live = RealtimeSession.objects.filter(id=session_id, end_reason=EndReason.ACTIVE).exists()
         if live:
             cluster.end_session(session_id, reason=f"admin {request.user.get_username()}")

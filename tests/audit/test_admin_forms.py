@@ -36,10 +36,11 @@ def session_with(session_id: str, said: list[str], answers: int, **fields) -> Re
 
 
 def user_messages(page: str, session_id: str) -> str:
-    row = re.search(rf"<tr>.*?/{re.escape(quote(session_id))}/change/.*?</tr>", page, re.S)
-    assert row, f"{session_id} is not listed"
-    cell = re.search(r'<td class="field-user_messages">(\d+)</td>', row.group(0))
-    assert cell, row.group(0)
+    link = f"/{quote(session_id)}/change/"
+    rows = [row for row in re.findall(r"<tr[^>]*>.*?</tr>", page, re.S) if link in row]
+    assert len(rows) == 1, f"{session_id} is listed {len(rows)} times"
+    cell = re.search(r'<td class="field-user_messages">(\d+)</td>', rows[0])
+    assert cell, rows[0]
     return cell.group(1)
 
 
@@ -69,6 +70,7 @@ def test_a_stored_prompt_offers_its_next_version_number(admin_client):
     assert re.search(r'name="versions-2-version" value="3"', page)
 
     form = {
+        "id": prompt.id,
         "name": "guide",
         "versions-TOTAL_FORMS": "3",
         "versions-INITIAL_FORMS": "2",
@@ -83,7 +85,14 @@ def test_a_stored_prompt_offers_its_next_version_number(admin_client):
             f"versions-{index}-instructions": version.instructions,
             f"versions-{index}-variables": "{}",
         }
-    blank = {"versions-2-prompt": prompt.id, "versions-2-version": "3", "versions-2-variables": "{}"}
+    # what a browser posts of the blank version as rendered (with the hidden initial of its callable default)
+    assert 'name="initial-versions-2-variables"' in page
+    blank = {
+        "versions-2-prompt": prompt.id,
+        "versions-2-version": "3",
+        "versions-2-variables": "{}",
+        "initial-versions-2-variables": "{}",
+    }
     response = admin_client.post(url, form | blank | {"versions-2-instructions": ""})
     assert response.status_code == 302, "the untouched blank version was refused"  # unchanged: skipped
     assert PromptVersion.objects.filter(prompt=prompt).count() == 2
@@ -97,17 +106,18 @@ def test_a_live_session_page_ends_it_for_those_who_may_and_refreshes_while_live(
     monkeypatch.setattr("realtime.node.cluster.end_session", lambda sid, reason: ended.append((sid, reason)))
     live = session_with("sess_live", ["hello"], answers=1)
     RealtimeSession.objects.filter(pk=live.pk).update(end_reason=EndReason.ACTIVE, ended_at=None)
-    url = f"{SESSIONS}sess_live/change/"
+    url = f"{SESSIONS}{quote('sess_live')}/change/"  # the admin's quoting: sess_5Flive
     page = admin_client.get(url).content.decode()
     assert 'id="end-session"' in page and "data-refresh-ms" in page
-    response = admin_client.post(f"{SESSIONS}sess_live/end/")
+    assert f'action="{SESSIONS}{quote("sess_live")}/end/"' in page
+    response = admin_client.post(f"{SESSIONS}{quote('sess_live')}/end/")
     assert response.status_code == 302 and response["Location"] == url
     assert ended == [("sess_live", "admin admin")]
 
     done = session_with("sess_done", ["hello"], answers=1)
-    page = admin_client.get(f"{SESSIONS}{done.id}/change/").content.decode()
+    page = admin_client.get(f"{SESSIONS}{quote(done.id)}/change/").content.decode()
     assert 'id="end-session"' not in page and "data-refresh-ms" not in page  # nothing to end or wait for
-    assert admin_client.post(f"{SESSIONS}sess_done/end/").status_code == 302
+    assert admin_client.post(f"{SESSIONS}{quote('sess_done')}/end/").status_code == 302
     assert ended == [("sess_live", "admin admin")]
 
     auditor = User.objects.create_user("auditor", password="pw", is_staff=True)
@@ -115,6 +125,6 @@ def test_a_live_session_page_ends_it_for_those_who_may_and_refreshes_while_live(
     admin_client.force_login(auditor)
     page = admin_client.get(url).content.decode()
     assert 'id="end-session"' not in page and "data-refresh-ms" in page  # reads it live, cannot end it
-    assert admin_client.post(f"{SESSIONS}sess_live/end/").status_code == 403
-    assert admin_client.get(f"{SESSIONS}sess_live/end/").status_code == 405
+    assert admin_client.post(f"{SESSIONS}{quote('sess_live')}/end/").status_code == 403
+    assert admin_client.get(f"{SESSIONS}{quote('sess_live')}/end/").status_code == 405
     assert len(ended) == 1
