@@ -56,15 +56,37 @@ _NUMBER = re.compile(rf"(?<![\w.]){NUMBER}")
 _SYMBOL = re.compile("|".join(re.escape(s) for s in SYMBOLS))
 _SPACES = re.compile(r"\s+")
 
+# Markdown a model writes for the eye, which a voice would read out ("number number Safety", "asterisk"):
+# what each mark stands for is kept (a heading's words, a link's text), the mark itself is not said.
+_MARKUP = [
+    (re.compile(r"```[^\n`]*\n?|`"), ""),  # code fences and inline code marks
+    (re.compile(r"!?\[([^\]\n]*)\]\([^)\n]*\)"), r"\1"),  # [text](url), ![alt](src)
+    (re.compile(r"(?m)^[ \t]*#{1,6}[ \t]+"), ""),  # headings
+    (re.compile(r"(?m)^[ \t]*>[ \t]?"), ""),  # quotes
+    (re.compile(r"(?m)^[ \t]*(?:[-*+•]|\d+[.)])[ \t]+"), ""),  # list items, bulleted or numbered
+    (re.compile(r"(?m)^[ \t]*(?:[-*_][ \t]*){3,}$"), ""),  # rules
+    (re.compile(r"\*{1,3}|(?<!\w)_{1,3}|_{1,3}(?!\w)|~~"), ""),  # emphasis and strike-through marks
+    (re.compile(r"(?m)^[ \t]*\|?(?:[ \t]*:?-{3,}:?[ \t]*\|)+(?:[ \t]*:?-{3,}:?[ \t]*)?$"), ""),  # a table's rule
+    (re.compile(r"(?m)^[ \t]*\||\|[ \t]*$"), ""),  # a table row's outer bars
+    (re.compile(r"[ \t]*\|[ \t]*"), ", "),  # between its cells
+]
+
 
 def for_reading(text: str) -> str:
     """The transcript's form: the answer as written, a number split by a stray space joined again."""
     return _SPLIT_GROUPS.sub(r"\1,\2", text)
 
 
+def without_markup(text: str) -> str:
+    """``text`` without the marks of Markdown (headings, emphasis, lists, links, code, tables), its words kept."""
+    for pattern, replacement in _MARKUP:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def for_speech(text: str) -> str:
-    """What the voice reads: numbers, amounts, units, times and symbols in words."""
-    text = for_reading(text)
+    """What the voice reads: no markup, and numbers, amounts, units, times and symbols in words."""
+    text = without_markup(for_reading(text))
     text = _CURRENCY.sub(_currency, text)
     text = _PERCENT.sub(lambda m: f"{words(m.group(1))} percent", text)
     text = _DEGREES.sub(_degrees, text)

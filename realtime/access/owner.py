@@ -10,7 +10,7 @@ for an unknown id). A session opened with authentication off is open to anyone.
 
 A phone call comes in over the trunk, not with a credential: it is owned by the API key
 ``S2S_SIP_OWNER_KEY`` names (else by staff alone). A ringing call announced to the webhook, with no
-owner key set, may be answered (accepted or rejected) by any API key, which then owns it.
+owner key set, may be answered (accepted, rejected or hung up) by any API key; the key that accepts it owns it.
 
 Identifying a caller never spends a client secret. The question crosses processes as a small dict
 (:meth:`Caller.as_message`), so the node that holds a call decides.
@@ -52,7 +52,7 @@ class Caller:
         return cls(str(message.get("credential") or ""), key if isinstance(key, int) else None, staff)
 
 
-ANSWERING = frozenset({"accept", "reject"})  # the actions that answer a ringing call
+ANSWERING = frozenset({"accept", "reject", "hangup"})  # the actions that answer a ringing call (a hang-up declines)
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ class Owner:
         return caller.api_key_id is not None and caller.api_key_id == self.api_key_id
 
     def permits(self, caller: Caller, action: str) -> bool:
-        """:meth:`allows`, and for answering a ringing call (``accept``, ``reject``) any API key while the call
-        is answerable."""
+        """:meth:`allows`, and for answering a ringing call (``accept``, ``reject``, or ``hangup``, which declines
+        it too) any API key while the call is answerable."""
         answering = action in ANSWERING and self.answerable and caller.api_key_id is not None
         return answering or self.allows(caller)
 

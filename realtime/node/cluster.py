@@ -40,7 +40,6 @@ logger = logging.getLogger(__name__)
 # The messages a live session's mailbox (``realtime.protocol.mailbox``) is sent, by type.
 END_SESSION = "session.end"
 KEY_REVOKED = "key.revoked"
-HANG_UP = "call.hang_up"
 CALL_CONTROL = "call.control"
 CALL_CONTROL_ANSWER = "call.control.answer"
 ANSWER_TIMEOUT_S = 2.0  # sending a control answer back (the asker waits longer for the whole round)
@@ -72,17 +71,6 @@ def end_key_sessions(api_key_id: int) -> None:
         async_to_sync(layer.group_send)(key_group(api_key_id), {"type": KEY_REVOKED})
     except Exception:
         logger.exception("API key %s revoked, but its live sessions could not be told", api_key_id)
-
-
-async def hang_up_elsewhere(call_id: str, caller: dict[str, Any]) -> bool:
-    """Asks whichever process holds ``call_id`` to hang it up if ``caller`` may (a
-    :meth:`realtime.access.owner.Caller.as_message`: the holder decides); False
-    without a channel layer. Fire and forget: a call that is gone already ignores it."""
-    layer = get_channel_layer()
-    if layer is None:
-        return False
-    await layer.group_send(call_group(call_id), {"type": HANG_UP, "caller": caller})
-    return True
 
 
 async def control_elsewhere(

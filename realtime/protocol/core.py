@@ -58,6 +58,7 @@ logger = logging.getLogger(__name__)
 
 SESSION_LIMIT_REASON = "All session slots are in use"
 AUTH_STATUS = {"invalid_api_key": 401, "invalid_origin": 403}
+HANG_UP = "hangup"  # the control action that ends a call (DELETE /v1/realtime/calls/{call_id}, /hangup)
 AUDIO_DONE = {"response.output_audio.done", "response.done"}
 FOLLOWER_SKIPS = {"response.output_audio.delta", "response.audio.delta"}  # followers get events, not audio
 
@@ -481,17 +482,17 @@ class SessionCore:
     def client_addr(self) -> str:
         return self.opening.client_addr
 
-    async def _hang_up_by(self, message: dict[str, Any]) -> None:
-        """``call.hang_up`` from another process: honoured when its caller may end this call
-        (:meth:`Owner.allows`: the credential that opened it, its API key, staff)."""
-        if self.owner.allows(Caller.from_message(message.get("caller"))):
-            await self.hang_up()
-
     async def control(self, action: str, body: dict[str, Any], caller: Caller) -> ControlAnswer:
-        """The operator's ``accept``, ``reject`` or ``refer`` of this session's call, asked on this process or
-        another (``call.control``): run by a transport that is :class:`Controlled` (a SIP call) for a caller the
-        owner rule permits; to anyone else, and for any other call, the call does not exist."""
-        if self.ended or not self.owner.permits(caller, action) or not isinstance(self.transport, Controlled):
+        """A control request on this session's call, asked on this process or another (``call.control``), for a
+        caller the owner rule permits: ``hangup`` for any call; ``accept``, ``reject`` or ``refer`` run by a
+        transport that is :class:`Controlled` (a SIP call). To anyone else, and for any other action, the call
+        does not exist."""
+        if self.ended or not self.owner.permits(caller, action):
+            return ControlAnswer.not_found(self.call_id or self.id)
+        if action == HANG_UP:
+            await self.hang_up()
+            return ControlAnswer(200)
+        if not isinstance(self.transport, Controlled):
             return ControlAnswer.not_found(self.call_id or self.id)
         return await self.transport.control(action, body, caller)
 
@@ -512,7 +513,6 @@ class SessionCore:
     MAILBOX: dict[str, Callable[[SessionCore, dict[str, Any]], Awaitable[None]]] = {
         cluster.END_SESSION: lambda core, message: core.end_by_admin(),
         cluster.KEY_REVOKED: lambda core, message: core.end_revoked(),
-        cluster.HANG_UP: lambda core, message: core._hang_up_by(message),
         cluster.CALL_CONTROL: lambda core, message: core._control_by(message),
     }
 

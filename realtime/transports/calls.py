@@ -35,7 +35,7 @@ from realtime.access.auth import Principal
 from realtime.access.rate import Limited
 from realtime.models import Prompt, Transport
 from realtime.node import runtime
-from realtime.node.cluster import hang_up_elsewhere
+from realtime.node.cluster import control_elsewhere
 from realtime.node.runtime import Runtime
 from realtime.protocol.core import AUTH_STATUS, SESSION_LIMIT_REASON, OpenRequest
 from realtime.protocol.transport import CLOSE_POLICY, ControlAnswer, Refusal
@@ -237,26 +237,44 @@ def auth_refused(exc: auth.AuthError) -> JsonResponse:
     return error_response(AUTH_STATUS.get(exc.code, 503), exc.code, exc.message, error_type=exc.error_type)
 
 
-def call_not_found(call_id: str) -> JsonResponse:
-    """The one answer for a call that does not exist here and for one the caller may not reach."""
-    answer = ControlAnswer.not_found(call_id)
-    return error_response(answer.status, answer.code, answer.message, answer.param)
+async def reach_call(call_id: str, action: str, body: dict[str, Any], caller: Caller) -> ControlAnswer:
+    """``action`` (``hangup``, ``accept``, ``reject``, ``refer``) run where the call is held: on this process, or
+    on the one of the cluster that holds it, through the channel layer. The holder asks the owner rule
+    (:meth:`realtime.protocol.core.SessionCore.control`), so a call the caller may not reach and one that does not
+    exist get the same 404 wherever they are asked."""
+    core = runtime.current().calls.get(call_id)  # a live call's session, whichever transport carries it
+    if core is not None:
+        return await core.control(action, body, caller)
+    if not settings.REDIS_URL:  # the in-memory channel layer reaches this process only
+        return ControlAnswer.not_found(call_id)
+    try:
+        answer = await control_elsewhere(
+            call_id, action, body, caller.as_message(), settings.S2S_CALL_CONTROL_TIMEOUT_S
+        )
+    except Exception:
+        logger.exception("call %s: the %s request could not be sent through the channel layer", call_id, action)
+        return ControlAnswer(503, "server_error", "The servers holding calls cannot be reached now; try again.")
+    if answer is None:
+        return ControlAnswer.not_found(call_id)
+    return ControlAnswer.from_message(answer)
+
+
+def control_answered(answer: ControlAnswer, done: HttpResponse) -> HttpResponse:
+    """``done`` for a 200, else the refusal as the API's JSON error."""
+    if answer.status == 200:
+        return done
+    error_type = "server_error" if answer.status >= 500 else "invalid_request_error"
+    return error_response(answer.status, answer.code, answer.message, answer.param, error_type)
 
 
 @csrf_exempt
 @require_http_methods(["DELETE", "POST"])
 @owner.route(auth_refused)
 async def hang_up(request: HttpRequest, call_id: str, caller: Caller) -> HttpResponse:
-    """``DELETE /v1/realtime/calls/{call_id}`` (or ``POST .../hangup``): ends the call.
+    """``DELETE /v1/realtime/calls/{call_id}`` (or ``POST .../hangup``): ends the call, wherever it is held.
 
     Allowed to whom the owner rule allows (:mod:`realtime.access.owner`); to anyone else the call does not
-    exist. A call held by another process of the cluster (behind a load balancer) is asked through the
-    channel layer, and decides there; that answer cannot know whether the call still existed.
+    exist (404, as for an unknown id).
     """
-    call = runtime.current().calls.get(call_id)
-    if call is not None and call.owner.allows(caller):
-        await call.hang_up()
-        return HttpResponse(status=200 if request.method == "POST" else 204)
-    if call is None and settings.REDIS_URL and await hang_up_elsewhere(call_id, caller.as_message()):
-        return HttpResponse(status=200 if request.method == "POST" else 204)
-    return call_not_found(call_id)
+    answer = await reach_call(call_id, "hangup", {}, caller)
+    return control_answered(answer, HttpResponse(status=200 if request.method == "POST" else 204))

@@ -161,10 +161,14 @@ async def test_a_hang_up_from_elsewhere_needs_the_credential_that_opened_the_cal
     client = await direct(principal=KEY, call_id="rtc_test2")
     core = client.transport.core
     core.owner = Owner("digest-of-the-secret", 7)
-    await cluster.hang_up_elsewhere("rtc_test2", Caller("digest-of-another", 8).as_message())  # another key
-    await cluster.hang_up_elsewhere("rtc_test2", {"credential": "", "api_key_id": None})  # what an old node sent
+    another = await cluster.control_elsewhere("rtc_test2", "hangup", {}, Caller("digest-of-another", 8).as_message(), 5)
+    nobody = await cluster.control_elsewhere("rtc_test2", "hangup", {}, {"credential": "", "api_key_id": None}, 5)
+    assert (
+        another == nobody == ControlAnswer.not_found("rtc_test2").as_message() | {"type": cluster.CALL_CONTROL_ANSWER}
+    )
     await client.update_session(instructions="still here")
-    await cluster.hang_up_elsewhere("rtc_test2", Caller("digest-of-the-secret").as_message())
+    owner = await cluster.control_elsewhere("rtc_test2", "hangup", {}, Caller("digest-of-the-secret").as_message(), 5)
+    assert owner is not None and owner["status"] == 200
     assert (await closed_with(client)).code == 1000
     await until_free(loopback_pool, 2)
 

@@ -14,16 +14,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from realtime.access import owner
 from realtime.access.owner import Caller
-from realtime.node import cluster, runtime
-from realtime.protocol.transport import ControlAnswer
-from realtime.transports.calls import auth_refused, error_response
+from realtime.transports.calls import auth_refused, control_answered, error_response, reach_call
 from realtime.transports.sip.control import BadRequest
 
 logger = logging.getLogger(__name__)
@@ -54,25 +51,6 @@ def _body(request: HttpRequest) -> dict[str, Any]:
     return body
 
 
-async def _answer(call_id: str, action: str, body: dict[str, Any], caller: Caller) -> ControlAnswer:
-    """The action run where the call is held: here, or on the process of the cluster that holds it."""
-    core = runtime.current().calls.get(call_id)  # a live call's session, whichever transport carries it
-    if core is not None:
-        return await core.control(action, body, caller)
-    if not settings.REDIS_URL:  # the in-memory channel layer reaches this process only
-        return ControlAnswer.not_found(call_id)
-    try:
-        answer = await cluster.control_elsewhere(
-            call_id, action, body, caller.as_message(), settings.S2S_CALL_CONTROL_TIMEOUT_S
-        )
-    except Exception:
-        logger.exception("call %s: the %s request could not be sent through the channel layer", call_id, action)
-        return ControlAnswer(503, "server_error", "The servers holding calls cannot be reached now; try again.")
-    if answer is None:
-        return ControlAnswer.not_found(call_id)
-    return ControlAnswer.from_message(answer)
-
-
 def call_control(action: str) -> Callable[[HttpRequest, str], Awaitable[HttpResponse]]:
     """The view of one control action: who asks, the body, then the action where the call is held
     (:func:`realtime.transports.sip.control.run`); a 200, or its refusal as the API's JSON error."""
@@ -85,11 +63,8 @@ def call_control(action: str) -> Callable[[HttpRequest, str], Awaitable[HttpResp
             body = _body(request)
         except BadRequest as exc:
             return error_response(400, "invalid_request", exc.message, exc.param)
-        answer = await _answer(call_id, action, body, caller)
-        if answer.status == 200:
-            return HttpResponse(status=200)
-        error_type = "server_error" if answer.status >= 500 else "invalid_request_error"
-        return error_response(answer.status, answer.code, answer.message, answer.param, error_type)
+        answer = await reach_call(call_id, action, body, caller)
+        return control_answered(answer, HttpResponse(status=200))
 
     view.__name__ = view.__qualname__ = action
     return view
