@@ -37,6 +37,24 @@ def test_the_voice_reads_numbers_units_and_symbols_in_words(written, said):
     assert for_speech(written) == said
 
 
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        ("**Safety** comes first.", "Safety comes first."),
+        ("### Staying healthy\n- Drink *clean* water.", "Staying healthy Drink clean water."),
+        ("1. Rest well.\n2) Eat __well__.", "Rest well. Eat well."),
+        ("See [the guide](https://example.com/guide) and `pip`.", "See the guide and pip."),
+        ("> A quote\n---\n~~old~~ new", "A quote old new"),
+        ("| Day | Weather |\n|---|:---:|\n| Monday | Rain |", "Day, Weather Monday, Rain"),
+        ("Item #1 costs $2.", "Item number one costs two dollars."),  # a lone # is still a word
+        ("snake_case stays", "snake_case stays"),
+    ],
+)
+def test_no_markup_reaches_the_voice_but_its_words_do(written, said):
+    assert for_speech(written) == said
+    assert for_reading(written) == written  # the transcript keeps what the model wrote
+
+
 def test_the_transcript_keeps_the_written_form_and_only_joins_a_number_split_by_a_stray_space():
     assert for_reading("approximately 2, 600,000 people") == "approximately 2,600,000 people"
     assert for_reading("It is 21 °C and costs $2.50.") == "It is 21 °C and costs $2.50."
