@@ -32,6 +32,9 @@ IMAGE = os.environ.get("S2S_IMAGE", "localhost/s2s:cpu")
 POSTGRES_IMAGE = os.environ.get("S2S_POSTGRES_IMAGE", "localhost/s2s-test-postgres:latest")
 REDIS_IMAGE = os.environ.get("S2S_REDIS_IMAGE", "localhost/s2s-test-redis:latest")
 GRACE_S = 2
+# Debian's podman-compose 1.0.3 adds the project's network beside network_mode: host (podman refuses both);
+# make test-container installs 1.0.6 from PyPI and names it here.
+PODMAN_COMPOSE = os.environ.get("S2S_PODMAN_COMPOSE", "podman-compose")
 
 
 def free_port() -> int:
@@ -79,7 +82,7 @@ class Stack:
         }
 
     def compose(self, *args: str, timeout: float = 300) -> str:
-        command = ["scripts/podman_here.sh", "podman-compose", "-p", PROJECT, "-f", "compose.yaml", *args]
+        command = ["scripts/podman_here.sh", PODMAN_COMPOSE, "-p", PROJECT, "-f", "compose.yaml", *args]
         done = subprocess.run(command, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout)
         assert done.returncode == 0, f"{command}: {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         return done.stdout
@@ -118,7 +121,7 @@ class Stack:
 
     def remove(self) -> None:
         subprocess.run(
-            ["scripts/podman_here.sh", "podman-compose", "-p", PROJECT, "-f", "compose.yaml", "down", "-t", "30"],
+            ["scripts/podman_here.sh", PODMAN_COMPOSE, "-p", PROJECT, "-f", "compose.yaml", "down", "-t", "30"],
             cwd=ROOT,
             env=self.env,
             capture_output=True,
