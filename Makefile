@@ -140,9 +140,16 @@ container: container-deps
 # compose.yaml end to end (tests/container): the image, stand-ins for the official PostgreSQL and Redis images made
 # from Debian's packages, then up, /readyz, a spoken turn through the openai SDK, `compose stop` draining it, up again
 # with the data kept. Too slow for every run (a first build takes about half an hour on two cores): not in `make test`.
-test-container: setup container
+# Debian's podman-compose (1.0.3) adds the project's network beside network_mode: host, which podman refuses: 1.0.6
+# from PyPI, in a virtual environment of its own.
+PODMAN_COMPOSE := $(HOME)/.cache/s2s/podman-compose-1.0.6/bin/podman-compose
+$(PODMAN_COMPOSE):
+	$(PYTHON) -m venv $(dir $(@D))
+	$(dir $@)pip install --quiet podman-compose==1.0.6
+
+test-container: setup container $(PODMAN_COMPOSE)
 	for name in postgres redis; do \
 		nice -n 15 scripts/podman_here.sh podman build --format docker --network host -q -t localhost/s2s-test-$$name \
 			-f tests/container/images/$$name.Containerfile tests/container/images >/dev/null || exit 1; \
 	done
-	S2S_TEST_CONTAINER=1 S2S_IMAGE=$(CONTAINER_IMAGE) $(PY) -m pytest tests/container -m container $(PYTEST_ARGS)
+	S2S_TEST_CONTAINER=1 S2S_IMAGE=$(CONTAINER_IMAGE) S2S_PODMAN_COMPOSE=$(PODMAN_COMPOSE) $(PY) -m pytest tests/container -m container $(PYTEST_ARGS)
