@@ -14,6 +14,7 @@ import time
 import pytest
 
 from realtime.audit.metrics import Metrics
+from realtime.node import runtime
 from realtime.transports.sip.config import SipConfig
 from realtime.transports.sip.signalling import SipListener
 from tests.sip.conftest import loud_seconds, sip_server, wait_free
@@ -237,3 +238,17 @@ async def test_a_listener_whose_udp_socket_is_closed_starts_it_again_and_says_so
         assert await asyncio.to_thread(options, port, "udp") == "SIP/2.0 200 OK"
     finally:
         await listener.stop()
+
+
+class DeadListener:
+    """A listener whose socket is closed (what the watchdog sees before it starts it again)."""
+
+    up = False
+
+
+def test_readyz_says_503_listener_down_while_a_listener_is_dead(client, loopback_pool, monkeypatch):
+    assert client.get("/readyz").status_code == 200
+    monkeypatch.setattr(runtime.current(), "listeners", [DeadListener()])
+    answer = client.get("/readyz")
+    assert answer.status_code == 503 and answer.json()["status"] == "listener_down"
+    assert answer.json()["listeners"] == "down"
