@@ -52,7 +52,9 @@ class Caller:
         return cls(str(message.get("credential") or ""), key if isinstance(key, int) else None, staff)
 
 
-ANSWERING = frozenset({"accept", "reject", "hangup"})  # the actions that answer a ringing call (a hang-up declines)
+# The call controls any API key may send a ringing call announced to the webhook (no owner key set): it answers
+# (accept), declines (reject, hangup), or is told the call is not answered yet (refer: 409, as its owner would be).
+ANSWERING = frozenset({"accept", "reject", "hangup", "refer"})
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,8 @@ class Owner:
         return caller.api_key_id is not None and caller.api_key_id == self.api_key_id
 
     def permits(self, caller: Caller, action: str) -> bool:
-        """:meth:`allows`, and for answering a ringing call (``accept``, ``reject``, or ``hangup``, which declines
-        it too) any API key while the call is answerable."""
+        """:meth:`allows`, and for the controls of a ringing call (:data:`ANSWERING`) any API key while the call is
+        answerable (announced to the webhook, no owner key set)."""
         answering = action in ANSWERING and self.answerable and caller.api_key_id is not None
         return answering or self.allows(caller)
 
