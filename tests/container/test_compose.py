@@ -78,7 +78,9 @@ class Stack:
             "S2S_REDIS_IMAGE": REDIS_IMAGE,
             "S2S_POSTGRES_PORT": str(pg),
             "S2S_REDIS_PORT": str(redis),
+            # runc may only lower rlimits here (scripts/podman_here.sh)
             "S2S_NOFILE": str(min(65536, int(subprocess.check_output(["sh", "-c", "ulimit -Hn"]).strip()))),
+            "S2S_NPROC": "32768",
         }
 
     def compose(self, *args: str, timeout: float = 300) -> str:
