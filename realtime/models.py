@@ -31,7 +31,7 @@ __all__ = [
     "Recording",
     "RefusalCount",
     "ResponseRecord",
-    "Transport",
+    "TransportKind",
     "upsert",
 ]
 
@@ -76,7 +76,10 @@ class Stage(models.TextChoices):
         return f"{self.value}_s"
 
 
-class Transport(models.TextChoices):
+class TransportKind(models.TextChoices):
+    """Which carrier a session came through, as its record keeps it (the interface a carrier implements is
+    :class:`realtime.live.transport.Transport`)."""
+
     WEBSOCKET = "websocket", "WebSocket"
     WEBRTC = "webrtc", "WebRTC"
     SIP = "sip", "SIP"
@@ -146,7 +149,9 @@ class RealtimeSession(models.Model):
         "realtime.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
     )
     client_addr = models.CharField(max_length=100, blank=True)
-    transport = models.CharField(max_length=16, choices=Transport.choices, default=Transport.WEBSOCKET, db_index=True)
+    transport = models.CharField(
+        max_length=16, choices=TransportKind.choices, default=TransportKind.WEBSOCKET, db_index=True
+    )
     user_agent = models.CharField(max_length=500, blank=True)
     # A phone call's numbers, as S2S_SIP_NUMBERS allows (full, the last four digits, or nothing).
     caller = models.CharField(max_length=100, blank=True)

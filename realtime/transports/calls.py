@@ -33,14 +33,16 @@ from realtime.access import auth, owner
 from realtime.access.owner import Caller
 from realtime.access.auth import Principal
 from realtime.access.rate import Limited
-from realtime.models import Prompt, Transport
+from realtime.models import Prompt, TransportKind
 from realtime.node import runtime
 from realtime.node.cluster import control_elsewhere
 from realtime.node.runtime import Runtime
-from realtime.protocol.core import AUTH_STATUS, SESSION_LIMIT_REASON, OpenRequest
-from realtime.protocol.transport import CLOSE_POLICY, ControlAnswer, Refusal
-from realtime.protocol.events import EventError, error_event
-from realtime.protocol.session import SessionConfig
+from realtime.live.opening import AUTH_STATUS, SESSION_LIMIT_REASON, OpenRequest
+from realtime.live.transport import ControlAnswer, Refusal
+from realtime.protocol.close_codes import CLOSE_POLICY
+from realtime.protocol.events import error_event
+from realtime.protocol.wire import EventError
+from realtime.protocol.session.config import SessionConfig
 from realtime.transports import offer_limits
 from realtime.transports.offer_limits import BadOffer
 from realtime.transports.webrtc import WebRTCCall
@@ -209,7 +211,7 @@ async def create_call(request: HttpRequest) -> HttpResponse:
         rt.session_refused(full.code, full.close_code)
         return error_response(full.http_status, full.code, full.message, error_type=full.error_type)
     open_request = OpenRequest(
-        transport=Transport.WEBRTC,
+        transport=TransportKind.WEBRTC,
         scope=request.scope,
         client_addr=call.address,
         user_agent=request.headers.get("User-Agent", ""),
@@ -240,7 +242,7 @@ def auth_refused(exc: auth.AuthError) -> JsonResponse:
 async def reach_call(call_id: str, action: str, body: dict[str, Any], caller: Caller) -> ControlAnswer:
     """``action`` (``hangup``, ``accept``, ``reject``, ``refer``) run where the call is held: on this process, or
     on the one of the cluster that holds it, through the channel layer. The holder asks the owner rule
-    (:meth:`realtime.protocol.core.SessionCore.control`), so a call the caller may not reach and one that does not
+    (:meth:`realtime.live.core.SessionCore.control`), so a call the caller may not reach and one that does not
     exist get the same 404 wherever they are asked."""
     core = runtime.current().calls.get(call_id)  # a live call's session, whichever transport carries it
     if core is not None:

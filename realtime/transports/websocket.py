@@ -1,8 +1,8 @@
 """The Realtime WebSocket endpoint: the socket in, the socket out.
 
 The session itself (opening, settings, conversation, limits, responses, records, the
-channel-layer mailbox) is :class:`realtime.protocol.core.SessionCore`, opened by
-:func:`realtime.protocol.core.open_session`; this consumer is its WebSocket transport.
+channel-layer mailbox) is :class:`realtime.live.core.SessionCore`, opened by
+:func:`realtime.live.core.open_session`; this consumer is its WebSocket transport.
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ from urllib.parse import parse_qs
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from realtime.access import auth, owner
-from realtime.models import EndReason, Transport
+from realtime.models import EndReason, TransportKind
 from realtime.node import runtime
-from realtime.protocol.core import OpenRequest, SessionCore, open_session
+from realtime.live.core import SessionCore, open_session
+from realtime.live.opening import OpenRequest
+from realtime.protocol.session import render
 from realtime.protocol.events import error_event, server_event
-from realtime.protocol.transport import CLOSE_POLICY, ControlAnswer, Refusal, ServerEvent
+from realtime.live.transport import ControlAnswer, Refusal, ServerEvent
+from realtime.protocol.close_codes import CLOSE_POLICY
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +38,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
 
     owner_rule = True  # every way in asks realtime.access.owner (tests/security/test_owner_routes.py)
 
-    # The socket needs no channel of its own: the session's mailbox (realtime.protocol.mailbox) is on the layer.
+    # The socket needs no channel of its own: the session's mailbox (realtime.live.mailbox) is on the layer.
     channel_layer_alias = None  # type: ignore[assignment]
     core: SessionCore | None = None
     following: SessionCore | None = None  # ``?call_id=``: the live call's session this socket steers
@@ -59,7 +62,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             return
         client = self.scope.get("client") or ("", 0)
         request = OpenRequest(
-            transport=Transport.WEBSOCKET,
+            transport=TransportKind.WEBSOCKET,
             scope=self.scope,
             model=query.get("model", [None])[0],
             # Browsers cannot send the header: the "openai-beta.realtime-v1" subprotocol says the same.
@@ -94,7 +97,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             return
         self.following = core
         core.follow(self)
-        await self.send_event(ServerEvent.of(server_event("session.created", session=core.session.as_ga())))
+        await self.send_event(ServerEvent.of(server_event("session.created", session=render.as_ga(core.session))))
 
     async def disconnect(self, code: int) -> None:
         if self.following is not None:

@@ -1,11 +1,11 @@
 """The smallest honest transport: a session behind two in-memory queues, for protocol tests.
 
 It does what every transport does and nothing else: opens its session with
-:func:`realtime.protocol.core.open_session`, answers a :class:`Refusal` (its error, then
+:func:`realtime.live.core.open_session`, answers a :class:`Refusal` (its error, then
 the close), hands each client frame to ``core.receive``, sends what the core hands it
 (``ServerEvent.to_wire()`` as JSON text) and closes when told. No socket, no ASGI app:
 what a protocol test sees is the session core alone. ``PlayingTransport`` also plays
-the reply itself (:class:`realtime.protocol.transport.PlaysAudio`), as WebRTC and SIP do,
+the reply itself (:class:`realtime.live.transport.PlaysAudio`), as WebRTC and SIP do,
 and keeps the audio it was handed.
 """
 
@@ -16,10 +16,11 @@ import json
 from typing import Any
 
 from pipelines import messages as m
-from realtime.models import EndReason, Transport
+from realtime.models import EndReason, TransportKind
 from realtime.node import runtime
-from realtime.protocol.core import OpenRequest, SessionCore, open_session
-from realtime.protocol.transport import ClearedReply, Refusal, ServerEvent
+from realtime.live.core import SessionCore, open_session
+from realtime.live.opening import OpenRequest
+from realtime.live.transport import ClearedReply, Refusal, ServerEvent
 from tests.support.client import Closed, RealtimeClient
 
 CLOSE_NORMAL = 1000
@@ -39,7 +40,7 @@ class MemoryTransport:
         """Opens the session (``request``: the fields of :class:`OpenRequest`); a refusal is answered as a
         WebSocket answers it, so the client reads the error, then the close."""
         self.client.beta = beta
-        request.setdefault("transport", Transport.WEBSOCKET)  # the records know no kind for tests
+        request.setdefault("transport", TransportKind.WEBSOCKET)  # the records know no kind for tests
         try:
             self.core = await open_session(runtime.current(), self, OpenRequest(beta=beta, **request))
         except Refusal as refusal:
@@ -52,7 +53,7 @@ class MemoryTransport:
         if self.core is not None:
             await self.core.end(EndReason.CLIENT_CLOSED, CLOSE_NORMAL)
 
-    # --- the transport (realtime.protocol.transport.Transport) ----------------------------
+    # --- the transport (realtime.live.transport.Transport) ----------------------------
 
     async def send_event(self, event: ServerEvent) -> None:
         self.sent.append(event)

@@ -1,0 +1,115 @@
+"""Who opens a session and how: the request a transport makes (``OpenRequest``), what the session and its
+record start with (``Opening``), the credentials checked, the mailbox's groups, a refusal counted."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from pipelines.ids import new_id
+from realtime.access import auth
+from realtime.access.owner import Owner
+from realtime.audit import records
+from realtime.live.transport import Refusal
+from realtime.models import TransportKind
+from realtime.node import cluster
+from realtime.node.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+SESSION_LIMIT_REASON = "All session slots are in use"
+AUTH_STATUS = {"invalid_api_key": 401, "invalid_origin": 403}
+
+
+@dataclass(frozen=True)
+class OpenRequest:
+    """What a transport knows when it opens a session.
+
+    Credentials: ``principal`` when the transport authenticated otherwise (a SIP trunk it
+    trusts, a test); else the ASGI ``scope`` (its ``Authorization`` header, or a WebSocket's
+    ``openai-insecure-api-key.`` subprotocol, and its ``Origin``); with neither, only a
+    server without authentication opens it.
+    """
+
+    transport: TransportKind
+    scope: dict[str, Any] | None = None
+    principal: auth.Principal | None = None
+    model: str | None = None  # None: the model a client secret or the call's settings name, else the default
+    beta: bool = False
+    transcription: bool = False  # opened as a transcription session (``?intent=transcription``)
+    client_addr: str = ""
+    user_agent: str = ""
+    call_id: str | None = None  # a call's id: it joins the call's group and ``Runtime.calls`` (hang-up by id)
+    call_config: dict[str, Any] | None = None  # settings the call came with (applied after a client secret's)
+    # The transport's own checks once the credentials passed (given the principal) and before any claim (a
+    # WebRTC call meters the key and reads and applies its offer here); returns the call's settings (replacing
+    # ``call_config``); raises Refusal.
+    prepare: Callable[[auth.Principal], Awaitable[dict[str, Any] | None]] | None = None
+    session_id: str = field(default_factory=lambda: new_id("sess"))
+    owner: Owner | None = None  # None: whoever the credentials are (realtime.access.owner); a SIP call's is set
+
+
+@dataclass(frozen=True)
+class Opening:
+    """Who opens a session and how: what the record keeps and what the session starts with."""
+
+    session_id: str
+    model: str
+    beta: bool = False
+    transcription: bool = False  # opened as a transcription session (``?intent=transcription``)
+    principal: str = ""
+    client_addr: str = ""
+    user_agent: str = ""
+    session_config: dict[str, Any] | None = None  # a client secret's settings
+    call_config: dict[str, Any] | None = None  # the settings a call came with (applied after the secret's)
+    transport: str = TransportKind.WEBSOCKET
+
+
+def count_refusal(runtime: Runtime, opening: Opening, refusal: Refusal) -> None:
+    """Counts a connection that never became a session (per minute and reason: no row each, no user agent kept)."""
+    if runtime.session_refused(refusal.code, refusal.close_code):
+        logger.info(
+            "refused %s from %s: %s (further ones this minute are only counted)",
+            opening.session_id,
+            opening.client_addr or "?",
+            refusal.code,
+        )
+
+
+async def authenticate(request: OpenRequest) -> auth.Principal:
+    """The request's principal; raises :class:`Refusal` for missing or wrong credentials or a foreign Origin."""
+    if request.principal is not None:  # the transport authenticated otherwise
+        return request.principal
+    try:
+        return await auth.authenticate(request.scope or {}, request.session_id)
+    except auth.AuthError as exc:
+        raise Refusal(
+            exc.code, exc.message, exc.close_code, exc.reason, exc.error_type, AUTH_STATUS.get(exc.code, 503)
+        ) from None
+
+
+def principal_name(principal: auth.Principal, scope: dict[str, Any] | None) -> str:
+    if principal.name:
+        return f"{principal.kind}:{principal.name}"[:200]
+    return records.principal_of(scope) if scope is not None else ""
+
+
+def model_of(*configs: dict[str, Any] | None) -> str:
+    """The model the last of ``configs`` to name one names (a call's settings after a client secret's)."""
+    for config in reversed(configs):
+        if config and isinstance(config.get("model"), str) and config["model"]:
+            return config["model"]
+    return settings.S2S_DEFAULT_MODEL
+
+
+def groups(session_id: str, principal: auth.Principal, call_id: str | None) -> list[str]:
+    groups = [cluster.session_group(session_id)]
+    if principal.api_key_id is not None:
+        groups.append(cluster.key_group(principal.api_key_id))
+    if call_id is not None:
+        groups.append(cluster.call_group(call_id))
+    return groups
