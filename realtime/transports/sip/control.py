@@ -12,20 +12,35 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
 
 from realtime.access.owner import Caller
-from realtime.protocol.transport import ControlAnswer
+from realtime.live.core import SessionCore
+from realtime.live.transport import ControlAnswer
 from realtime.transports.calls import BadOffer, check_session
-
-if TYPE_CHECKING:
-    from realtime.transports.sip.call import SipCall
+from realtime.transports.sip.config import SipConfig
 
 logger = logging.getLogger(__name__)
 
 TARGET_URI = re.compile(r"^(sips?:[^\s<>]+|tel:\+?[0-9*#().\-]+(;[^\s<>]*)?)$")
+
+
+class OperatedCall(Protocol):
+    """What the operator's actions need of a call (:class:`realtime.transports.sip.call.SipCall`, which calls
+    :func:`run`: this module never imports it)."""
+
+    id: str
+    state: str
+    config: SipConfig
+    core: SessionCore | None
+
+    async def accept(self, session: dict[str, Any] | None, by: Caller | None = None) -> None: ...
+
+    async def reject(self, status: int) -> None: ...
+
+    def refer(self, target_uri: str) -> None: ...
 
 
 class CallStateError(Exception):
@@ -40,7 +55,7 @@ class BadRequest(Exception):
         self.message, self.param = message, param
 
 
-async def accept(call: SipCall, body: dict[str, Any], caller: Caller) -> None:
+async def accept(call: OperatedCall, body: dict[str, Any], caller: Caller) -> None:
     """Answers a ringing call with a session configuration (``type: "realtime"``, as the API takes it), checked
     as ``session.update`` would before anything is answered."""
     if body.get("type", "realtime") != "realtime":
@@ -52,7 +67,7 @@ async def accept(call: SipCall, body: dict[str, Any], caller: Caller) -> None:
     await call.accept(session, caller)
 
 
-async def reject(call: SipCall, body: dict[str, Any], caller: Caller) -> None:
+async def reject(call: OperatedCall, body: dict[str, Any], caller: Caller) -> None:
     """Declines a ringing call with a SIP status (603 Decline unless ``status_code`` says otherwise)."""
     status = body.get("status_code", 603)
     if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 699:
@@ -60,7 +75,7 @@ async def reject(call: SipCall, body: dict[str, Any], caller: Caller) -> None:
     await call.reject(status)
 
 
-async def refer(call: SipCall, body: dict[str, Any], caller: Caller) -> None:
+async def refer(call: OperatedCall, body: dict[str, Any], caller: Caller) -> None:
     """Transfers an answered call: a REFER to the caller's side with ``Refer-To: target_uri``."""
     target = body.get("target_uri")
     if not isinstance(target, str) or not TARGET_URI.match(target):
@@ -69,14 +84,14 @@ async def refer(call: SipCall, body: dict[str, Any], caller: Caller) -> None:
     logger.info("SIP call %s: transferred to %s", call.id, target)
 
 
-ACTIONS: dict[str, Callable[[SipCall, dict[str, Any], Caller], Awaitable[None]]] = {
+ACTIONS: dict[str, Callable[[OperatedCall, dict[str, Any], Caller], Awaitable[None]]] = {
     "accept": accept,
     "reject": reject,
     "refer": refer,
 }
 
 
-async def run(call: SipCall, action: str, body: dict[str, Any], caller: Caller) -> ControlAnswer:
+async def run(call: OperatedCall, action: str, body: dict[str, Any], caller: Caller) -> ControlAnswer:
     """``action`` on ``call`` for ``caller`` (whom the session core let through): 200, or the refusal as the
     API's error (400 for a bad request or session, 409 for the call's state)."""
     if call.core is None or not call.core.owner.permits(caller, action):  # the core asked already; never skipped
