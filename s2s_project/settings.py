@@ -279,9 +279,10 @@ S2S_MAX_CLIENT_SECRET_CONFIG_BYTES = envint(
 S2S_ICE_SERVERS = envicelist("S2S_ICE_SERVERS")
 # A call whose peer sends no media (and whose data channel does not open) for this long is hung up.
 S2S_WEBRTC_PEER_TIMEOUT_S = envfloat("S2S_WEBRTC_PEER_TIMEOUT_S", 15.0, minimum=1.0)
+# What one offer may hold, checked before it is parsed (realtime/transports/webrtc/offer_limits.py): its bytes,
+# then its lines; a browser's audio, video and data offer has about 150 lines, 3 m-lines, 40 codecs, 60 feedback
+# lines and 2-12 candidates.
 S2S_MAX_SDP_BYTES = envint("S2S_MAX_SDP_BYTES", 64 * 1024, minimum=1024)
-# What one offer may hold, counted before it is parsed (realtime/transports/offer_limits.py); a browser's audio,
-# video and data offer has about 150 lines, 3 m-lines, 40 codecs, 60 feedback lines and 2-12 candidates.
 S2S_MAX_SDP_LINES = envint("S2S_MAX_SDP_LINES", 1000, minimum=16)
 S2S_MAX_SDP_MEDIA = envint("S2S_MAX_SDP_MEDIA", 16, minimum=1)
 S2S_MAX_SDP_CODECS = envint("S2S_MAX_SDP_CODECS", 128, minimum=1)

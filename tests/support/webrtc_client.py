@@ -22,7 +22,7 @@ from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame
 
 from pipelines import audio
-from realtime.transports.webrtc_media import hear_at_once
+from realtime.transports.webrtc.media import hear_at_once
 from tests.support.client import Closed, RealtimeClient
 
 RATE = 48000

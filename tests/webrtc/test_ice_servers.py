@@ -7,7 +7,7 @@ import json
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from realtime.transports.webrtc import ice_servers
+from realtime.transports.webrtc.call import ice_servers
 from s2s_project.env import envicelist
 
 TURN = {"urls": ["turn:turn.example.org:3478"], "username": "s2s", "credential": "secret"}

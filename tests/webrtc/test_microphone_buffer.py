@@ -9,7 +9,7 @@ import pytest
 from aiortc import RTCPeerConnection
 from aiortc.mediastreams import AudioStreamTrack
 
-from realtime.transports.webrtc_media import MICROPHONE_PREFETCH, hear_at_once
+from realtime.transports.webrtc.media import MICROPHONE_PREFETCH, hear_at_once
 
 
 @pytest.mark.asyncio

@@ -10,12 +10,13 @@ from aiortc.rtcsctptransport import SCTP_DATA_FIRST_FRAG, SCTP_DATA_LAST_FRAG, D
 
 from realtime.access.owner import Caller, Owner
 from realtime.access.rate import MAX_TRACKED, CallLimits, RateTable
-from realtime.transports import offer_limits
-from realtime.transports.offer_limits import BadOffer, OfferCaps
-from realtime.transports.sctp_limit import BoundedInboundStream
+from realtime.transports.calls import BadOffer
+from realtime.transports.webrtc import offer_limits
+from realtime.transports.webrtc.offer_limits import OfferCaps
+from realtime.transports.webrtc.sctp_limit import BoundedInboundStream
 from s2s_project.body_limit import BodyLimit
 
-CAPS = OfferCaps(lines=100, media=2, codecs=4, feedback=4, candidates=3)
+CAPS = OfferCaps(size=2000, lines=100, media=2, codecs=4, feedback=4, candidates=3)
 OFFER = "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\n"
 
 
@@ -32,22 +33,34 @@ OFFER = "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/
 )
 def test_an_offer_over_a_line_cap_is_refused_with_the_cap_named(extra, named):
     with pytest.raises(BadOffer) as refused:
-        offer_limits.check_counts(OFFER + extra, CAPS)
+        offer_limits.check(OFFER + extra, CAPS)
     assert refused.value.code == "offer_too_complex" and named in refused.value.message
+
+
+def test_an_offer_over_its_byte_cap_is_refused_before_its_lines_are_counted():
+    with pytest.raises(BadOffer, match="larger than 2000 bytes") as refused:
+        offer_limits.check(OFFER + "a=x" + "y" * 2000 + "\r\n", CAPS)
+    assert refused.value.code == "invalid_offer" and refused.value.param == "sdp"
+
+
+def test_the_caps_come_from_the_settings_the_byte_cap_with_them(settings):
+    settings.S2S_MAX_SDP_BYTES, settings.S2S_MAX_SDP_LINES = 4096, 50
+    caps = OfferCaps.from_settings()
+    assert (caps.size, caps.lines) == (4096, 50)
 
 
 def test_a_wildcard_feedback_line_counts_once_per_codec_as_the_parser_expands_it():
     one_wildcard = OFFER + "a=rtpmap:111 opus/48000/2\r\n" * 4 + "a=rtcp-fb:* nack\r\n"
-    offer_limits.check_counts(one_wildcard, CAPS)  # 4 entries
+    offer_limits.check(one_wildcard, CAPS)  # 4 entries
     with pytest.raises(BadOffer, match="has 8 a=rtcp-fb entries"):
-        offer_limits.check_counts(one_wildcard + "a=rtcp-fb:* ccm fir\r\n", CAPS)
+        offer_limits.check(one_wildcard + "a=rtcp-fb:* ccm fir\r\n", CAPS)
 
 
 def test_an_offer_at_every_cap_passes_and_a_repeated_mid_does_not():
     at_caps = OFFER + "a=rtpmap:111 opus/48000/2\r\n" * 4 + "a=rtcp-fb:111 nack\r\n" * 4
-    offer_limits.check_counts(at_caps + "a=candidate:1 1 udp 1 10.0.0.1 9 typ host\r\n" * 3, CAPS)
+    offer_limits.check(at_caps + "a=candidate:1 1 udp 1 10.0.0.1 9 typ host\r\n" * 3, CAPS)
     with pytest.raises(BadOffer, match="a=mid:0 twice"):
-        offer_limits.check_counts(OFFER + "m=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:0\r\n", CAPS)
+        offer_limits.check(OFFER + "m=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:0\r\n", CAPS)
 
 
 def test_candidates_on_loopback_and_link_local_addresses_are_dropped_and_others_kept():

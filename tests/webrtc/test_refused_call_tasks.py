@@ -11,7 +11,7 @@ import asyncio
 
 from aiortc import RTCPeerConnection
 
-from realtime.transports.webrtc import WebRTCCall
+from realtime.transports.webrtc.call import WebRTCCall
 from tests.support.webrtc_client import Microphone
 
 

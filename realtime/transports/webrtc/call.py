@@ -3,12 +3,12 @@
 Client and server events travel as JSON on the ``oai-events`` data channel, as over a
 WebSocket, except the reply's audio: it rides the outgoing Opus track
 (:class:`ReplyTrack`): the session core hands it the reply's audio
-(:class:`realtime.protocol.transport.PlaysAudio`), so ``response.output_audio.delta``
+(:class:`realtime.live.transport.PlaysAudio`), so ``response.output_audio.delta``
 never goes on the channel. Since the server plays the audio, it owns the output buffer:
 the core says ``output_audio_buffer.started``/``stopped``/``cleared`` when this track
 starts, stops or is cleared (on barge-in, or ``output_audio_buffer.clear``). The session
 is opened, and ended from elsewhere, as every transport's is
-(:func:`realtime.protocol.core.open_session`).
+(:func:`realtime.live.core.open_session`).
 
 The peer connection lives on the event loop the server runs the ASGI app on
 (daphne's Twisted asyncio reactor, or uvicorn's loop), which lives as long as the
@@ -31,12 +31,13 @@ from django.conf import settings
 
 from realtime.models import EndReason
 from realtime.node.runtime import Runtime
-from realtime.protocol.core import OpenRequest, SessionCore, open_session
+from realtime.live.core import SessionCore, open_session
+from realtime.live.opening import OpenRequest
 from realtime.protocol.events import error_event
-from realtime.protocol.transport import ServerEvent
-from realtime.transports import sctp_limit
+from realtime.live.transport import ServerEvent
+from realtime.transports.webrtc import sctp_limit
 from realtime.transports.playout import PlaysFromQueue
-from realtime.transports.webrtc_media import MicrophoneConverter, ReplyTrack, hear_at_once
+from realtime.transports.webrtc.media import MicrophoneConverter, ReplyTrack, hear_at_once
 
 sctp_limit.install()  # the data channel's advertised maximum, enforced while reassembling
 
@@ -83,7 +84,7 @@ class WebRTCCall(PlaysFromQueue):
             raise ValueError("the offer has no audio m-line")
 
     async def answer(self, request: OpenRequest) -> str:
-        """Opens the session (raises :class:`realtime.protocol.core.Refusal`; ``request.prepare`` applies the
+        """Opens the session (raises :class:`realtime.live.core.Refusal`; ``request.prepare`` applies the
         offer), then answers; the session starts at once."""
         self.core = await open_session(self.runtime, self, replace(request, call_id=self.id))
         try:
@@ -141,7 +142,7 @@ class WebRTCCall(PlaysFromQueue):
             logger.info("call %s: %s; ending session %s", self.id, why, self.core.id)
         self._spawn(self.finish(reason), "finish")
 
-    # --- the transport (realtime.protocol.transport.Transport, PlaysAudio) ---------------
+    # --- the transport (realtime.live.transport.Transport, PlaysAudio) ---------------
 
     async def send_event(self, event: ServerEvent) -> None:
         try:

@@ -1,4 +1,4 @@
-"""What an SDP offer may contain, checked by counting its lines before anything parses it.
+"""What an SDP offer may contain, checked by its size and by counting its lines before anything parses it.
 
 aiortc's parser expands every ``a=rtcp-fb:*`` line over every codec of its m-line, so an offer of
 63 KB (1,650 ``a=rtpmap`` and 2,150 ``a=rtcp-fb:* n`` lines) took 11-34 s of the event loop and
@@ -21,19 +21,14 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-
-class BadOffer(Exception):
-    """An offer (or its form) this server will not answer: a 400 with ``code`` and ``param``."""
-
-    def __init__(self, message: str, param: str | None = "sdp", code: str = "invalid_offer") -> None:
-        super().__init__(message)
-        self.message, self.param, self.code = message, param, code
+from realtime.transports.calls import BadOffer
 
 
 @dataclass(frozen=True)
 class OfferCaps:
-    """The most of each kind of SDP line one offer may have (``S2S_MAX_SDP_*``)."""
+    """The largest offer, and the most of each kind of SDP line one offer may have (``S2S_MAX_SDP_*``)."""
 
+    size: int  # bytes
     lines: int
     media: int
     codecs: int
@@ -43,6 +38,7 @@ class OfferCaps:
     @classmethod
     def from_settings(cls) -> OfferCaps:
         return cls(
+            size=settings.S2S_MAX_SDP_BYTES,
             lines=settings.S2S_MAX_SDP_LINES,
             media=settings.S2S_MAX_SDP_MEDIA,
             codecs=settings.S2S_MAX_SDP_CODECS,
@@ -60,9 +56,11 @@ COUNTED = {
 }
 
 
-def check_counts(sdp: str, caps: OfferCaps) -> None:
-    """Refuses an offer with more lines of a kind than its cap, or the same ``a=mid`` twice (which aiortc
-    cannot answer); counts only, parses nothing."""
+def check(sdp: str, caps: OfferCaps) -> None:
+    """Refuses an offer larger than its cap, with more lines of a kind than their cap, or with the same ``a=mid``
+    twice (which aiortc cannot answer); counts only, parses nothing."""
+    if len(sdp.encode()) > caps.size:
+        raise BadOffer(f"The SDP offer is larger than {caps.size} bytes.")
     lines = sdp.splitlines()
     if len(lines) > caps.lines:
         raise BadOffer(
