@@ -140,7 +140,7 @@ class EngineConfig:
     stt_window_s: float = 10.0
     # TTS: at most this many sentences at once across units, first sentences first (0: no ordering).
     tts_slots: int = 0
-    # On the CPU, without batching: one compute step per core at a time, the most urgent first (pipelines.cores).
+    # On the CPU, without batching: one compute step per core at a time, the most urgent first (pipelines.cpu).
     compute_order: bool = True
     lm_context: int = 4096  # llama_cpp: tokens of context per generation slot (one slot per unit)
     # The LM's history of one session, in tokens (0: the model's context length); older items are forgotten.

@@ -1,29 +1,11 @@
-"""The process's cores as the units share them: who is computing now, and how many threads an LM step may take.
+"""The process's cores as the units share them: who computes now, and how many threads an LM step takes.
 
-Each unit's engines get a fixed share of the cores (``engines.compute_threads``: one thread on two cores
-with a pool of two or more), so that several sessions answering at once never oversubscribe the machine.
-A lone talker then leaves a core idle through the part of the turn that decides how soon it is heard: the
-LM's prompt and first words, while the STT is done and the TTS waits for them. :class:`CoreShare` counts
-the compute stages at work (STT, LM, TTS of every unit, ``busy``) and lets an LM step take every core while
-it is the only one (``lm_threads``).
-
-Two threads of llama.cpp that cannot both run are much slower than one: its threads meet at a spinning
-barrier after every operator, so a thread waiting for a core holds the other up (measured on the 2-core
-machine: 57 ms a token on two threads when quiet, 489 ms when another process held a core, against 101 ms
-on one). The machine is not only ours, so every core is taken only while no other thread of the machine
-waits to run (``runnable_elsewhere``), and the choice is checked against what it measures: each step's time
-per thread count (``observe``); every core that measured slower than the share is left alone for a while.
-
-Several sessions answering at once share the cores *in order* (``core``, on unless ``ordered`` is off): at most
-one compute step (a transcription, an LM token or prompt chunk, a piece of synthesis) per core runs at a time,
-and a free core goes to the most urgent step waiting. A step's urgency is the moment by which its work is
-needed (``serving``, set by the unit for each message its stage thread handles; the session's
-``SessionContext.urgency`` says when): the end of the user's speech for the work towards an answer's first
-audio; the rest of the answer ``NEXT_PIECE_S`` later; once a reply is playing, the moment its audio sent so far
-runs out, less ``PLAYING_RESERVE_S``; for speculative reading ahead (partial transcripts, the words so far into
-the LM's cache), long after its arrival. Left to the kernel, four answers on two cores shared them evenly and
-all came late together; in order, the answers due first get the cores and the others wait whole
-(docs/benchmarks.md, the breakdown).
+:class:`CoreShare` counts the compute stages at work (``busy``) and lets a lone LM step take every core
+(``lm_threads``) while no other thread of the machine waits to run, checked against each step's measured time
+(``observe``): llama.cpp's threads meet at a spinning barrier, so a core taken by someone else slows every
+thread. With ``ordered`` it runs one compute step per core (``core``, ``stepwise``), the one due soonest
+first (``serving``: each stage thread's urgency), so that the answers due first get the cores whole.
+The measurements behind these choices: docs/benchmarks.md, "Sharing the cores (`pipelines/cpu.py`)".
 """
 
 from __future__ import annotations
@@ -49,9 +31,7 @@ STALL_RATIO = 2.0
 # turn's speech while that first audio is not out: other answers' first words go first.
 NEXT_PIECE_S = 0.5
 # A reply already playing needs its next words before the audio sent so far runs out: its work is due this much
-# before then (other answers' first words go first until that moment). 1.0 s left four talkers' replies a 0.4 s
-# gap at p90 after their first words (the next piece made only once the others had theirs); 1.5 s none, for
-# about the same first audio (docs/benchmarks.md, the breakdown of 2026-12-04).
+# before then (other answers' first words go first until that moment; 1.0 s left gaps: docs/benchmarks.md).
 PLAYING_RESERVE_S = 1.5
 # Reading ahead while the user still speaks is needed only once the turn ends: after everything already due.
 BACKGROUND_S = 5.0
@@ -217,11 +197,6 @@ class CoreShare:
                     self._retry_s = min(MAX_RETRY_S, self._retry_s * 2) if recent else RETRY_S
                     self._slower_at[self.cores] = time.monotonic()
                     self._step_s.pop(self.cores, None)  # measured afresh when tried again
-
-    def step_seconds(self) -> dict[int, float]:
-        """The moving average of an LM step's seconds, by thread count (for the logs and the tests)."""
-        with self._lock:
-            return dict(self._step_s)
 
 
 def runnable_elsewhere() -> int:

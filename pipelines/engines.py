@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from pipelines import cores
+from pipelines import cpu
 from pipelines.config import EngineConfig
 from pipelines.errors import ModelLoadError
 from pipelines.input_audio import DenoiserModel
@@ -157,12 +157,12 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
     torch = _torch()
     if torch is not None:
         torch.set_num_threads(lm_threads)
-    # A lone talker's LM takes every core while nothing else computes (pipelines.cores); a fixed
+    # A lone talker's LM takes every core while nothing else computes (pipelines.cpu); a fixed
     # S2S_TORCH_THREADS, or a batch scheduler that has them all already, keeps its count.
     # Steps in order of urgency, one per core: on the CPU, where the units' engines share the cores; a batch
     # scheduler's thread serves every unit's steps at once, which one unit's place in the order cannot stand for.
     ordered = config.compute_order and device == "cpu" and not config.lm_batching and not config.stt_batch_window_ms
-    cores.configure(share=lm_threads, adaptive=not config.torch_threads and not config.lm_batching, ordered=ordered)
+    cpu.configure(share=lm_threads, adaptive=not config.torch_threads and not config.lm_batching, ordered=ordered)
     logger.info(
         "engines on %s with %s compute thread(s) per call (LM %s, STT %s); compute steps %s",
         device,

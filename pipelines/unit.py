@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from pipelines import cores
+from pipelines import cpu
 from pipelines.messages import (
     AudioOut,
     Downstream,
@@ -25,7 +25,7 @@ from pipelines.stages.base import SessionContext, Stage
 
 logger = logging.getLogger(__name__)
 
-# The stages whose work takes a core for a while (the VAD's frames do not): counted by ``cores.current()``.
+# The stages whose work takes a core for a while (the VAD's frames do not): counted by ``cpu.current()``.
 COMPUTE_STAGES = frozenset({"stt", "lm", "tts"})
 
 Sink = Callable[[Outbound], None]
@@ -109,8 +109,8 @@ class _Wiring:
             try:
                 computes = stage.name in COMPUTE_STAGES
                 with (
-                    cores.current().busy() if computes else contextlib.nullcontext(),
-                    cores.serving(context.urgency(msg) if computes else None, owner=context),
+                    cpu.current().busy() if computes else contextlib.nullcontext(),
+                    cpu.serving(context.urgency(msg) if computes else None, owner=context),
                 ):
                     for out in stage.process(msg):
                         if isinstance(out, Outbound):

@@ -62,17 +62,6 @@ def _tag(tool: FunctionTool) -> dict[str, Any]:
     }
 
 
-def check_enforceable(schema: dict[str, Any]) -> str:
-    """Empty when xgrammar can constrain arguments to ``schema``, else its complaint."""
-    import xgrammar as xgr
-
-    try:
-        xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False)
-    except Exception as exc:  # xgrammar raises RuntimeError / ValueError / its own types
-        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return ""
-
-
 class ToolGrammars:
     """Compiles tool grammars for one tokenizer; shared by every unit using the model."""
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipelines import cores
+from pipelines import cpu
 from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.tool_calls import plain_messages, tool_schema
 
@@ -138,7 +138,7 @@ class LlamaCppLM:
         self.model_path = resolve_gguf(model_path, gguf_file, cache_dir)
         self.device = device
         self.threads = threads or max(1, (os.cpu_count() or 2) // 2)  # llama-cpp-python's own default
-        # Every core for a step while nothing else computes (pipelines.cores); never on a GPU.
+        # Every core for a step while nothing else computes (pipelines.cpu); never on a GPU.
         self.adaptive_threads = bool(threads) and not device.startswith("cuda")
         self._options: dict[str, Any] = {
             "n_ctx": n_ctx,
@@ -545,8 +545,8 @@ class LlamaCppStream:
             tokens.close()
 
     def run_on_share(self, context: Any, step: Callable[[], None]) -> None:
-        """One step (a prompt's evaluation) on the threads :mod:`pipelines.cores` chooses."""
-        share = cores.current()
+        """One step (a prompt's evaluation) on the threads :mod:`pipelines.cpu` chooses."""
+        share = cpu.current()
         with share.core():
             if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
                 step()
@@ -559,11 +559,11 @@ class LlamaCppStream:
                 context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
 
     def _paced(self, context: Any, tokens: Iterator[int]) -> Iterator[int]:
-        """``tokens``, each step on the threads :mod:`pipelines.cores` chooses (every core while the LM is
+        """``tokens``, each step on the threads :mod:`pipelines.cpu` chooses (every core while the LM is
         the only stage at work), and each decode's time told back to it. The prompt is the first step."""
-        share = cores.current()
+        share = cpu.current()
         if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
-            yield from cores.stepwise(tokens)
+            yield from cpu.stepwise(tokens)
             return
         threads = self._lm.threads
         first = True

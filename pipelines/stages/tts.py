@@ -9,7 +9,7 @@ from typing import Protocol
 
 import numpy as np
 
-from pipelines import audio, cores
+from pipelines import audio, cpu
 from pipelines.config import SPEED_RANGE
 from pipelines.messages import (
     AudioOut,
@@ -98,7 +98,7 @@ class TtsStage(Stage):
         try:
             low, high = SPEED_RANGE
             said = for_speech(msg.text)  # numbers, units and symbols in words; the transcript keeps msg.text
-            for chunk in cores.stepwise(voice.synthesize(said, cancel, speed=min(high, max(low, msg.speed)))):
+            for chunk in cpu.stepwise(voice.synthesize(said, cancel, speed=min(high, max(low, msg.speed)))):
                 if cancel.is_set():
                     return
                 samples = audio.resample(np.asarray(chunk, dtype=np.float32), voice.sample_rate, out_rate)

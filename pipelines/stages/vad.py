@@ -10,7 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
-from pipelines import audio, cores
+from pipelines import audio, cpu
 from pipelines.ids import new_id
 from pipelines.input_audio import DenoiserModel, InputAudio
 from pipelines.messages import (
@@ -288,7 +288,7 @@ class VadStage(Stage):
             and self._since_partial_ms >= self.partial_every_ms
             and not self._silence_ms
             and not self.context.partial_pending.is_set()
-            and cores.current().working < cores.current().cores
+            and cpu.current().working < cpu.current().cores
         )
 
     def _onset(self, generation: int, frame: np.ndarray, speech: bool) -> Iterator[Message]:

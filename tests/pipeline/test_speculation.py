@@ -246,12 +246,12 @@ def test_no_partial_transcript_is_sent_while_every_core_computes(monkeypatch):
 
     import numpy as np
 
-    from pipelines import cores
+    from pipelines import cpu
     from pipelines.loopback import FakeEnergyVad
     from pipelines.messages import PartialUtterance
 
-    share = cores.CoreShare(cores=2, adaptive=False)
-    monkeypatch.setattr(cores, "_current", share)
+    share = cpu.CoreShare(cores=2, adaptive=False)
+    monkeypatch.setattr(cpu, "_current", share)
     context = SessionContext()
     vad = VadStage(context, FakeEnergyVad(), partial_every_ms=64)
     vad.setup()
