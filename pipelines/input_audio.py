@@ -3,11 +3,10 @@ session asks for it (``audio.input.noise_reduction``), resampled to ``PIPELINE_R
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
 
 from pipelines import audio
+from pipelines.interfaces import Denoiser, DenoiserModel
 
 # How much each ``noise_reduction`` type may take away from a frequency band, in dB (None: no limit).
 # Both types get the same light touch. With RNNoise (the default) a 6 dB cap lowered Whisper's mean word
@@ -15,18 +14,6 @@ from pipelines import audio
 # stronger far_field) did worse on average, most of all in babble (64.7 % against 52.6 % at 5 dB), and
 # with no cap or 18 dB the denoisers took speech away too (docs/benchmarks.md, bench/noise_reduction.py).
 ATTENUATION_LIMIT_DB: dict[str, float | None] = {"near_field": 6.0, "far_field": 6.0}
-
-
-class Denoiser(Protocol):
-    def process(self, chunk: np.ndarray) -> np.ndarray: ...
-    def flush(self) -> np.ndarray: ...
-    def close(self) -> None: ...
-
-
-class DenoiserModel(Protocol):
-    rate: int  # the sample rate it works at
-
-    def new_state(self, attenuation_limit_db: float | None = None) -> Denoiser: ...
 
 
 class InputAudio:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from pipelines.config import ENGINE_DEFAULTS
+
 _SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s+|\n+")
 # A comma after a digit ends a clause only once a word follows: "2, 600,000" (a small model's stray space in
 # a number) must not be cut into two pieces, which the transcript would join with a space.
@@ -21,7 +23,7 @@ class SentenceSplitter:
     answer start while the model is still writing the rest of the sentence.
     """
 
-    def __init__(self, clause_chars: int = 60, first_words: int = 4) -> None:
+    def __init__(self, clause_chars: int = 60, first_words: int = ENGINE_DEFAULTS.first_piece_words) -> None:
         self._buffer = ""
         self._clause_chars = clause_chars
         self._first_words = first_words

@@ -13,15 +13,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from pipelines.config import (
-    DEFAULT_DENOISER,
-    DEFAULT_LM_BACKEND,
-    DEFAULT_STT_MODEL,
-    DENOISERS,
-    LM_BACKENDS,
-    EngineConfig,
-    PoolConfig,
-)
+from pipelines.backends.registry import DENOISERS, LM_BACKENDS, TTS_BACKENDS
+from pipelines.config import ENGINE_DEFAULTS, POOL_DEFAULTS, EngineConfig, PoolConfig
 from realtime.protocol.mcp.config import McpPolicy
 from realtime.transports.sip import config as sip_config
 from s2s_project import tls
@@ -160,50 +153,56 @@ S2S_SEND_BUFFER_EVENTS = envint("S2S_SEND_BUFFER_EVENTS", 2048, minimum=16)
 S2S_MAX_EVENT_BYTES = envint("S2S_MAX_EVENT_BYTES", 15 * 1024 * 1024, minimum=1024)
 S2S_DEFAULT_MODEL = envstr("S2S_DEFAULT_MODEL", "gpt-realtime")
 
+# Each default is the dataclass field's (pipelines/config.py), read here rather than written a second time.
+_pool, _engine = POOL_DEFAULTS, ENGINE_DEFAULTS
 S2S_POOL = PoolConfig(
-    size=envint("S2S_POOL_SIZE", 2, minimum=1, maximum=256),
-    profile=envchoice("S2S_PIPELINE", "real", ("real", "loopback")),
-    release_timeout_s=envfloat("S2S_RELEASE_TIMEOUT_S", 5.0, minimum=0.1),
+    size=envint("S2S_POOL_SIZE", _pool.size, minimum=1, maximum=256),
+    profile=envchoice("S2S_PIPELINE", _pool.profile, ("real", "loopback")),
+    release_timeout_s=envfloat("S2S_RELEASE_TIMEOUT_S", _pool.release_timeout_s, minimum=0.1),
     engines=EngineConfig(
-        device=envchoice("S2S_DEVICE", "auto", ("auto", "cpu", "cuda")),
-        vad_model=envstr("S2S_VAD_MODEL", "") or None,
-        stt_model=envstr("S2S_STT_MODEL", "") or DEFAULT_STT_MODEL,
-        lm_model=envstr("S2S_LM_MODEL", "") or None,
-        lm_gguf_file=envstr("S2S_LM_GGUF_FILE", "") or None,
-        lm_cache_dir=envstr("S2S_LM_CACHE_DIR", "") or None,
-        lm_max_new_tokens=envint("S2S_LM_MAX_NEW_TOKENS", 96, minimum=1),
-        lm_backend=envchoice("S2S_LM_BACKEND", DEFAULT_LM_BACKEND, LM_BACKENDS),
-        lm_batching=envbool("S2S_LM_BATCHING", False),
-        lm_max_batch=envint("S2S_LM_MAX_BATCH", 0, minimum=0),
-        lm_base_url=envstr("S2S_LM_BASE_URL", ""),
-        lm_api_key=envstr("S2S_LM_API_KEY", ""),
-        lm_timeout_s=envfloat("S2S_LM_TIMEOUT_S", 30.0, minimum=0.1),
-        lm_context_length=envint("S2S_LM_CONTEXT_LENGTH", 8192, minimum=256),
-        stt_batch_window_ms=envint("S2S_STT_BATCH_WINDOW_MS", 0, minimum=0),
-        stt_window_s=envfloat("S2S_STT_WINDOW_S", 10.0, minimum=1.0, maximum=30.0),
-        tts_slots=envint("S2S_TTS_SLOTS", 0, minimum=0),
-        compute_order=envbool("S2S_COMPUTE_ORDER", True),
-        lm_context=envint("S2S_LM_CONTEXT", 4096, minimum=256),
-        lm_history_tokens=envint("S2S_LM_HISTORY_TOKENS", 0, minimum=0),
-        tts_backend=envchoice("S2S_TTS_BACKEND", "piper", ("piper", "coqui")),
-        tts_model=envstr("S2S_TTS_MODEL", "") or None,
-        tts_config=envstr("S2S_TTS_CONFIG", "") or None,
-        tts_model_name=envstr("S2S_TTS_MODEL_NAME", "") or None,
-        tts_speaker=envstr("S2S_TTS_SPEAKER", "") or None,
-        tts_language=envstr("S2S_TTS_LANGUAGE", "") or None,
-        tts_piper_cuda=envbool("S2S_TTS_PIPER_CUDA", False),
-        extra_voices=envpairs("S2S_TTS_VOICES"),
-        denoiser=envchoice("S2S_DENOISER", DEFAULT_DENOISER, DENOISERS),
-        denoiser_library=envstr("S2S_DENOISER_LIBRARY", "") or None,
-        partial_every_ms=envint("S2S_PARTIAL_TRANSCRIPT_MS", 1000, minimum=0),
-        speculate_after_ms=envint("S2S_SPECULATE_AFTER_MS", 96, minimum=0),
-        semantic_speculate_after_ms=envint("S2S_SEMANTIC_SPECULATE_AFTER_MS", 32, minimum=0),
-        smart_turn_model=envstr("S2S_SMART_TURN_MODEL", "") or None,
-        smart_turn_silence_ms=envint("S2S_SMART_TURN_SILENCE_MS", 100, minimum=32, maximum=2000),
-        turn_text_model=envstr("S2S_TURN_TEXT_MODEL", "default"),
-        min_interrupt_ms=envint("S2S_MIN_INTERRUPT_MS", 640, minimum=0, maximum=5000),
-        first_piece_words=envint("S2S_FIRST_PIECE_WORDS", 2, minimum=0),
-        torch_threads=envint("S2S_TORCH_THREADS", 0, minimum=0),
+        device=envchoice("S2S_DEVICE", _engine.device, ("auto", "cpu", "cuda")),
+        vad_model=envstr("S2S_VAD_MODEL", "") or _engine.vad_model,
+        stt_model=envstr("S2S_STT_MODEL", "") or _engine.stt_model,
+        lm_model=envstr("S2S_LM_MODEL", "") or _engine.lm_model,
+        lm_gguf_file=envstr("S2S_LM_GGUF_FILE", "") or _engine.lm_gguf_file,
+        lm_cache_dir=envstr("S2S_LM_CACHE_DIR", "") or _engine.lm_cache_dir,
+        lm_max_new_tokens=envint("S2S_LM_MAX_NEW_TOKENS", _engine.lm_max_new_tokens, minimum=1),
+        lm_backend=envchoice("S2S_LM_BACKEND", _engine.lm_backend, tuple(LM_BACKENDS)),
+        lm_batching=envbool("S2S_LM_BATCHING", _engine.lm_batching),
+        lm_max_batch=envint("S2S_LM_MAX_BATCH", _engine.lm_max_batch, minimum=0),
+        lm_base_url=envstr("S2S_LM_BASE_URL", _engine.lm_base_url),
+        lm_api_key=envstr("S2S_LM_API_KEY", _engine.lm_api_key),
+        lm_timeout_s=envfloat("S2S_LM_TIMEOUT_S", _engine.lm_timeout_s, minimum=0.1),
+        lm_context_length=envint("S2S_LM_CONTEXT_LENGTH", _engine.lm_context_length, minimum=256),
+        stt_batch_window_ms=envint("S2S_STT_BATCH_WINDOW_MS", _engine.stt_batch_window_ms, minimum=0),
+        stt_window_s=envfloat("S2S_STT_WINDOW_S", _engine.stt_window_s, minimum=1.0, maximum=30.0),
+        tts_slots=envint("S2S_TTS_SLOTS", _engine.tts_slots, minimum=0),
+        compute_order=envbool("S2S_COMPUTE_ORDER", _engine.compute_order),
+        lm_context=envint("S2S_LM_CONTEXT", _engine.lm_context, minimum=256),
+        lm_history_tokens=envint("S2S_LM_HISTORY_TOKENS", _engine.lm_history_tokens, minimum=0),
+        tts_backend=envchoice("S2S_TTS_BACKEND", _engine.tts_backend, tuple(TTS_BACKENDS)),
+        tts_model=envstr("S2S_TTS_MODEL", "") or _engine.tts_model,
+        tts_config=envstr("S2S_TTS_CONFIG", "") or _engine.tts_config,
+        tts_model_name=envstr("S2S_TTS_MODEL_NAME", "") or _engine.tts_model_name,
+        tts_speaker=envstr("S2S_TTS_SPEAKER", "") or _engine.tts_speaker,
+        tts_language=envstr("S2S_TTS_LANGUAGE", "") or _engine.tts_language,
+        tts_piper_cuda=envbool("S2S_TTS_PIPER_CUDA", _engine.tts_piper_cuda),
+        extra_voices=envpairs("S2S_TTS_VOICES") or _engine.extra_voices,
+        denoiser=envchoice("S2S_DENOISER", _engine.denoiser, tuple(DENOISERS)),
+        denoiser_library=envstr("S2S_DENOISER_LIBRARY", "") or _engine.denoiser_library,
+        partial_every_ms=envint("S2S_PARTIAL_TRANSCRIPT_MS", _engine.partial_every_ms, minimum=0),
+        speculate_after_ms=envint("S2S_SPECULATE_AFTER_MS", _engine.speculate_after_ms, minimum=0),
+        semantic_speculate_after_ms=envint(
+            "S2S_SEMANTIC_SPECULATE_AFTER_MS", _engine.semantic_speculate_after_ms, minimum=0
+        ),
+        smart_turn_model=envstr("S2S_SMART_TURN_MODEL", "") or _engine.smart_turn_model,
+        smart_turn_silence_ms=envint(
+            "S2S_SMART_TURN_SILENCE_MS", _engine.smart_turn_silence_ms, minimum=32, maximum=2000
+        ),
+        turn_text_model=envstr("S2S_TURN_TEXT_MODEL", _engine.turn_text_model),
+        min_interrupt_ms=envint("S2S_MIN_INTERRUPT_MS", _engine.min_interrupt_ms, minimum=0, maximum=5000),
+        first_piece_words=envint("S2S_FIRST_PIECE_WORDS", _engine.first_piece_words, minimum=0),
+        torch_threads=envint("S2S_TORCH_THREADS", _engine.torch_threads, minimum=0),
     ),
 )
 

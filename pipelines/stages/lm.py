@@ -7,9 +7,11 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
+from pipelines.config import ENGINE_DEFAULTS
 from pipelines.ids import new_id
+from pipelines.interfaces import LanguageModel
 from pipelines.messages import (
     ROOT,
     AddItem,
@@ -39,34 +41,6 @@ logger = logging.getLogger(__name__)
 
 # Rounds of server-run calls one response may make; past them the model must answer without calling.
 MAX_TOOL_ROUNDS = 4
-
-
-class LMStream(Protocol):
-    input_tokens: int
-    output_tokens: int
-
-    def __iter__(self) -> Iterator[str]: ...
-
-
-class LanguageModel(Protocol):
-    """``messages`` are in transformers' chat shape, tool calls and tool results included.
-
-    ``generate_stream`` receives ``tools`` and ``tool_choice`` only when the
-    response offers tools; it writes calls in the ``pipelines.tool_calls`` format.
-    """
-
-    context_length: int
-
-    def count_tokens(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> int: ...
-
-    def generate_stream(
-        self,
-        messages: list[dict[str, Any]],
-        max_new_tokens: int,
-        temperature: float,
-        cancel: object | None = None,
-        **options: Any,
-    ) -> LMStream: ...
 
 
 class SessionGone(Exception):
@@ -107,8 +81,8 @@ class LmStage(Stage):
         self,
         context: SessionContext,
         model: LanguageModel,
-        max_new_tokens: int = 128,
-        first_piece_words: int = 4,
+        max_new_tokens: int = ENGINE_DEFAULTS.lm_max_new_tokens,
+        first_piece_words: int = ENGINE_DEFAULTS.first_piece_words,
         max_history_tokens: int = 0,
     ) -> None:
         super().__init__(context)

@@ -7,11 +7,11 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from typing import Protocol
 
 import numpy as np
 
 from pipelines import cpu
+from pipelines.interfaces import Transcriber
 from pipelines.messages import (
     Downstream,
     Message,
@@ -28,15 +28,6 @@ from pipelines.messages import (
 from pipelines.stages.base import SessionContext, Stage
 
 logger = logging.getLogger(__name__)
-
-
-class Transcriber(Protocol):
-    def transcribe(self, audio: np.ndarray, language: str | None = None, prompt: str | None = None) -> str: ...
-
-    def transcribe_words(
-        self, audio: np.ndarray, language: str | None = None, prompt: str | None = None
-    ) -> WordLogprobs:
-        """The transcript's words (each with its leading space) and their natural-log probabilities."""
 
 
 # How long a session's end waits for a partial transcript still being made off the stage's thread.

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Protocol
 
 import numpy as np
 
 from pipelines import audio, cpu
 from pipelines.config import SPEED_RANGE
+from pipelines.interfaces import Synthesizer
 from pipelines.messages import (
     AudioOut,
     Downstream,
@@ -27,14 +27,6 @@ from pipelines.stages.base import CancelFlag, SessionContext, Stage
 logger = logging.getLogger(__name__)
 
 DELTA_MS = 100  # size of each audio delta sent to the client
-
-
-class Synthesizer(Protocol):
-    sample_rate: int
-
-    def synthesize(self, text: str, cancel: object | None = None, speed: float = 1.0) -> Iterator[np.ndarray]:
-        """Float32 mono chunks at ``sample_rate``; ``speed`` (SPEED_RANGE) scales the speaking rate."""
-        ...
 
 
 class TtsStage(Stage):

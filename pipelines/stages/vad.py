@@ -6,13 +6,14 @@ import collections
 import logging
 import time
 from collections.abc import Iterator
-from typing import Protocol
 
 import numpy as np
 
 from pipelines import audio, cpu
+from pipelines.config import ENGINE_DEFAULTS
 from pipelines.ids import new_id
-from pipelines.input_audio import DenoiserModel, InputAudio
+from pipelines.input_audio import InputAudio
+from pipelines.interfaces import DenoiserModel, TextTurnModel, TurnModel, VadModel, VadState
 from pipelines.messages import (
     AudioCleared,
     AudioCommitted,
@@ -41,23 +42,6 @@ MIN_COMMIT_MS = 100
 # Speech heard while the assistant speaks adds up across pauses shorter than this ("Hold on, ...").
 GATE_PAUSE_MS = 500
 MAX_BUFFER_S = 15 * 60  # an uncommitted buffer longer than this is cut from the front
-
-
-class VadState(Protocol):
-    def prob(self, frame: np.ndarray) -> float: ...
-    def reset(self) -> None: ...
-
-
-class VadModel(Protocol):
-    def new_state(self) -> VadState: ...
-
-
-class TurnModel(Protocol):
-    def probability(self, samples: np.ndarray) -> float: ...
-
-
-class TextTurnModel(Protocol):
-    def finished_probability(self, transcript: str) -> float: ...
 
 
 # semantic_vad: the longest silence after an unfinished-sounding turn before it ends anyway (the API's
@@ -138,7 +122,7 @@ class VadStage(Stage):
         speculate_after_ms: int = 0,
         semantic_speculate_after_ms: int | None = None,
         turn_model: TurnModel | None = None,
-        check_after_ms: int = 100,
+        check_after_ms: int = ENGINE_DEFAULTS.smart_turn_silence_ms,
         min_interrupt_ms: int = 0,
         text_model: TextTurnModel | None = None,
         denoiser: DenoiserModel | None = None,
