@@ -241,7 +241,7 @@ def generate(lm: Any, adapter: Adapter | None, grammar: Any, prompt_ids: list[in
     import torch
     from transformers import DynamicCache
 
-    model, stop = lm.model, lm._stop_ids
+    model, stop = lm.model, lm.stop_ids
     cache, ids = DynamicCache(), torch.tensor([prompt_ids])
     if adapter is not None:
         adapter.start(grammar, prompt_ids)

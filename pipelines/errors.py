@@ -11,6 +11,10 @@ class ModelLoadError(PipelineErrorBase):
     """A model is missing or failed to load."""
 
 
+class PromptTooLongError(ValueError):
+    """The prompt leaves no room in the context window for an answer."""
+
+
 class ToolDefinitionError(PipelineErrorBase, ValueError):
     """A tool definition or tool choice that cannot be used; ``param`` names where it is wrong."""
 

@@ -1,23 +1,28 @@
-"""One generation: a manual token loop over a private KV cache."""
+"""One transformers generation: a manual token loop over a private KV cache, and the sampler."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._decode import text_pieces, tokenizer_decode
+from ._generation import REPETITION_PENALTY, TOP_K, TOP_P, Generation, shared_prefix
 
 if TYPE_CHECKING:
     from ._lm_grammar import ToolConstraint
-    from .transformers_lm import TransformersLM
 
 logger = logging.getLogger(__name__)
 
-REPETITION_PENALTY = 1.1
-TOP_K = 50
-TOP_P = 0.95
+
+class CausalLM(Protocol):
+    """What a generation reads of its loaded model (``transformers_lm.TransformersLM``)."""
+
+    model: Any
+    tokenizer: Any
+    device: str
+    stop_ids: frozenset[int]
 
 
 class PrefixCache:
@@ -37,12 +42,7 @@ class PrefixCache:
         """A cache holding a prefix of ``prompt_ids`` (at least one token left to feed), and its length."""
         from transformers import DynamicCache
 
-        common = 0
-        for a, b in zip(self.ids, prompt_ids):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(prompt_ids) - 1)
+        common = shared_prefix(self.ids, prompt_ids)
         if self.cache is None or common <= 0:
             self.ids, self.cache = [], None
             return DynamicCache(), 0
@@ -56,16 +56,12 @@ class PrefixCache:
         self.cache, self.ids = cache, ids
 
 
-class LMStream:
-    """Iterate for text pieces; afterwards ``input_tokens``, ``output_tokens`` and
-    ``finish_reason`` ("stop", "length" or "cancelled") describe the generation.
-
-    Iterate it once, from one thread. ``cancel.set()`` stops it before the next token.
-    """
+class LMStream(Generation):
+    """Iterate once, from one thread, for text pieces; then read the counts (``Generation``)."""
 
     def __init__(
         self,
-        lm: TransformersLM,
+        lm: CausalLM,
         prompt_ids: list[int],
         max_new_tokens: int,
         temperature: float,
@@ -74,18 +70,12 @@ class LMStream:
         prefix: PrefixCache | None = None,
         constraint: ToolConstraint | None = None,
     ) -> None:
+        super().__init__(prompt_ids, max_new_tokens, cancel)
         self._lm = lm
-        self._prompt_ids = prompt_ids
-        self._max_new_tokens = max_new_tokens
         self._temperature = temperature
-        self._cancel = cancel
         self._seed = seed
         self._prefix = prefix
         self._constraint = constraint
-        self.input_tokens = len(prompt_ids)
-        self.cached_tokens = 0  # of the prompt, read from the conversation's KV cache instead of computed
-        self.output_tokens = 0
-        self.finish_reason: str | None = None
 
     def __iter__(self) -> Iterator[str]:
         yield from text_pieces(self._tokens(), tokenizer_decode(self._lm.tokenizer))
@@ -107,22 +97,21 @@ class LMStream:
         self.cached_tokens = cached
         ids = all_ids[:, cached:]
         fed = list(self._prompt_ids)  # what the cache will hold after the next forward pass
-        self.finish_reason = "length"
+        sampled = self._sampled(lm, processors, generator, ids, all_ids, cache, fed)
         try:
-            yield from self._loop(lm, processors, generator, ids, all_ids, cache, fed)
+            yield from self._accepted(sampled, lm.stop_ids.__contains__)
         finally:
+            sampled.close()
             if self._prefix is not None and cache.get_seq_length() == len(fed):
                 self._prefix.keep(cache, fed)
 
-    def _loop(self, lm, processors, generator, ids, all_ids, cache, fed: list[int]) -> Iterator[int]:
-        """Samples tokens; ``fed`` grows with each token right before the forward pass that feeds it."""
+    def _sampled(self, lm, processors, generator, ids, all_ids, cache, fed: list[int]) -> Iterator[int]:
+        """Samples tokens for as long as it is asked; ``fed`` grows with each token right before the
+        forward pass that feeds it."""
         import torch
 
         pending: int | None = None
-        for _ in range(self._max_new_tokens):
-            if self._cancel is not None and self._cancel.is_set():
-                self.finish_reason = "cancelled"
-                return
+        while True:
             if pending is not None:
                 fed.append(pending)
             with torch.inference_mode():
@@ -131,10 +120,6 @@ class LMStream:
             token_id = int(token[0, 0])
             if self._constraint is not None:
                 self._constraint.accept(token_id)
-            if token_id in lm._stop_ids:
-                self.finish_reason = "stop"
-                return
-            self.output_tokens += 1
             ids = token
             all_ids = torch.cat([all_ids, token], dim=1)
             pending = token_id

@@ -21,9 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pipelines.errors import PromptTooLongError
+
 from ._decode import text_pieces, tokenizer_decode
 from ._lm_stream import PrefixCache, sampling_processors
-from .transformers_lm import PromptTooLongError
 
 if TYPE_CHECKING:
     from .transformers_lm import TransformersLM
@@ -249,7 +250,7 @@ class BatchedLM:
 
     def _accept(self, row: _Row, token: int) -> None:
         """Emits a sampled token or finishes the row (stop token, limit)."""
-        if token in self.lm._stop_ids:
+        if token in self.lm.stop_ids:
             self._finish(row, "stop")
             return
         row.output_tokens += 1

@@ -16,11 +16,11 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipelines import cpu
+from pipelines.errors import PromptTooLongError
 from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.tool_calls import plain_messages, tool_schema
 
@@ -37,9 +37,7 @@ from ._llama_tools import (
     forced_call,
     opens_another,
 )
-from ._decode import text_pieces
-from ._lm_stream import REPETITION_PENALTY, TOP_K, TOP_P
-from .transformers_lm import PromptTooLongError
+from ._llama_stream import LlamaCppStream
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +178,7 @@ class LlamaCppLM:
 
         return Llama(model_path=self.model_path, **self._options)
 
-    def _acquire(self, prefix: LlamaPrefix | None) -> Any:
+    def acquire(self, prefix: LlamaPrefix | None) -> Any:
         """A context for ``prefix``'s conversation: its own if it is free, else one no live conversation holds,
         else a new one while fewer than ``max_contexts`` exist, else the one free the longest (its
         conversation reads its whole prompt again next time).
@@ -248,11 +246,11 @@ class LlamaCppLM:
                 return
             with self._lock:
                 self._making -= 1
-                self._release(context, None)
+                self.release(context, None)
 
         threading.Thread(target=make, name="llama-context", daemon=True).start()
 
-    def _release(self, context: Any, prefix: LlamaPrefix | None) -> None:
+    def release(self, context: Any, prefix: LlamaPrefix | None) -> None:
         """``context`` is free again; ``prefix``: the conversation whose cache it now holds."""
         with self._lock:
             if prefix is None:
@@ -392,7 +390,7 @@ class LlamaCppLM:
         if len(ids) >= self.context_length:
             return 0
         stream = LlamaCppStream(self, ids, 0, 0.0, None, None, prefix)
-        context = self._acquire(prefix)
+        context = self.acquire(prefix)
         read = 0
         try:
             cached = stream._reuse(context)
@@ -412,7 +410,7 @@ class LlamaCppLM:
             )
             return read
         finally:
-            self._release(context, prefix)
+            self.release(context, prefix)
 
     def _tokens(self, text: str) -> list[int]:
         return self._tokenizer.tokenize(text.encode(), add_bos=False, special=True) if text else []
@@ -422,170 +420,6 @@ class LlamaCppLM:
 
     def new_prefix_cache(self) -> LlamaPrefix:
         return LlamaPrefix()
-
-
-class LlamaCppStream:
-    """Iterate once for text pieces; then ``input_tokens``, ``cached_tokens``, ``output_tokens``,
-    ``finish_reason`` ("stop", "length" or "cancelled"). ``cancel.set()`` stops it before the next token."""
-
-    def __init__(
-        self,
-        lm: LlamaCppLM,
-        prompt_ids: list[int],
-        max_new_tokens: int,
-        temperature: float,
-        cancel: threading.Event | None,
-        seed: int | None,
-        prefix: LlamaPrefix | None,
-        grammar: str | None = None,
-        first: str | None = None,
-    ) -> None:
-        """``grammar`` (GBNF) holds every token, greedily; ``first`` only the first one."""
-        self._lm = lm
-        self._grammar = grammar
-        self._first = first
-        self._prompt_ids = prompt_ids
-        self._max_new_tokens = max_new_tokens
-        self._temperature = temperature
-        self._cancel = cancel
-        self._seed = seed
-        self._prefix = prefix
-        self.input_tokens = len(prompt_ids)
-        self.cached_tokens = 0
-        self.output_tokens = 0
-        self.finish_reason: str | None = None
-
-    def __iter__(self) -> Iterator[str]:
-        if self._cancel is not None and self._cancel.is_set():
-            self.finish_reason = "cancelled"
-            return
-        context = self._lm._acquire(self._prefix)
-        try:
-            yield from self._pieces(context)
-        finally:
-            self._lm._release(context, self._prefix)
-
-    def _reuse(self, context: Any) -> int:
-        """Keeps the KV cache of the longest prefix this prompt shares with the context's last one."""
-        held = list(context._input_ids)
-        common = 0
-        for a, b in zip(held, self._prompt_ids):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(self._prompt_ids) - 1)
-        if common > 0 and context._ctx.kv_cache_seq_rm(-1, common, -1):
-            context.n_tokens = common
-            return common
-        context.reset()  # sliding-window caches cannot be cut: the prompt is computed in full
-        return 0
-
-    def _pieces(self, context: Any) -> Iterator[str]:
-        import llama_cpp
-
-        self.cached_tokens = self._reuse(context)
-        feed = self._prompt_ids[self.cached_tokens :]
-        logger.debug("prompt: %d tokens, %d cached", len(self._prompt_ids), self.cached_tokens)
-        if self._seed is not None:
-            context.set_seed(self._seed)
-        else:
-            context.set_seed(llama_cpp.LLAMA_DEFAULT_SEED)
-        self.finish_reason = "length"
-        tokens = self._tokens(context, feed)
-
-        def decode(ids: list[int]) -> str:
-            # special=True keeps markup tokens such as <tool_call>; end-of-turn tokens never get here.
-            return context.detokenize(ids, prev_tokens=self._prompt_ids, special=True).decode("utf-8", errors="replace")
-
-        try:
-            yield from text_pieces(self._accepted(tokens, context._model.vocab), decode)
-        finally:
-            tokens.close()
-
-    def _accepted(self, tokens: Iterator[int], vocab: Any) -> Iterator[int]:
-        """The tokens of the answer: up to a cancellation, an end-of-generation token or the limit."""
-        import llama_cpp
-
-        for token in tokens:
-            if self._cancel is not None and self._cancel.is_set():
-                self.finish_reason = "cancelled"
-                return
-            if llama_cpp.llama_vocab_is_eog(vocab, token):
-                self.finish_reason = "stop"
-                return
-            self.output_tokens += 1
-            yield token
-            if self.output_tokens >= self._max_new_tokens:
-                return
-
-    def _tokens(self, context: Any, feed: list[int]) -> Iterator[int]:
-        """The sampled tokens, the first one under ``first`` if set: a generation of one token under that
-        grammar, then one without it from there (the context keeps the prompt's KV cache between them)."""
-        from llama_cpp import LlamaGrammar
-
-        if self._grammar is None:
-            sampling: dict[str, Any] = {"temp": max(0.0, self._temperature), "repeat_penalty": REPETITION_PENALTY}
-        else:  # a call's arguments are data copied from the conversation: greedy, and no penalty for copying
-            sampling = {"temp": 0.0, "repeat_penalty": 1.0, "grammar": LlamaGrammar.from_string(self._grammar)}
-        options = {"top_k": TOP_K, "top_p": TOP_P, "min_p": 0.0, "reset": False, **sampling}
-        if self._first is not None:
-            opening = context.generate(feed, **options, grammar=LlamaGrammar.from_string(self._first))
-            paced = self._paced(context, opening)
-            try:
-                token = next(paced)
-            finally:
-                paced.close()
-                opening.close()
-            yield token
-            feed = [token]
-        tokens = context.generate(feed, **options)
-        try:
-            yield from self._paced(context, tokens)
-        finally:
-            tokens.close()
-
-    def run_on_share(self, context: Any, step: Callable[[], None]) -> None:
-        """One step (a prompt's evaluation) on the threads :mod:`pipelines.cpu` chooses."""
-        share = cpu.current()
-        with share.core():
-            if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
-                step()
-                return
-            threads = share.lm_threads()
-            context._ctx.set_n_threads(threads, threads)
-            try:
-                step()
-            finally:
-                context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
-
-    def _paced(self, context: Any, tokens: Iterator[int]) -> Iterator[int]:
-        """``tokens``, each step on the threads :mod:`pipelines.cpu` chooses (every core while the LM is
-        the only stage at work), and each decode's time told back to it. The prompt is the first step."""
-        share = cpu.current()
-        if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
-            yield from cpu.stepwise(tokens)
-            return
-        threads = self._lm.threads
-        first = True
-        try:
-            while True:
-                with share.core():
-                    wanted = share.lm_threads()
-                    if wanted != threads:
-                        context._ctx.set_n_threads(wanted, wanted)
-                        threads = wanted
-                    started = time.perf_counter()
-                    try:
-                        token = next(tokens)
-                    except StopIteration:
-                        return
-                    if not first:
-                        share.observe(threads, time.perf_counter() - started)
-                first = False
-                yield token
-        finally:
-            if threads != self._lm.threads:
-                context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
 
 
 __all__ = ["LlamaCppLM", "LlamaCppStream", "LlamaPrefix", "default_model_path", "resolve_gguf"]

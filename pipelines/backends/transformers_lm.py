@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pipelines.errors import PromptTooLongError
 from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.tool_calls import plain_messages, tool_schema
 
@@ -24,10 +25,6 @@ from ._paths import package_dir
 logger = logging.getLogger(__name__)
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-class PromptTooLongError(ValueError):
-    """The prompt leaves no room in the context window for an answer."""
 
 
 def default_model() -> tuple[str, str]:
@@ -82,10 +79,10 @@ class TransformersLM:
         model = AutoModelForCausalLM.from_pretrained(load_from, dtype=_resolve_dtype(dtype, device), **extra)
         self.model = model.to(device).eval()
         self.context_length: int = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
-        self._stop_ids = self._find_stop_ids()
+        self.stop_ids = self._find_stop_ids()
         # Whether the chat template renders tools, calls and tool results itself.
         self.template_has_tools = "tools" in str(self.tokenizer.chat_template or "")
-        self.tool_grammars = ToolGrammars(self.tokenizer, int(model.config.vocab_size), sorted(self._stop_ids))
+        self.tool_grammars = ToolGrammars(self.tokenizer, int(model.config.vocab_size), sorted(self.stop_ids))
         logger.info(
             "Loaded LM %s%s on %s (context %d)",
             model_path,

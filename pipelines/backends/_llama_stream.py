@@ -1,0 +1,172 @@
+"""One generation on llama.cpp: a context's KV cache reused, tokens sampled and paced on the cores.
+
+The engine (``llama_cpp_lm.LlamaCppLM``) lends the stream a context for as long as it runs; the stream
+keeps the prompt's prefix the context already holds, samples (a GBNF grammar for calls), and runs each
+step on the threads ``pipelines.cpu`` chooses.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from pipelines import cpu
+
+from ._decode import text_pieces
+from ._generation import REPETITION_PENALTY, TOP_K, TOP_P, Generation, shared_prefix
+
+logger = logging.getLogger(__name__)
+
+
+class ContextPool(Protocol):
+    """What a stream needs of its engine: a context for a conversation (``prefix``, a ``LlamaPrefix``) and
+    back, and the threads a step may take."""
+
+    threads: int
+    adaptive_threads: bool
+
+    def acquire(self, prefix: Any) -> Any: ...
+
+    def release(self, context: Any, prefix: Any) -> None: ...
+
+
+class LlamaCppStream(Generation):
+    """Iterate once for text pieces; then read the counts (``Generation``)."""
+
+    def __init__(
+        self,
+        lm: ContextPool,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        temperature: float,
+        cancel: threading.Event | None,
+        seed: int | None,
+        prefix: Any,
+        grammar: str | None = None,
+        first: str | None = None,
+    ) -> None:
+        """``grammar`` (GBNF) holds every token, greedily; ``first`` only the first one."""
+        super().__init__(prompt_ids, max_new_tokens, cancel)
+        self._lm = lm
+        self._grammar = grammar
+        self._first = first
+        self._temperature = temperature
+        self._seed = seed
+        self._prefix = prefix
+
+    def __iter__(self) -> Iterator[str]:
+        if self._cancelled():
+            self.finish_reason = "cancelled"
+            return
+        context = self._lm.acquire(self._prefix)
+        try:
+            yield from self._pieces(context)
+        finally:
+            self._lm.release(context, self._prefix)
+
+    def _reuse(self, context: Any) -> int:
+        """Keeps the KV cache of the longest prefix this prompt shares with the context's last one."""
+        common = shared_prefix(list(context._input_ids), self._prompt_ids)
+        if common > 0 and context._ctx.kv_cache_seq_rm(-1, common, -1):
+            context.n_tokens = common
+            return common
+        context.reset()  # sliding-window caches cannot be cut: the prompt is computed in full
+        return 0
+
+    def _pieces(self, context: Any) -> Iterator[str]:
+        import llama_cpp
+
+        self.cached_tokens = self._reuse(context)
+        feed = self._prompt_ids[self.cached_tokens :]
+        logger.debug("prompt: %d tokens, %d cached", len(self._prompt_ids), self.cached_tokens)
+        if self._seed is not None:
+            context.set_seed(self._seed)
+        else:
+            context.set_seed(llama_cpp.LLAMA_DEFAULT_SEED)
+        tokens = self._tokens(context, feed)
+
+        def decode(ids: list[int]) -> str:
+            # special=True keeps markup tokens such as <tool_call>; end-of-turn tokens never get here.
+            return context.detokenize(ids, prev_tokens=self._prompt_ids, special=True).decode("utf-8", errors="replace")
+
+        vocab = context._model.vocab
+
+        def ends(token: int) -> bool:
+            return llama_cpp.llama_vocab_is_eog(vocab, token)
+
+        try:
+            yield from text_pieces(self._accepted(tokens, ends), decode)
+        finally:
+            tokens.close()
+
+    def _tokens(self, context: Any, feed: list[int]) -> Iterator[int]:
+        """The sampled tokens, the first one under ``first`` if set: a generation of one token under that
+        grammar, then one without it from there (the context keeps the prompt's KV cache between them)."""
+        from llama_cpp import LlamaGrammar
+
+        if self._grammar is None:
+            sampling: dict[str, Any] = {"temp": max(0.0, self._temperature), "repeat_penalty": REPETITION_PENALTY}
+        else:  # a call's arguments are data copied from the conversation: greedy, and no penalty for copying
+            sampling = {"temp": 0.0, "repeat_penalty": 1.0, "grammar": LlamaGrammar.from_string(self._grammar)}
+        options = {"top_k": TOP_K, "top_p": TOP_P, "min_p": 0.0, "reset": False, **sampling}
+        if self._first is not None:
+            opening = context.generate(feed, **options, grammar=LlamaGrammar.from_string(self._first))
+            paced = self._paced(context, opening)
+            try:
+                token = next(paced)
+            finally:
+                paced.close()
+                opening.close()
+            yield token
+            feed = [token]
+        tokens = context.generate(feed, **options)
+        try:
+            yield from self._paced(context, tokens)
+        finally:
+            tokens.close()
+
+    def run_on_share(self, context: Any, step: Callable[[], None]) -> None:
+        """One step (a prompt's evaluation) on the threads :mod:`pipelines.cpu` chooses."""
+        share = cpu.current()
+        with share.core():
+            if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
+                step()
+                return
+            threads = share.lm_threads()
+            context._ctx.set_n_threads(threads, threads)
+            try:
+                step()
+            finally:
+                context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
+
+    def _paced(self, context: Any, tokens: Iterator[int]) -> Iterator[int]:
+        """``tokens``, each step on the threads :mod:`pipelines.cpu` chooses (every core while the LM is
+        the only stage at work), and each decode's time told back to it. The prompt is the first step."""
+        share = cpu.current()
+        if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
+            yield from cpu.stepwise(tokens)
+            return
+        threads = self._lm.threads
+        first = True
+        try:
+            while True:
+                with share.core():
+                    wanted = share.lm_threads()
+                    if wanted != threads:
+                        context._ctx.set_n_threads(wanted, wanted)
+                        threads = wanted
+                    started = time.perf_counter()
+                    try:
+                        token = next(tokens)
+                    except StopIteration:
+                        return
+                    if not first:
+                        share.observe(threads, time.perf_counter() - started)
+                first = False
+                yield token
+        finally:
+            if threads != self._lm.threads:
+                context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
