@@ -24,8 +24,8 @@ from django.conf import settings  # noqa: E402
 from realtime.node import runtime  # noqa: E402
 from realtime.transports.routing import websocket_urlpatterns  # noqa: E402
 from realtime.transports.sip.signalling import listeners  # noqa: E402
-from s2s_project.body_limit import BodyLimit  # noqa: E402
-from s2s_project.forwarded import ForwardedFor  # noqa: E402
+from realtime.server.body_limit import BodyLimit  # noqa: E402
+from realtime.server.forwarded import ForwardedFor  # noqa: E402
 
 
 async def lifespan(scope, receive, send) -> None:

@@ -16,8 +16,8 @@ from django.core.exceptions import ImproperlyConfigured
 from pipelines.backends.registry import DENOISERS, LM_BACKENDS, TTS_BACKENDS
 from pipelines.config import ENGINE_DEFAULTS, POOL_DEFAULTS, EngineConfig, PoolConfig
 from realtime.protocol.mcp.config import McpPolicy
+from realtime.server import tls
 from realtime.transports.sip import config as sip_config
-from s2s_project import tls
 from s2s_project.env import envbool, envchoice, envfloat, envicelist, envint, envlist, envnetworks, envpairs, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -44,7 +44,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "s2s_project.static_files.StaticFilesMiddleware",
+    "realtime.server.static_files.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -290,7 +290,7 @@ S2S_MAX_SDP_CANDIDATES = envint("S2S_MAX_SDP_CANDIDATES", 32, minimum=1)
 # Candidates on loopback and link-local addresses: "auto" keeps them only when the offer reached the server on
 # a loopback address (the client is on this host); "drop" always drops them (set it behind a proxy on this host).
 S2S_WEBRTC_LOCAL_CANDIDATES = envchoice("S2S_WEBRTC_LOCAL_CANDIDATES", "auto", ("auto", "allow", "drop"))
-# Request bodies, counted as they arrive (s2s_project/body_limit.py): an offer with its session settings, and
+# Request bodies, counted as they arrive (realtime/server/body_limit.py): an offer with its session settings, and
 # any other request. Over the cap: 413 before the rest is read.
 S2S_MAX_CALL_BODY_BYTES = envint(
     "S2S_MAX_CALL_BODY_BYTES", S2S_MAX_SDP_BYTES + S2S_MAX_CLIENT_SECRET_CONFIG_BYTES, minimum=S2S_MAX_SDP_BYTES
@@ -374,9 +374,9 @@ S2S_SIP = _sip_settings()
 # there through the channel layer; the asker waits this long for its answer (none: 404, no process holds it).
 S2S_CALL_CONTROL_TIMEOUT_S = envfloat("S2S_CALL_CONTROL_TIMEOUT_S", 5.0, minimum=0.5, maximum=60.0)
 
-# HTTPS and WSS on ``manage.py serve``'s own port: both PEM files, checked here (s2s_project/tls.py).
+# HTTPS and WSS on ``manage.py serve``'s own port: both PEM files, checked here (realtime/server/tls.py).
 S2S_TLS = tls.load_pair(envstr("S2S_TLS_CERT", "").strip(), envstr("S2S_TLS_KEY", "").strip())
-# Reverse proxies whose X-Forwarded-For names the client (s2s_project/forwarded.py): addresses or networks.
+# Reverse proxies whose X-Forwarded-For names the client (realtime/server/forwarded.py): addresses or networks.
 # From any other peer the header is ignored, so the per-address limits cannot be dodged by writing it.
 S2S_TRUSTED_PROXIES = envnetworks("S2S_TRUSTED_PROXIES")
 

@@ -129,7 +129,7 @@ def test_the_layers_rule_catches_an_import_that_runs_back_up():
     """The layer test rests on this: a protocol module importing the live core would be refused."""
     assert layer("realtime.protocol.conversation") < layer("realtime.live.core") < layer("realtime.transports.sip")
     assert layer("realtime.access.owner") < layer("realtime.live.core")
-    assert layer("s2s_project.celery") < layer("realtime.node.cluster") < layer("s2s_project.server")
+    assert layer("s2s_project.celery") < layer("realtime.node.cluster") < layer("realtime.server.launcher")
 
 
 def test_the_import_reader_sees_local_relative_and_type_checking_imports():

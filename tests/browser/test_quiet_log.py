@@ -31,7 +31,7 @@ def test_the_patterns_catch_what_the_libraries_print():
         "StreamingHttpResponse must consume synchronous iterators\n"
         "/x/django/core/handlers/base.py:61: UserWarning: No directory at: /x/staticfiles/\n"
         "2026-01-01 10:00:00,000 INFO realtime.node.runtime: the pool is warm\n"
-        "2026-01-01 10:00:00,000 WARNING s2s_project.server: authentication is OFF\n"  # ours, on purpose
+        "2026-01-01 10:00:00,000 WARNING realtime.server.launcher: authentication is OFF\n"  # ours, on purpose
     )
     assert len(warnings_in(log)) == 3
 

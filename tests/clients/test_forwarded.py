@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from s2s_project.forwarded import ForwardedFor, client_address
+from realtime.server.forwarded import ForwardedFor, client_address
 from tests.support.server import LiveServer
 
 PROXIES = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("::1"))

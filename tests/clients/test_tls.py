@@ -16,7 +16,7 @@ import pytest
 import websockets
 from django.core.exceptions import ImproperlyConfigured
 
-from s2s_project import tls
+from realtime.server import tls
 from tests.clients.conftest import make_certs, tls_env
 from tests.support.server import ROOT, LiveServer
 from tests.support.webrtc_client import WebRTCClient

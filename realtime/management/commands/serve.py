@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from s2s_project.server import refuse_public_development_key, serve
+from realtime.server.launcher import refuse_public_development_key, serve
 
 
 class Command(BaseCommand):

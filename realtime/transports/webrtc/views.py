@@ -11,7 +11,7 @@ before a unit is claimed; a unit is claimed before the answer is sent.
 Every refusal before the claim is a JSON 400, 413 or 429 that gives a spent ``ek_`` secret back, in
 order of cost: the offer rate of the client address and a full pool (before the credentials), then,
 once they passed, the key's offer rate and live calls (:mod:`realtime.access.rate`), the body (capped
-as it arrived: :mod:`s2s_project.body_limit`), the offer's size and line counts
+as it arrived: :mod:`realtime.server.body_limit`), the offer's size and line counts
 (:mod:`realtime.transports.webrtc.offer_limits`), then the parse, off the event loop.
 """
 
@@ -72,7 +72,7 @@ def pool_full(rt: Runtime) -> Refusal | None:
 def read_offer(request: HttpRequest) -> tuple[str, dict[str, Any] | None]:
     """(the SDP offer, the session settings or None) from either body shape, its size and lines checked
     (:func:`offer_limits.check`) and not yet parsed; raises :class:`BadOffer`. The body was capped as it
-    arrived (:mod:`s2s_project.body_limit`)."""
+    arrived (:mod:`realtime.server.body_limit`)."""
     content_type = request.content_type or ""
     session: Any = None
     if content_type.startswith("multipart/form-data") or content_type == "application/x-www-form-urlencoded":

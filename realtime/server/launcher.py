@@ -31,15 +31,15 @@ from django.core.exceptions import ImproperlyConfigured
 
 from realtime.node import runtime
 from realtime.access.checks import uses_development_key
+from realtime.protocol.close_codes import CLOSE_POLICY
 from realtime.protocol.limits import max_frame_bytes
-from s2s_project import http_phase, tls
+from realtime.server import http_phase, tls
 from realtime.transports.sip.signalling import listeners
 from s2s_project.asgi import application
 
 logger = logging.getLogger(__name__)
 
 
-SEND_BUFFER_FULL_CODE = 1008
 # After the closing handshake timed out, what the server sent before has this long to reach the client.
 CLOSE_FLUSH_S = 10.0
 
@@ -108,7 +108,7 @@ class CloseCodeWebSocketProtocol(ws_protocol.WebSocketProtocol):
         return True
 
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
-        super().onClose(wasClean, SEND_BUFFER_FULL_CODE if self.send_overflow else code, reason)
+        super().onClose(wasClean, CLOSE_POLICY if self.send_overflow else code, reason)
 
     def onCloseHandshakeTimeout(self) -> None:
         """The client did not answer the server's close frame in time (``closeHandshakeTimeout``): the
@@ -134,7 +134,7 @@ class CloseCodeWebSocketProtocol(ws_protocol.WebSocketProtocol):
 
 def install_protocols() -> None:
     """Our WebSocket protocol (close codes, send buffer, one handshake deadline) and HTTP channel (request
-    deadline, per-address cap: :mod:`s2s_project.http_phase`) in daphne."""
+    deadline, per-address cap: :mod:`realtime.server.http_phase`) in daphne."""
     ws_protocol.WebSocketFactory.protocol = CloseCodeWebSocketProtocol
     daphne_server.HTTPFactory = http_phase.DeadlineHTTPFactory  # type: ignore[misc]
 

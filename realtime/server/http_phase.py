@@ -13,7 +13,7 @@ ever, and a few hundred such sockets exhaust the open-files limit. Here:
   connect check measures from the upgrade otherwise);
 * one client address may have at most ``S2S_MAX_PENDING_PER_ADDRESS``
   connections whose request has not arrived yet; more are closed at once;
-* a request body over its cap (:func:`s2s_project.body_limit.cap_for`) is refused with a JSON 413
+* a request body over its cap (:func:`realtime.server.body_limit.cap_for`) is refused with a JSON 413
   as soon as its ``Content-Length`` says so, or as soon as that many bytes came (chunked):
   what else it sends is read and dropped for up to ``LINGER_S``, so the client reads
   the 413 instead of a reset, and nothing of it is kept (:class:`CappedRequest`).
@@ -30,7 +30,7 @@ from daphne import http_protocol
 from django.conf import settings
 from twisted.web import http
 
-from s2s_project import body_limit, forwarded
+from realtime.server import body_limit, forwarded
 
 logger = logging.getLogger(__name__)
 

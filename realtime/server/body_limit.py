@@ -3,7 +3,7 @@
 Django reads a body whole before a view can look at it (a probe's 200-300 MiB offers grew the
 server by as much before their 400), and a chunked body, which has no Content-Length, ended in
 an HTML 400 and a logged traceback. The caps here are checked on ``Content-Length`` as soon as the
-headers are in, and on the bytes as they come: under daphne by :class:`s2s_project.http_phase.CappedRequest`
+headers are in, and on the bytes as they come: under daphne by :class:`realtime.server.http_phase.CappedRequest`
 (before Twisted buffers anything), under any ASGI server by :class:`BodyLimit`, which also hands
 Django a chunked body whole, with its length.
 """
