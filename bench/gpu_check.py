@@ -114,7 +114,7 @@ def main() -> None:
     def stages(context):
         vad, stt, _, tts = loopback_engines(context)
         return [
-            VadStage(context, vad),
+            VadStage(context, vad, partial_every_ms=0, speculate_after_ms=0, min_interrupt_ms=0),
             SttStage(context, stt),
             LmStage(context, lm, max_new_tokens=24),
             TtsStage(context, {"alloy": tts}),

@@ -314,7 +314,9 @@ def _stopped(
         vad,
         turn_model=turn,
         check_after_ms=check_ms,
+        partial_every_ms=0,
         speculate_after_ms=SEND_AHEAD_MS if words else 0,
+        min_interrupt_ms=0,
         text_model=_Timed(words[1], costs["words"]) if words else None,
     )
     stage.setup()
@@ -390,7 +392,7 @@ def heard_ms(vad: SileroVadModel, text: str) -> int:
             out_of_band=False,
         )
     )
-    stage = VadStage(context, vad, min_interrupt_ms=10_000)
+    stage = VadStage(context, vad, partial_every_ms=0, speculate_after_ms=0, min_interrupt_ms=10_000)
     stage.setup()
     data = audio.encode(np.concatenate([silence(0.3), spoken(text, steady=False), silence(1.0)]), audio.PCM)
     best = 0

@@ -134,7 +134,8 @@ class EngineConfig:
     lm_context_length: int = 8192
     # Utterances ending within this window share one Whisper call (0: each its own call).
     stt_batch_window_ms: int = 0
-    # Whisper encodes an utterance shorter than this (less a second) in a window of this many seconds, not 30.
+    # Whisper encodes an utterance shorter than this (less a second) in a window of this many seconds, not 30
+    # (chosen by bench/stt_window.py).
     stt_window_s: float = 10.0
     # TTS: at most this many sentences at once across units, first sentences first (0: no ordering).
     tts_slots: int = 0

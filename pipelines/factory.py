@@ -38,7 +38,9 @@ logger = logging.getLogger(__name__)
 def loopback_stages(context: SessionContext, voices: Sequence[str]) -> list[Stage]:
     vad, stt, lm, tts = loopback_engines(context)
     return [
-        VadStage(context, vad),
+        # The FAKE stages as the protocol tests know them: no partial transcripts, no speculation, and any
+        # speech while a reply plays is a barge-in.
+        VadStage(context, vad, partial_every_ms=0, speculate_after_ms=0, min_interrupt_ms=0),
         SttStage(context, stt),
         LmStage(context, lm),
         TtsStage(context, {voice: tts for voice in voices}),

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.config import DEFAULT_STT_MODEL
+from pipelines.config import DEFAULT_STT_MODEL, ENGINE_DEFAULTS
 
 from ._assembled import assembled
 from ._paths import package_dir
@@ -20,7 +20,7 @@ HOP = 160  # samples per log-mel frame
 FRAMES_PER_S = SAMPLE_RATE // HOP
 FULL_WINDOW_S = 30  # Whisper's own window
 FULL_FRAMES = FULL_WINDOW_S * FRAMES_PER_S
-DEFAULT_WINDOW_S = 10.0  # the encoder's window for shorter utterances (S2S_STT_WINDOW_S); chosen by bench/stt_window.py
+DEFAULT_WINDOW_S = ENGINE_DEFAULTS.stt_window_s  # the encoder's window for shorter utterances (S2S_STT_WINDOW_S)
 MAX_TOKENS_PER_S = 12  # of speech: more than any speaker says (English runs at about 4 tokens a second)
 PACKAGED = ("tiny.en", "base")  # Whisper models installed from requirements-models.txt, by name
 

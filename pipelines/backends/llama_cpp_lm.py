@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipelines.config import ENGINE_DEFAULTS
 from pipelines.errors import PromptTooLongError
 from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.tool_calls import plain_messages, tool_schema
@@ -125,7 +126,7 @@ class LlamaCppLM:
         model_path: str | None = None,
         gguf_file: str | None = None,
         device: str = "cpu",
-        n_ctx: int = 4096,
+        n_ctx: int = ENGINE_DEFAULTS.lm_context,
         threads: int = 0,
         max_contexts: int = 1,
         cache_dir: str | None = None,

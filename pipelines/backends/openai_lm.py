@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from pipelines.config import ENGINE_DEFAULTS
 from pipelines.tool_calls import CALL_SEPARATOR, CALL_TAIL, call_head, tool_schema
 
 from ._breaker import CircuitBreaker, CircuitOpenError
@@ -76,8 +77,8 @@ class OpenAIChatLM:
         base_url: str,
         model: str,
         api_key: str = "",
-        context_length: int = 8192,
-        timeout_s: float = 30.0,
+        context_length: int = ENGINE_DEFAULTS.lm_context_length,
+        timeout_s: float = ENGINE_DEFAULTS.lm_timeout_s,
         breaker: CircuitBreaker | None = None,
     ) -> None:
         from openai import OpenAI

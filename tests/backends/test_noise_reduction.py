@@ -99,7 +99,9 @@ def test_the_vad_stage_denoises_a_turn_only_when_the_session_asks(silero_model, 
 
     context = SessionContext()
     context.settings = replace(SessionSettings(), turn_detection=TurnDetection(type=None), noise_reduction=mode)
-    stage = VadStage(context, silero_model, denoiser=RnnoiseModel())
+    stage = VadStage(
+        context, silero_model, partial_every_ms=0, speculate_after_ms=0, min_interrupt_ms=0, denoiser=RnnoiseModel()
+    )
     stage.setup()
     noise = white_noise(2.0)
     data = audio.encode(noise, audio.PCM)

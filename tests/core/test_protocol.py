@@ -77,7 +77,7 @@ async def test_session_update_in_the_ga_shape_is_applied_and_echoed(direct):
     updated = await client.update_session(
         instructions="Be terse.",
         output_modalities=["text"],
-        max_output_tokens=100,
+        max_output_tokens=90,
         audio={
             "input": {
                 "format": {"type": "audio/pcmu"},
@@ -92,7 +92,7 @@ async def test_session_update_in_the_ga_shape_is_applied_and_echoed(direct):
     session = updated["session"]
     assert session["instructions"] == "Be terse."
     assert session["output_modalities"] == ["text"]
-    assert session["max_output_tokens"] == 100
+    assert session["max_output_tokens"] == 90
     assert session["audio"]["input"]["format"] == {"type": "audio/pcmu"}
     assert session["audio"]["input"]["noise_reduction"] == {"type": "near_field"}
     assert session["audio"]["input"]["transcription"] == {"model": "whisper-1", "language": "en"}

@@ -14,6 +14,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from pipelines import engines
 from pipelines.backends import registry
+from pipelines.backends.faster_whisper_stt import WhisperEngine
+from pipelines.backends.llama_cpp_lm import LlamaCppLM
+from pipelines.backends.openai_lm import OpenAIChatLM
 from pipelines.config import LM_ENGINE_NAMES, EngineConfig, PoolConfig
 from pipelines.errors import ModelLoadError
 from pipelines.stages.lm import LmStage
@@ -53,7 +56,14 @@ SAME_QUANTITY = [
     (LmStage, "max_new_tokens", "lm_max_new_tokens"),
     (LmStage, "first_piece_words", "first_piece_words"),
     (SentenceSplitter, "first_words", "first_piece_words"),
+    (VadStage, "partial_every_ms", "partial_every_ms"),
+    (VadStage, "speculate_after_ms", "speculate_after_ms"),
     (VadStage, "check_after_ms", "smart_turn_silence_ms"),
+    (VadStage, "min_interrupt_ms", "min_interrupt_ms"),
+    (LlamaCppLM, "n_ctx", "lm_context"),
+    (OpenAIChatLM, "context_length", "lm_context_length"),
+    (OpenAIChatLM, "timeout_s", "lm_timeout_s"),
+    (WhisperEngine, "window_s", "stt_window_s"),
 ]
 
 

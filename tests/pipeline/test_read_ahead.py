@@ -150,7 +150,7 @@ def test_the_vad_marks_the_turn_ending_when_it_speculates_and_clears_it_when_spe
 
     context = SessionContext()
     context.reset(1)
-    vad = VadStage(context, FakeEnergyVad(), speculate_after_ms=96)
+    vad = VadStage(context, FakeEnergyVad(), partial_every_ms=0, speculate_after_ms=96, min_interrupt_ms=0)
     vad.setup()
 
     def feed(samples) -> list:

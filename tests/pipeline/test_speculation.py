@@ -52,7 +52,7 @@ def unit():
     def stages(context: SessionContext):
         vad, stt, lm, tts = loopback_engines(context)
         return [
-            VadStage(context, vad, speculate_after_ms=64),
+            VadStage(context, vad, partial_every_ms=0, speculate_after_ms=64, min_interrupt_ms=0),
             SttStage(context, stt),
             LmStage(context, lm),
             TtsStage(context, {"alloy": tts}),
@@ -151,7 +151,7 @@ def test_no_partial_transcript_is_sent_while_the_last_one_is_still_with_the_stt(
     from pipelines.messages import PartialUtterance
 
     context = SessionContext()
-    vad = VadStage(context, FakeEnergyVad(), partial_every_ms=64)
+    vad = VadStage(context, FakeEnergyVad(), partial_every_ms=64, speculate_after_ms=0, min_interrupt_ms=0)
     vad.setup()
     data = audio.encode(np.concatenate([silence(0.1), tone(1.0)]), audio.PCM)
 
@@ -229,7 +229,14 @@ def test_semantic_vad_sends_the_turn_ahead_sooner_than_server_vad(detection, aft
 
     context = SessionContext()
     context.settings = replace(SessionSettings(), turn_detection=TurnDetection(type=detection))
-    vad = VadStage(context, FakeEnergyVad(), speculate_after_ms=96, semantic_speculate_after_ms=32)
+    vad = VadStage(
+        context,
+        FakeEnergyVad(),
+        partial_every_ms=0,
+        speculate_after_ms=96,
+        semantic_speculate_after_ms=32,
+        min_interrupt_ms=0,
+    )
     vad.setup()
     data = audio.encode(np.concatenate([silence(0.1), tone(0.5), silence(0.15)]), audio.PCM)
     sent_at = []
@@ -253,7 +260,7 @@ def test_no_partial_transcript_is_sent_while_every_core_computes(monkeypatch):
     share = cpu.CoreShare(cores=2, adaptive=False)
     monkeypatch.setattr(cpu, "_current", share)
     context = SessionContext()
-    vad = VadStage(context, FakeEnergyVad(), partial_every_ms=64)
+    vad = VadStage(context, FakeEnergyVad(), partial_every_ms=64, speculate_after_ms=0, min_interrupt_ms=0)
     vad.setup()
     data = audio.encode(np.concatenate([silence(0.1), tone(2.0)]), audio.PCM)
     chunks = iter(range(0, len(data), 960))

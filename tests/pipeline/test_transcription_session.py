@@ -64,7 +64,7 @@ def stt_pool(whisper, settings) -> Iterator[PipelinePool]:
     def stages(context: SessionContext) -> list[Stage]:
         memory = _Memory(context)
         return [
-            VadStage(context, vad, partial_every_ms=0, speculate_after_ms=0),
+            VadStage(context, vad, partial_every_ms=0, speculate_after_ms=0, min_interrupt_ms=0),
             SttStage(context, whisper),
             LmStage(context, FakeLanguageModel()),
             TtsStage(context, {"alloy": FakeSynthesizer(memory)}),

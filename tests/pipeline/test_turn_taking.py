@@ -69,6 +69,8 @@ def vad_stage(models, detection: TurnDetection, min_interrupt_ms: int = 0) -> Va
     stage = VadStage(
         context,
         models[0],
+        partial_every_ms=0,
+        speculate_after_ms=0,
         turn_model=models[1],
         check_after_ms=DEFAULTS.smart_turn_silence_ms,
         min_interrupt_ms=min_interrupt_ms,
@@ -142,9 +144,11 @@ def listening_stage(models, readers, detection: TurnDetection = SEMANTIC) -> Vad
     stage = VadStage(
         context,
         models[0],
+        partial_every_ms=0,
         speculate_after_ms=DEFAULTS.semantic_speculate_after_ms,
         turn_model=models[1],
         check_after_ms=DEFAULTS.smart_turn_silence_ms,
+        min_interrupt_ms=0,
         text_model=readers[1],
     )
     stage.setup()
