@@ -50,27 +50,15 @@ SEMANTIC_MAX_WAIT_MS = {"low": 8000, "medium": 4000, "auto": 4000, "high": 2000}
 SEMANTIC_THRESHOLD = {"low": 0.7, "medium": 0.5, "auto": 0.5, "high": 0.3}
 # The words' check (a text turn model on the speculative transcript): the chance of a finished message
 # below which the words overrule a finished-sounding pause, and how long such a pause then waits for more
-# speech before the turn ends anyway (half the longest wait). Chosen by bench/turn_words.py
-# (docs/benchmarks.md): with the words read as a quote (``turn_text.FRAMING``), no cut sentence that sounds
-# finished reads over 0.19 (but one that Whisper ended with words of its own, "Could you send a message to
-# me?"), and only mis-heard complete questions ("is the Sunestar") read under 0.2.
-# A transcript that Whisper ends with a question mark (its read of the voice and the words) needs
-# QUESTION_MARK_WEIGHT times less: of 240 renderings, 110 of 140 complete questions end so and 10 of 100 cut
-# sentences. Those cut sentences read 0.0007 at most ("Could you book a table for?"; Whisper's own ending
-# aside), the complete questions 0.0056 at least (a mis-heard "What colors the sky?"): 100 puts the bound,
-# 0.002, midway between the two on a log scale (25 held that question 2 s).
+# speech before the turn ends anyway (half the longest wait). A transcript that Whisper ends with a question
+# mark needs QUESTION_MARK_WEIGHT times less. Chosen by bench/turn_words.py; the figures: docs/benchmarks.md,
+# "Reading a turn's words as a quote".
 SEMANTIC_TEXT_FLOOR = {"low": 0.3, "medium": 0.2, "auto": 0.2, "high": 0.08}
 QUESTION_MARK_WEIGHT = 100
 SEMANTIC_TEXT_WAIT_MS = {name: wait // 2 for name, wait in SEMANTIC_MAX_WAIT_MS.items()}
-# The chance of a finished message at or above which the words overrule an unfinished-sounding pause:
-# Smart Turn hears some complete questions as going on ("How are you today?", "Is the sun a star"), which
-# then waited the longest wait; of the cut sentences that sound unfinished, only a list read over 0.36 ("I
-# need to buy eggs. Milk. Bread" 0.66; bench/turn_words.py, docs/benchmarks.md). Whisper's question mark
-# weighs here as in the floor (of the pauses that sound unfinished, the complete questions' transcripts
-# ended in one, the cut sentences' did not). Words over the floor and under this mark end such a pause
-# after half the longest wait: in a server's turns, Whisper heard Piper's "Is the sun a star?" as "is the
-# sun is star" (0.29), and of 56 cut sentences that sounded unfinished one read there ("My phone number is
-# 5 5 5 5", 0.23: answered if its pause lasts 2 s).
+# The chance of a finished message at or above which the words overrule an unfinished-sounding pause (Smart
+# Turn hears some complete questions as going on); the question mark weighs as in the floor. Words over the
+# floor and under this mark end such a pause after half the longest wait. The figures: as for the floor.
 SEMANTIC_TEXT_SURE = {"low": 0.8, "medium": 0.5, "auto": 0.5, "high": 0.3}
 # How long after the turn model's verdict the words may take to come from the STT; later, the sound decides.
 WORDS_DUE_MS = 800
