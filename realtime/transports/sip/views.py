@@ -1,6 +1,6 @@
 """The operator's control of a SIP call, as OpenAI's GA API has it: ``POST /v1/realtime/calls/{call_id}/accept``,
-``/reject`` and ``/refer`` (``/hangup`` and ``DELETE`` are the WebRTC views': they find SIP calls in the same
-registry, ``Runtime.calls``). Allowed to whom the owner rule permits (:mod:`realtime.access.owner`).
+``/reject`` and ``/refer`` (``/hangup`` and ``DELETE`` are :mod:`realtime.transports.calls`', for WebRTC and SIP
+calls alike: both are in ``Runtime.calls``). Allowed to whom the owner rule permits (:mod:`realtime.access.owner`).
 
 The credentials and the body are checked here, where the request arrived; the action is decided where the call
 is held (:func:`realtime.transports.sip.control.run`): on this process directly, on another one of the cluster
