@@ -38,7 +38,7 @@ from bench.docs import machine_load, write_section  # noqa: E402
 from bench.quality_questions import QUESTIONS  # noqa: E402
 from bench.voice_latency import compare_turns, pct  # noqa: E402
 from pipelines.config import DEFAULT_LM_BACKEND, DEFAULT_STT_MODEL  # noqa: E402
-from realtime.protocol.session import DEFAULT_INSTRUCTIONS  # noqa: E402
+from pipelines.config import DEFAULT_INSTRUCTIONS  # noqa: E402
 from tests.support.server import LiveServer  # noqa: E402
 from tests.support.speech import edit_distance  # noqa: E402
 

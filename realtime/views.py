@@ -16,8 +16,9 @@ from django.urls import Resolver404, resolve, reverse
 from pipelines.config import SPEED_RANGE, EngineConfig
 from realtime.access import auth, owner
 from realtime.access.owner import Caller, Owner
-from realtime.protocol.core import AUTH_STATUS
-from realtime.protocol.session import SessionConfig
+from realtime.live.opening import AUTH_STATUS
+from realtime.protocol.session import render as session_render
+from realtime.protocol.session.config import SessionConfig
 from realtime.node import channel_layer
 from realtime.node import runtime
 from realtime.audit import metrics as metrics_exposition
@@ -63,7 +64,7 @@ def session_defaults() -> dict[str, object]:
     """The session a new connection gets, as ``session.created`` will show it: the settings form starts from it,
     so pressing Apply before connecting sends these values rather than an empty form."""
     voices = tuple(settings.S2S_POOL.engines.all_voices) or ("alloy",)
-    return SessionConfig("sess_defaults", "gpt-realtime", voices).as_ga()
+    return session_render.as_ga(SessionConfig("sess_defaults", "gpt-realtime", voices))
 
 
 def installed_voices(engines: EngineConfig) -> list[tuple[str, str]]:

@@ -31,14 +31,13 @@ from django.http.request import split_domain_port, validate_host
 from django.utils import timezone
 
 from realtime.models import ApiKey, ClientSecret
+from realtime.protocol.close_codes import CLOSE_POLICY, CLOSE_TRY_AGAIN
 
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "sk-s2s-"
 SECRET_PREFIX = "ek_"
 SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
-CLOSE_POLICY = 1008
-CLOSE_TRY_AGAIN = 1013
 
 
 class AuthError(Exception):

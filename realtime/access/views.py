@@ -19,9 +19,10 @@ from django.views.decorators.csrf import csrf_exempt
 
 from pipelines.ids import new_id
 from realtime.access import auth
-from realtime.protocol.events import EventError, loads
+from realtime.protocol.wire import EventError, loads
 from realtime.models import ApiKey, Prompt
-from realtime.protocol.session import SessionConfig
+from realtime.protocol.session import render
+from realtime.protocol.session.config import SessionConfig
 
 MIN_TTL_S, MAX_TTL_S = 10, 7200
 
@@ -132,5 +133,5 @@ def client_secrets(request: HttpRequest) -> JsonResponse:
         return api_error(400, exc.code, exc.message, exc.param)
     secret, value = auth.create_client_secret(api_key, config, ttl)
     return JsonResponse(
-        {"value": value, "expires_at": auth.expires_at_epoch(secret.expires_at), "session": session.as_ga()}
+        {"value": value, "expires_at": auth.expires_at_epoch(secret.expires_at), "session": render.as_ga(session)}
     )

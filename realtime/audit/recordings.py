@@ -26,7 +26,7 @@ from realtime.models import Recording
 
 if TYPE_CHECKING:
     from realtime.protocol.conversation import Conversation
-    from realtime.protocol.events import ClientEvent
+    from realtime.protocol.client_events import ClientEvent
 
 logger = logging.getLogger(__name__)
 

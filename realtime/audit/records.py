@@ -31,7 +31,7 @@ from realtime.models import ConversationItem, RealtimeSession, RefusalCount, Res
 if TYPE_CHECKING:
     from realtime.protocol.conversation import Conversation
     from realtime.protocol.responses import ResponseState
-    from realtime.protocol.events import ClientEvent
+    from realtime.protocol.client_events import ClientEvent
     from realtime.audit.metrics import Metrics
 
 logger = logging.getLogger(__name__)

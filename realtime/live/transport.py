@@ -3,8 +3,8 @@
 A transport (the WebSocket consumer, a WebRTC call, a SIP call, the tests' in-memory one)
 implements :class:`Transport`; one that plays the reply itself implements :class:`PlaysAudio`
 too, and one the operator controls by its call id (a SIP call: accept, reject, refer) implements
-:class:`Controlled`. It opens its session with :func:`realtime.protocol.core.open_session` and a
-:class:`realtime.protocol.core.OpenRequest`, which raises :class:`Refusal` when no session
+:class:`Controlled`. It opens its session with :func:`realtime.live.core.open_session` and a
+:class:`realtime.live.core.OpenRequest`, which raises :class:`Refusal` when no session
 can start. Nothing here knows the records, the credentials or the node.
 """
 
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pipelines import messages as m
-from realtime.protocol.events import encode_audio, error_event
+from realtime.protocol.events import error_event
+from realtime.protocol.wire import encode_audio
 
 if TYPE_CHECKING:
     from realtime.access.owner import Caller
@@ -22,11 +23,6 @@ if TYPE_CHECKING:
 Event = dict[str, Any]
 
 CALL_NOT_FOUND = "No live call with id '{}' that you may reach."  # unknown, or not the caller's
-CLOSE_NORMAL = 1000
-CLOSE_GOING_AWAY = 1001
-CLOSE_POLICY = 1008
-CLOSE_INTERNAL = 1011
-CLOSE_TRY_AGAIN = 1013
 
 
 @dataclass(frozen=True)

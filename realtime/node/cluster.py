@@ -37,7 +37,7 @@ from s2s_project.celery import app as celery_app
 
 logger = logging.getLogger(__name__)
 
-# The messages a live session's mailbox (``realtime.protocol.mailbox``) is sent, by type.
+# The messages a live session's mailbox (``realtime.live.mailbox``) is sent, by type.
 END_SESSION = "session.end"
 KEY_REVOKED = "key.revoked"
 CALL_CONTROL = "call.control"
@@ -79,7 +79,7 @@ async def control_elsewhere(
     """Asks whichever process holds ``call_id`` to run a control ``action`` (accept, reject, refer) with the
     request's ``body`` for ``caller`` (a :meth:`realtime.access.owner.Caller.as_message`: the holder
     decides, as it would locally), and waits up to ``timeout_s`` for its answer (a
-    :meth:`realtime.protocol.transport.ControlAnswer.as_message`). None: no channel layer, or nobody answered
+    :meth:`realtime.live.transport.ControlAnswer.as_message`). None: no channel layer, or nobody answered
     in time (no process holds the call). Raises what the channel layer raises (Redis away)."""
     layer = get_channel_layer()
     if layer is None:

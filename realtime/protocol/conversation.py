@@ -18,10 +18,12 @@ from pipelines import audio, messages as m
 from pipelines.ids import new_id
 from realtime.protocol import events as e
 from realtime.protocol.clips import Clips
-from realtime.protocol.events import ClientItem, EventError, server_event
+from realtime.protocol.client_items import ClientItem
+from realtime.protocol.events import server_event
+from realtime.protocol.wire import EventError, encode_audio
 from realtime.protocol.items import Caps, Items, history_item, text_bytes
 from realtime.protocol.responses import Port, ResponseState, Responses
-from realtime.protocol.session import ResponseOptions, SessionConfig
+from realtime.protocol.session.config import ResponseOptions, SessionConfig
 
 Event = dict[str, Any]
 
@@ -130,7 +132,7 @@ class Conversation:
             item = {
                 **item,
                 "content": [
-                    {**part, "audio": e.encode_audio(data)} if part.get("type") == "input_audio" else part
+                    {**part, "audio": encode_audio(data)} if part.get("type") == "input_audio" else part
                     for part in item["content"]
                 ],
             }

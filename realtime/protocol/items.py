@@ -15,7 +15,8 @@ from typing import Any
 
 from pipelines import audio, messages as m
 from pipelines.ids import new_id
-from realtime.protocol.events import ClientItem, EventError, ItemReference
+from realtime.protocol.client_items import ClientItem, ItemReference
+from realtime.protocol.wire import EventError
 
 Event = dict[str, Any]
 

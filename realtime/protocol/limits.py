@@ -22,10 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.conf import settings
-
 from realtime.protocol.items import Caps
-from realtime.protocol.events import EventError
+from realtime.protocol.wire import EventError
 
 Clock = Callable[[], float]
 
@@ -45,24 +43,6 @@ class Limits:
     idle_timeout_s: float  # 0: none
     conversation: Caps
     max_instructions_bytes: int
-
-    @classmethod
-    def from_settings(cls) -> Limits:
-        return cls(
-            max_frame_bytes=max_frame_bytes(settings.S2S_MAX_EVENT_BYTES),
-            events_per_second=float(settings.S2S_MAX_EVENTS_PER_SECOND),
-            burst=settings.S2S_EVENTS_BURST,
-            max_input_buffer_ms=settings.S2S_MAX_INPUT_BUFFER_SECONDS * 1000,
-            max_session_s=float(settings.S2S_MAX_SESSION_SECONDS),
-            idle_timeout_s=float(settings.S2S_IDLE_TIMEOUT_S),
-            conversation=Caps(
-                max_items=settings.S2S_MAX_ITEMS,
-                max_item_bytes=settings.S2S_MAX_ITEM_BYTES,
-                max_total_bytes=settings.S2S_MAX_CONVERSATION_BYTES,
-                max_audio_bytes=settings.S2S_MAX_CONVERSATION_AUDIO_BYTES,
-            ),
-            max_instructions_bytes=settings.S2S_MAX_INSTRUCTIONS_BYTES,
-        )
 
 
 class TokenBucket:

@@ -18,10 +18,11 @@ from typing import Any
 
 from pipelines import audio, messages as m
 from realtime.protocol import events as e
-from realtime.protocol.events import EventError, server_event
+from realtime.protocol.events import server_event
+from realtime.protocol.wire import EventError
 from realtime.protocol.items import Items, Speech, item_text, text_bytes
 from realtime.protocol.mcp.config import HostedTool, McpServer
-from realtime.protocol.session import ResponseOptions, SessionConfig
+from realtime.protocol.session.config import ResponseOptions, SessionConfig
 
 Event = dict[str, Any]
 

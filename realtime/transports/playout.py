@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipelines import audio, messages as m
-from realtime.protocol.transport import ClearedReply
+from realtime.live.transport import ClearedReply
 
 if TYPE_CHECKING:
-    from realtime.protocol.core import SessionCore
+    from realtime.live.core import SessionCore
 
 
 @dataclass
@@ -116,7 +116,7 @@ class ReplyQueue:
 
 
 class PlaysFromQueue:
-    """``realtime.protocol.transport.PlaysAudio`` for a transport that holds its reply in a :class:`ReplyQueue`
+    """``realtime.live.transport.PlaysAudio`` for a transport that holds its reply in a :class:`ReplyQueue`
     (``self.playout``), and the queue's callbacks (:meth:`_playout_started`, :meth:`_playout_stopped`), which
     tell the transport's session (``self.core``) as each reply starts and stops going out."""
 

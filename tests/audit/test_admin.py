@@ -27,7 +27,7 @@ from realtime import tasks
 from realtime.node import cluster
 from realtime.audit import recordings
 from realtime.access.auth import create_api_key
-from realtime.protocol.events import ClientEvent
+from realtime.protocol.client_events import InputAudioAppend
 from realtime.views import installed_voices
 from realtime.apps import AUDITORS_GROUP
 from realtime.management.commands.pool_status import Command as PoolStatus
@@ -326,9 +326,7 @@ class TestRecordings:
         conversation = FakeConversation()
         appended = audio.encode(tone(3.0), audio.PCM)
         for start in range(0, len(appended), 1920):  # 40 ms chunks
-            turn.client_event(
-                ClientEvent("input_audio_buffer.append", None, {"audio": appended[start : start + 1920]}), conversation
-            )
+            turn.client_event(InputAudioAppend(audio=appended[start : start + 1920]), conversation)
         turn.output(m.SpeechStarted(generation=0, item_id="item_1", audio_start_ms=500), conversation)
         turn.output(m.SpeechStopped(generation=0, item_id="item_1", audio_end_ms=2000), conversation)
         turn.output(m.AudioCommitted(generation=0, item_id="item_1", duration_ms=1500), conversation)

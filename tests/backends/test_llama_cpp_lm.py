@@ -24,7 +24,7 @@ from pipelines.backends.llama_cpp_lm import DOUBLED_CALL_LAYOUT, LlamaCppLM, fix
 from pipelines.backends.transformers_lm import PromptTooLongError, default_model
 from pipelines.config import FunctionTool, ToolChoice
 from pipelines.tool_calls import CALL_CLOSE, CALL_OPEN, CallEnd, CallParser
-from realtime.protocol.session import DEFAULT_INSTRUCTIONS
+from pipelines.config import DEFAULT_INSTRUCTIONS
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 STORY = [{"role": "user", "content": "Write a long story about a dragon and a knight."}]

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from pipelines.config import SPEED_RANGE
-from realtime.protocol.session import DEFAULT_INSTRUCTIONS
+from pipelines.config import DEFAULT_INSTRUCTIONS
 from tests.browser.conftest import ARTIFACTS, write_microphone_wav
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer

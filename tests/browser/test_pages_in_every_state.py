@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from django.contrib.admin.utils import quote
 
-from realtime.protocol.session import DEFAULT_INSTRUCTIONS
+from pipelines.config import DEFAULT_INSTRUCTIONS
 from tests.audit.clients import ws_connect, ws_receive_until, ws_text_turn
 from tests.browser.conftest import ARTIFACTS, BASE_ARGS, BrowserPage, chromium_path, write_microphone_wav
 from tests.support.polling import wait_for

@@ -172,7 +172,7 @@ async def test_an_out_of_band_response_may_run_while_a_conversation_response_is_
 
 async def test_response_max_output_tokens_shows_the_responses_own_value(connect):
     client = await connect()
-    await client.update_session(max_output_tokens=100)
+    await client.update_session(max_output_tokens=50)
     await client.say_text("a b c d e f g h", max_output_tokens=3, **TEXT)
     events = await client.collect("response.done")
     created = next(e for e in events if e["type"] == "response.created")["response"]
@@ -180,7 +180,7 @@ async def test_response_max_output_tokens_shows_the_responses_own_value(connect)
     assert created["max_output_tokens"] == done["max_output_tokens"] == 3
     assert (done["status"], done["status_details"]["reason"]) == ("incomplete", "max_output_tokens")
     await client.say_text("hello", **TEXT)
-    assert (await client.until("response.done"))["response"]["max_output_tokens"] == 100
+    assert (await client.until("response.done"))["response"]["max_output_tokens"] == 50
 
 
 async def test_the_servers_own_token_cap_is_reported_as_incomplete_when_the_client_asked_for_inf(

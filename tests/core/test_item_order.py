@@ -11,8 +11,9 @@ from pipelines.loopback import FakeLanguageModel
 from pipelines.stages.base import SessionContext
 from pipelines.stages.lm import LmStage
 from realtime.protocol.conversation import Conversation, Port
-from realtime.protocol.events import EventError, parse_event
-from realtime.protocol.session import SessionConfig
+from realtime.protocol.client_events import parse_event
+from realtime.protocol.wire import EventError
+from realtime.protocol.session.config import SessionConfig
 
 
 class Session:

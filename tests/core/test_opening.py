@@ -13,7 +13,7 @@ from pipelines import messages as m
 from realtime.access.auth import Principal
 from realtime.access.owner import Caller, Owner
 from realtime.node import cluster, runtime
-from realtime.protocol.transport import ControlAnswer, Refusal, ServerEvent
+from realtime.live.transport import ControlAnswer, Refusal, ServerEvent
 from tests.support.client import Closed, text_item, types
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,11 +80,7 @@ async def test_a_failure_at_any_step_of_the_opening_leaks_no_unit(direct, loopba
     if step == "prepare":
         request["prepare"] = fail
     else:
-        target = (
-            "realtime.protocol.mailbox.Mailbox.open"
-            if step == "mailbox"
-            else "realtime.protocol.core.SessionCore.start"
-        )
+        target = "realtime.live.mailbox.Mailbox.open" if step == "mailbox" else "realtime.live.core.SessionCore.start"
         monkeypatch.setattr(target, fail)
     with pytest.raises(RuntimeError):
         await direct(**request)
@@ -252,7 +248,7 @@ def test_a_server_event_is_serialised_with_its_audio_as_base64_only_on_the_wire(
 
 
 async def test_without_a_channel_layer_the_session_still_runs(direct, loopback_pool, monkeypatch):
-    monkeypatch.setattr("realtime.protocol.mailbox.get_channel_layer", lambda: None)
+    monkeypatch.setattr("realtime.live.mailbox.get_channel_layer", lambda: None)
     client = await direct()
     assert client.transport.core.mailbox.groups == ()
     await client.send("conversation.item.create", item=text_item("hello"))

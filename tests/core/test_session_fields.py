@@ -15,6 +15,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.admin.utils import quote
 
 from pipelines import audio
+from pipelines.config import ENGINE_DEFAULTS
 from realtime.models import Prompt, PromptVersion
 from tests.support.client import text_item
 from tests.support.speech import tone
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 TEXT = {"output_modalities": ["text"]}
 MANUAL = {"audio": {"input": {"turn_detection": None}}}
-CAP = 128  # the loopback LM stage's max_new_tokens
+CAP = ENGINE_DEFAULTS.lm_max_new_tokens  # the loopback LM stage's max_new_tokens: the engine config's default
 
 
 def words(n: int, word: str = "w") -> str:
@@ -114,9 +115,9 @@ async def test_disabled_truncation_fails_when_one_item_is_longer_than_the_contex
         ({"type": "retention_ratio", "retention_ratio": "half"}, "session.truncation.retention_ratio"),
         ({"type": "other", "retention_ratio": 0.5}, "session.truncation.type"),
         (
-            {"type": "retention_ratio", "retention_ratio": 0.5, "token_limits": {"post_instructions": 4000}},
+            {"type": "retention_ratio", "retention_ratio": 0.5, "token_limits": {"post_instructions": 4097 - CAP}},
             "session.truncation.token_limits.post_instructions",
-        ),  # above the context (4096) less the cap (128)
+        ),  # above the context (4096) less the LM stage's cap
         (
             {"type": "retention_ratio", "retention_ratio": 0.5, "token_limits": {"pre": 1}},
             "session.truncation.token_limits.pre",
@@ -339,11 +340,13 @@ async def test_user_audio_kept_for_retrieval_is_capped_and_the_oldest_goes_first
 def test_each_kind_of_turn_detection_starts_from_the_pipelines_defaults(kind):
     """``pipelines.config.TurnDetection`` holds each default; the session shows and passes on exactly those."""
     from pipelines.config import TurnDetection
-    from realtime.protocol.session import DEFAULT_TURN_DETECTION, TURN_DETECTION_DEFAULTS, SessionConfig
+    from realtime.protocol.session.config import SessionConfig
+    from realtime.protocol.session import render
+    from realtime.protocol.session.keys import DEFAULT_TURN_DETECTION, TURN_DETECTION_DEFAULTS
 
     session = SessionConfig("sess_defaults", "gpt-realtime", ("alloy",))
     assert (DEFAULT_TURN_DETECTION, session.turn_detection) == ("server_vad", TURN_DETECTION_DEFAULTS["server_vad"])
     session.update({"type": "realtime", "audio": {"input": {"turn_detection": {"type": kind}}}}, beta=False)
-    assert session.as_ga()["audio"]["input"]["turn_detection"] == TURN_DETECTION_DEFAULTS[kind]
+    assert render.as_ga(session)["audio"]["input"]["turn_detection"] == TURN_DETECTION_DEFAULTS[kind]
     assert session.settings().turn_detection == TurnDetection(type=kind)
     assert TURN_DETECTION_DEFAULTS["server_vad"]["silence_duration_ms"] == TurnDetection().silence_duration_ms

@@ -8,7 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from realtime.protocol.events import CLIENT_EVENT_TYPES
+from realtime.protocol.client_events import CLIENT_EVENT_TYPES
 
 FIELDS = (
     "type",

@@ -16,8 +16,10 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from pipelines.ids import new_id
 from realtime.node import runtime
 from realtime.protocol.conversation import Port
-from realtime.protocol.core import Opening, SessionCore
-from realtime.protocol.events import EventError, parse, parse_event
+from realtime.live.core import SessionCore
+from realtime.live.opening import Opening
+from realtime.protocol.client_events import parse, parse_event
+from realtime.protocol.wire import EventError
 from tests.security.conftest import connect, next_event
 from tests.security.fuzz_events import frames
 

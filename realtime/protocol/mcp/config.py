@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pipelines.config import FunctionTool
-from realtime.protocol.events import EventError, check_type
+from realtime.protocol.wire import EventError, check_type
 
 LABEL = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 KEYS = {

@@ -24,7 +24,7 @@ from realtime.protocol.events import mcp_call_item, server_event
 from realtime.protocol.mcp.client import McpFailure
 from realtime.protocol.mcp.config import HostedTool, ListedTool, McpServer
 from realtime.protocol.responses import ResponseState
-from realtime.protocol.session import SessionConfig
+from realtime.protocol.session.config import SessionConfig
 
 logger = logging.getLogger(__name__)
 

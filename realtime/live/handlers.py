@@ -1,0 +1,121 @@
+"""What each client event does to a live session: one ``on_`` method per event class of
+``realtime.protocol.client_events``, named by its ``handler``. Each returns the events that answer it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from pipelines.pool import Lease
+from realtime.live.opening import Opening
+from realtime.live.transport import ClearedReply, Event, PlaysAudio
+from realtime.protocol import client_events as ce
+from realtime.protocol.conversation import Conversation
+from realtime.protocol.events import server_event
+from realtime.protocol.mcp.session import McpSession
+from realtime.protocol.session import render
+from realtime.protocol.session.config import SessionConfig
+from realtime.protocol.wire import EventError
+
+logger = logging.getLogger(__name__)
+
+
+class ClientEventHandlers:
+    """The handlers of :class:`realtime.live.core.SessionCore`, which sets these attributes."""
+
+    id: str
+    opening: Opening
+    session: SessionConfig
+    conversation: Conversation
+    mcp: McpSession
+    lease: Lease | None
+    player: PlaysAudio | None
+
+    def handle(self, event: ce.ClientEvent) -> list[Event]:
+        """Carries out one parsed client event; returns the events that answer it."""
+        handler: Callable[[ce.ClientEvent], list[Event]] = getattr(self, event.handler)
+        return handler(event)
+
+    def on_session_update(self, event: ce.SessionUpdate) -> list[Event]:
+        self.session.update(event.session, beta=self.opening.beta, prompts=event.prompts)
+        self._apply_settings()
+        return [server_event("session.updated", session=self._session_obj()), *self.mcp.servers_changed()]
+
+    def on_transcription_session_update(self, event: ce.TranscriptionSessionUpdate) -> list[Event]:
+        """The beta way to make this a transcription session (GA clients say ``session.type: "transcription"``)."""
+        if not self.opening.beta:
+            raise EventError(
+                "invalid_value",
+                "transcription_session.update is a beta event: GA clients send "
+                "session.update with session.type 'transcription'.",
+                "type",
+            )
+        if self.session.audio_produced:
+            raise EventError(
+                "invalid_value", "Cannot make a session that has produced audio a transcription session.", "type"
+            )
+        self.session.update(event.session, beta=True, transcription=True)
+        self._apply_settings()
+        return [server_event("transcription_session.updated", session=render.as_beta_transcription(self.session))]
+
+    def _apply_settings(self) -> None:
+        if self.lease is not None:
+            self.lease.unit.context.settings = self.session.settings()
+
+    def on_output_audio_clear(self, event: ce.OutputAudioClear) -> list[Event]:
+        if self.player is not None:
+            return self._cleared(self.player.clear_reply())
+        raise EventError(
+            "invalid_value",
+            "output_audio_buffer.clear is only supported for WebRTC and SIP connections; "
+            "over WebSocket the client owns playback (use conversation.item.truncate).",
+            "type",
+        )
+
+    def _cleared(self, cleared: ClearedReply) -> list[Event]:
+        """``output_audio_buffer.cleared`` (said even when nothing played, about the latest reply, as the API's
+        type has it), and the reply's item truncated to what was played, as the server knows it."""
+        events = [server_event("output_audio_buffer.cleared", response_id=cleared.response_id)]
+        if cleared.item_id is not None:
+            try:
+                events += self.conversation.truncate_item(cleared.item_id, 0, cleared.played_ms)
+            except EventError as exc:  # e.g. an out-of-band response: nothing to truncate
+                logger.debug("session %s: no truncation of %s: %s", self.id, cleared.item_id, exc.message)
+        return events
+
+    def _session_obj(self) -> Event:
+        if self.opening.beta:
+            return (
+                render.as_beta_transcription(self.session)
+                if self.session.transcription_only
+                else render.as_beta(self.session)
+            )
+        return render.as_ga(self.session)
+
+    def on_input_audio_append(self, event: ce.InputAudioAppend) -> list[Event]:
+        return self.conversation.append_audio(event.audio)
+
+    def on_input_audio_commit(self, event: ce.InputAudioCommit) -> list[Event]:
+        return self.conversation.commit_audio(event.event_id)
+
+    def on_input_audio_clear(self, event: ce.InputAudioClear) -> list[Event]:
+        return self.conversation.clear_audio()
+
+    def on_item_create(self, event: ce.ItemCreate) -> list[Event]:
+        return self.conversation.create_item(event.item, event.previous_item_id)
+
+    def on_item_retrieve(self, event: ce.ItemRetrieve) -> list[Event]:
+        return self.conversation.retrieve_item(event.item_id)
+
+    def on_item_delete(self, event: ce.ItemDelete) -> list[Event]:
+        return self.conversation.delete_item(event.item_id)
+
+    def on_item_truncate(self, event: ce.ItemTruncate) -> list[Event]:
+        return self.conversation.truncate_item(event.item_id, event.content_index, event.audio_end_ms)
+
+    def on_response_create(self, event: ce.ResponseCreate) -> list[Event]:
+        options = self.session.response_options(event.response, self.opening.beta, event.prompts)
+        return self.conversation.create_response(options, event.event_id)
+
+    def on_response_cancel(self, event: ce.ResponseCancel) -> list[Event]:
+        return self.conversation.cancel_response(event.response_id)
