@@ -136,9 +136,9 @@ class FakeLanguageModel:
         elif answered:
             words = f"The tool said: {messages[-1]['content']}.".split()
         delay = 0.0
-        if last_user.startswith("slow"):  # long, slow answers to test cancelling mid-response
-            words = words + ["and so on."] * 200
-            delay = 0.02
+        if last_user.startswith("slow"):  # long, slow answers to test cancelling mid-response: about 4 s for the
+            words = words + ["and so on."] * 200  # default cap of 96 tokens
+            delay = 0.04
         return FakeStream(words[:max_new_tokens], self.count_tokens(messages, tools), cancel, delay)
 
     @staticmethod
