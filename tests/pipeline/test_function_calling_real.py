@@ -120,16 +120,16 @@ async def test_a_js_agents_sdk_voice_agent_with_auto_runs_its_tool_and_speaks_th
     assert types.index("response.function_call_arguments.done") < types.index("response.output_audio.delta")
 
 
-def readme_example(heading: str) -> str:
-    """The first Python block after ``heading`` in the README."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def docs_example(heading: str) -> str:
+    """The first Python block after ``heading`` in docs/clients.md."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "clients.md").read_text()
     after = text[text.index(heading) :]
     start = after.index("```python\n") + len("```python\n")
     return after[start : after.index("```\n", start)]
 
 
-def test_the_readme_voice_agent_with_tools_runs_as_written(real_server, tmp_path):
-    code = readme_example("### A voice agent with tools")
+def test_the_documented_voice_agent_with_tools_runs_as_written(real_server, tmp_path):
+    code = docs_example("## A voice agent with tools")
     assert "127.0.0.1:8000" in code
     script = tmp_path / "voice_agent.py"
     script.write_text(code.replace("127.0.0.1:8000", f"127.0.0.1:{real_server.port}"))
