@@ -102,10 +102,18 @@ pipecat-deps: $(PIPECAT_DEPS)
 test: setup system-deps node-deps pipecat-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# ruff's checks and its formatter, as configured in pyproject.toml; CI runs this before the tests.
-lint: setup
-	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
+# ruff's checks and its formatter, as configured in pyproject.toml; CI runs this before the tests. In a small
+# virtual environment of its own (requirements-lint.txt), so that it needs no model set-up.
+LINT_VENV := .venv-lint
+LINT_DEPS := $(LINT_VENV)/.installed
+$(LINT_DEPS): requirements-lint.txt requirements.txt
+	test -x $(LINT_VENV)/bin/python || $(PYTHON) -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $<
+	touch $@
+
+lint: $(LINT_DEPS)
+	$(LINT_VENV)/bin/ruff check .
+	$(LINT_VENV)/bin/ruff format --check .
 
 bench: setup
 	$(PY) bench/transport.py
@@ -119,7 +127,7 @@ bench-quality: setup
 	$(PY) bench/quality.py
 
 clean:
-	rm -rf $(VENV) $(PIPECAT_VENV) staticfiles
+	rm -rf $(VENV) $(PIPECAT_VENV) $(LINT_VENV) staticfiles
 
 # The container image (Dockerfile) built with podman as these machines must: a Debian base made here from Debian's
 # packages, this machine's CA bundle for pip as a build secret (scripts/container_build.sh). With Docker and public
