@@ -31,6 +31,8 @@ from websockets.sync.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import contextlib
+
 from tests.support import server as live  # noqa: E402
 
 MiB = 1024 * 1024
@@ -131,11 +133,8 @@ def refusals(server: live.LiveServer) -> dict[str, object]:
     size = db_bytes(server)
     started = time.monotonic()
     for _ in range(500):
-        with connect(server.ws, open_timeout=5, user_agent_header="x" * 500) as ws:
-            try:
-                ws.recv(timeout=5)
-            except Exception:
-                pass
+        with connect(server.ws, open_timeout=5, user_agent_header="x" * 500) as ws, contextlib.suppress(Exception):
+            ws.recv(timeout=5)
     took = time.monotonic() - started
     time.sleep(3)
     with sqlite3.connect(server.tmp_dir / "server.sqlite3") as db:

@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.docs import machine_load, write_section  # noqa: E402
 from pipelines import audio  # noqa: E402
+from pipelines.backends.deepfilternet import DeepFilterNetModel  # noqa: E402
 from pipelines.backends.faster_whisper_stt import WhisperEngine  # noqa: E402
 from pipelines.backends.piper_tts import PiperEngine  # noqa: E402
-from pipelines.backends.deepfilternet import DeepFilterNetModel  # noqa: E402
 from pipelines.backends.rnnoise import RnnoiseModel  # noqa: E402
 from pipelines.backends.silero import SileroVadModel  # noqa: E402
 from pipelines.input_audio import ATTENUATION_LIMIT_DB, DenoiserModel, InputAudio  # noqa: E402

@@ -37,8 +37,11 @@ sys.path.insert(0, str(ROOT))
 from bench.docs import machine_load, write_section  # noqa: E402
 from bench.quality_questions import QUESTIONS  # noqa: E402
 from bench.voice_latency import compare_turns, pct  # noqa: E402
-from pipelines.config import DEFAULT_LM_BACKEND, DEFAULT_STT_MODEL  # noqa: E402
-from pipelines.config import DEFAULT_INSTRUCTIONS  # noqa: E402
+from pipelines.config import (  # noqa: E402
+    DEFAULT_INSTRUCTIONS,  # noqa: E402
+    DEFAULT_LM_BACKEND,
+    DEFAULT_STT_MODEL,
+)
 from tests.support.server import LiveServer  # noqa: E402
 from tests.support.speech import edit_distance  # noqa: E402
 

@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 from bench.docs import machine_load, write_section  # noqa: E402
 from realtime.transports.sip.auth import DigestAuth  # noqa: E402
 from realtime.transports.sip.srtp import Crypto, SrtpContext  # noqa: E402
+from tests.sip.conftest import sip_listener_env  # noqa: E402
 from tests.sip.test_malformed import invite  # noqa: E402
 from tests.sip.test_security import OFFER, digest_header  # noqa: E402
-from tests.sip.conftest import sip_listener_env  # noqa: E402
 from tests.support.server import LiveServer, free_port  # noqa: E402
 
 MARKERS = ("<!-- sip-security:begin -->", "<!-- sip-security:end -->")

@@ -189,14 +189,17 @@ class CoreShare:
             before = self._step_s.get(threads)
             self._step_s[threads] = seconds if before is None else before + SMOOTHING * (seconds - before)
             everything, share = self._step_s.get(self.cores), self._step_s.get(self.share)
-            if threads == self.cores and share is not None:
-                if seconds > STALL_RATIO * share or (everything is not None and everything > share):
-                    # Slower again soon after the last time: tried again twice as late (up to a minute).
-                    again = self._slower_at.get(self.cores)
-                    recent = again is not None and time.monotonic() - again < 2 * self._retry_s
-                    self._retry_s = min(MAX_RETRY_S, self._retry_s * 2) if recent else RETRY_S
-                    self._slower_at[self.cores] = time.monotonic()
-                    self._step_s.pop(self.cores, None)  # measured afresh when tried again
+            if (
+                threads == self.cores
+                and share is not None
+                and (seconds > STALL_RATIO * share or (everything is not None and everything > share))
+            ):
+                # Slower again soon after the last time: tried again twice as late (up to a minute).
+                again = self._slower_at.get(self.cores)
+                recent = again is not None and time.monotonic() - again < 2 * self._retry_s
+                self._retry_s = min(MAX_RETRY_S, self._retry_s * 2) if recent else RETRY_S
+                self._slower_at[self.cores] = time.monotonic()
+                self._step_s.pop(self.cores, None)  # measured afresh when tried again
 
 
 def runnable_elsewhere() -> int:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import replace
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
+from pipelines import audio
 from pipelines.config import DEFAULT_INSTRUCTIONS, PoolConfig, TurnDetection
 from pipelines.ids import new_id
 from pipelines.loopback import loopback_engines
-from pipelines import audio
 from pipelines.messages import (
     AddItem,
     AudioIn,

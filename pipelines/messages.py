@@ -263,6 +263,12 @@ class UserWordsSoFar(Downstream):
 
 
 @dataclass(frozen=True)
+class ReadAhead(Downstream):
+    """The next answer's prompt changed outside a turn (the session's instructions or tools): the LM may read
+    it into the conversation's cache now, while nothing else waits, rather than when the next turn ends."""
+
+
+@dataclass(frozen=True)
 class UserTurn(Downstream):
     """The transcript of a user turn, for the LM."""
 

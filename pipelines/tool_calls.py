@@ -18,6 +18,7 @@ the model write exactly the layout above, which :class:`CallParser` reads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -60,10 +61,8 @@ def call_text(name: str, arguments: str) -> str:
 def call_key(name: str, arguments: Any) -> str:
     """One call, whatever the spacing and key order of its arguments."""
     if isinstance(arguments, str):
-        try:
+        with contextlib.suppress(ValueError):
             arguments = json.loads(arguments)
-        except ValueError:
-            pass
     return name + "\n" + json.dumps(arguments, sort_keys=True)
 
 

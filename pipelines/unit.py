@@ -49,6 +49,7 @@ class _Wiring:
         self.queues: list[queue.Queue[Downstream]] = [queue.Queue(maxsize=queue_size) for _ in self.stages]
         for stage, inbox in zip(self.stages, self.queues):
             stage.later = inbox.put
+            stage.waiting = lambda inbox=inbox: not inbox.empty()
         self.acks = [threading.Event() for _ in self.stages]
         self.ready = [threading.Event() for _ in self.stages]
         self.retired = False

@@ -10,19 +10,18 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
 from django.urls import Resolver404, resolve, reverse
+from django.views.decorators.http import require_GET
 
 from pipelines.config import SPEED_RANGE, EngineConfig
 from realtime.access import auth, owner
 from realtime.access.owner import Caller, Owner
+from realtime.audit import metrics as metrics_exposition
 from realtime.live.opening import AUTH_STATUS
+from realtime.models import RealtimeSession, ResponseRecord, Stage
+from realtime.node import channel_layer, runtime
 from realtime.protocol.session import render as session_render
 from realtime.protocol.session.config import SessionConfig
-from realtime.node import channel_layer
-from realtime.node import runtime
-from realtime.audit import metrics as metrics_exposition
-from realtime.models import RealtimeSession, ResponseRecord, Stage
 
 REALTIME_PATH = "/v1/realtime"
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"

@@ -18,14 +18,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "s2s_project.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-
 from django.conf import settings  # noqa: E402
 
 from realtime.node import runtime  # noqa: E402
-from realtime.transports.routing import websocket_urlpatterns  # noqa: E402
-from realtime.transports.sip.signalling import listeners  # noqa: E402
 from realtime.server.body_limit import BodyLimit  # noqa: E402
 from realtime.server.forwarded import ForwardedFor  # noqa: E402
+from realtime.transports.routing import websocket_urlpatterns  # noqa: E402
+from realtime.transports.sip.signalling import listeners  # noqa: E402
 
 
 async def lifespan(scope, receive, send) -> None:

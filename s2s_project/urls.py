@@ -4,12 +4,10 @@ from django.contrib import admin
 from django.urls import path
 
 from realtime import views
-
 from realtime.access import views as auth_views
-
 from realtime.transports import calls as call_views
-from realtime.transports.webrtc import views as webrtc_views
 from realtime.transports.sip import views as sip_views
+from realtime.transports.webrtc import views as webrtc_views
 
 urlpatterns = [
     path("", views.index, name="index"),

@@ -17,8 +17,8 @@ from pipelines.messages import (
     PartialUtterance,
     ResponseFinished,
     ResponseStarted,
-    TurnAbandoned,
     TextForSpeech,
+    TurnAbandoned,
     TurnConfirmed,
     UserWordsSoFar,
 )
@@ -222,6 +222,8 @@ class Stage(ABC):
         self.context = context
         # Set by the unit: hands a message to this stage's own thread (its inbox), for work done off it.
         self.later: Callable[[Downstream], None] | None = None
+        # Set by the unit: whether a message waits in this stage's inbox (work done meanwhile stops for it).
+        self.waiting: Callable[[], bool] = lambda: False
 
     def setup(self) -> None:
         """Prepares per-unit resources (shared models are already loaded)."""

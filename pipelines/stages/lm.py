@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pipelines import cpu
 from pipelines.config import ENGINE_DEFAULTS
 from pipelines.ids import new_id
 from pipelines.interfaces import LanguageModel
@@ -17,10 +18,12 @@ from pipelines.messages import (
     AddItem,
     DeleteItem,
     Downstream,
+    FunctionCallOutputItem,
     FunctionTool,
     HistoryEntry,
     HistoryItem,
     Message,
+    ReadAhead,
     ResponseEnd,
     ResponseRequest,
     ResponseResume,
@@ -136,6 +139,10 @@ class LmStage(Stage):
             yield from self._resume(msg)
         elif isinstance(msg, AddItem):
             self._add(msg)
+            if isinstance(msg.item, FunctionCallOutputItem):  # read before its response.create, if that is late
+                self._read_next_answer(msg.generation)
+        elif isinstance(msg, ReadAhead):
+            self._read_next_answer(msg.generation)
         elif isinstance(msg, DeleteItem):
             self._forget(msg.item_id)
             self._lost.discard(msg.item_id)
@@ -174,6 +181,28 @@ class LmStage(Stage):
             prefill(messages, req.tools, prefix=self._prefix, stop=stop)
         except Exception:
             logger.exception("reading ahead failed; the turn is read when it ends")
+
+    def _read_next_answer(self, generation: int) -> None:
+        """Reads the prompt the next answer starts from (the instructions, the tools, the conversation) into the
+        conversation's cache while this thread has nothing else to do: new instructions when they come, not
+        when the next turn ends; a turn that called a function while the client runs it, so that the answer
+        after the result reads little more than the result. Stops within a few tokens once a message waits
+        for this thread (``Stage.waiting``), at a background urgency for the cores (``pipelines.cpu``)."""
+        prefill = getattr(self.model, "prefill", None)
+        if prefill is None or self._prefix is None or self.waiting():
+            return
+        req = ResponseRequest.from_settings(self.context.settings, generation)
+        cancel = CancelFlag(self.context, req.response_id, generation)
+        try:
+            messages = self._messages(req, cancel)
+        except (SessionGone, ContextExceeded):
+            return
+        later = time.monotonic() + cpu.BACKGROUND_S
+        try:
+            with cpu.serving(lambda: later, owner=self.context):
+                prefill(messages, req.tools, prefix=self._prefix, stop=lambda: cancel.is_set() or self.waiting())
+        except Exception:
+            logger.exception("reading ahead failed; the next answer reads its prompt itself")
 
     def _settle_speculation(self) -> None:
         """Forgets confirmed speculative turns and takes back the items of abandoned ones."""
@@ -374,7 +403,8 @@ class LmStage(Stage):
         if run.turn in self._speculative:
             self._speculative[run.turn].append(entry.item_id)
 
-    def _generate(self, run: _Run) -> Iterator[Message]:
+    # Over the complexity limit: one round's start, its failures and its ending are kept together, in order.
+    def _generate(self, run: _Run) -> Iterator[Message]:  # noqa: C901
         """One round of generation; it ends the response, or pauses it after calls the server runs."""
         req, turn, gen = run.req, run.turn, run.req.generation
         if run.rounds >= MAX_TOOL_ROUNDS:
@@ -428,6 +458,8 @@ class LmStage(Stage):
             yield ToolsPending(generation=gen, response_id=req.response_id, calls=hosted, turn=turn)
             return
         yield self._end(run, status, reason, error_code)
+        if status == "completed" and output.calls and not (req.out_of_band or req.extra_input is not None):
+            self._read_next_answer(gen)  # the client runs the calls: their turn is read meanwhile
 
     def _end(self, run: _Run, status: str, reason: str | None, error_code: str | None = None) -> ResponseEnd:
         input_tokens, output_tokens, cached_tokens = run.tokens

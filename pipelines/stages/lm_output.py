@@ -16,8 +16,8 @@ from pipelines.messages import (
     TextForSpeech,
 )
 from pipelines.spoken import for_reading
-from pipelines.timeline import Timeline
 from pipelines.text import SentenceSplitter
+from pipelines.timeline import Timeline
 from pipelines.tool_calls import ArgumentsPiece, CallEnd, CallParser, CallStart, MarkupFilter, Text, call_key
 
 

@@ -19,9 +19,9 @@ from pipelines.messages import (
     PartialUtterance,
     TranscriptCompleted,
     TranscriptDelta,
-    UserWordsSoFar,
     TranscriptFailed,
     UserTurn,
+    UserWordsSoFar,
     Utterance,
     WordLogprobs,
 )

@@ -8,8 +8,8 @@ from typing import Any
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from realtime.node import cluster
 from realtime.auth_models import ApiKey
+from realtime.node import cluster
 
 
 @receiver(post_save, sender=ApiKey, dispatch_uid="s2s-key-revoked")

@@ -19,10 +19,10 @@ from django.views.decorators.csrf import csrf_exempt
 
 from pipelines.ids import new_id
 from realtime.access import auth
-from realtime.protocol.wire import EventError, loads
 from realtime.models import ApiKey, Prompt
 from realtime.protocol.session import render
 from realtime.protocol.session.config import SessionConfig
+from realtime.protocol.wire import EventError, loads
 
 MIN_TTL_S, MAX_TTL_S = 10, 7200
 

@@ -8,8 +8,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
-from django.db.models import QuerySet
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import (
     FileResponse,
     Http404,
@@ -23,7 +23,6 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
-from realtime.node import cluster
 from realtime.admin.detail import session_detail
 from realtime.models import (
     ConversationItem,
@@ -35,6 +34,7 @@ from realtime.models import (
     ResponseRecord,
     Stage,
 )
+from realtime.node import cluster
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 

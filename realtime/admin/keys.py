@@ -10,9 +10,8 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from realtime.access import auth
-
-from realtime.node import cluster
 from realtime.auth_models import ApiKey, ClientSecret
+from realtime.node import cluster
 
 
 @admin.register(ApiKey)

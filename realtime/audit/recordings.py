@@ -20,13 +20,12 @@ import numpy as np
 from django.conf import settings
 from django.core.files.base import ContentFile
 
-from pipelines import audio
-from pipelines import messages as m
+from pipelines import audio, messages as m
 from realtime.models import Recording
 
 if TYPE_CHECKING:
-    from realtime.protocol.conversation import Conversation
     from realtime.protocol.client_events import ClientEvent
+    from realtime.protocol.conversation import Conversation
 
 logger = logging.getLogger(__name__)
 

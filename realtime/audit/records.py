@@ -23,16 +23,15 @@ from django.db import InterfaceError, OperationalError, close_old_connections
 from django.db.models import F
 from django.utils import timezone
 
-from pipelines import messages as m
-from pipelines import timeline
+from pipelines import messages as m, timeline
 from realtime.audit import recordings
 from realtime.models import ConversationItem, RealtimeSession, RefusalCount, ResponseRecord, Stage, upsert
 
 if TYPE_CHECKING:
+    from realtime.audit.metrics import Metrics
+    from realtime.protocol.client_events import ClientEvent
     from realtime.protocol.conversation import Conversation
     from realtime.protocol.responses import ResponseState
-    from realtime.protocol.client_events import ClientEvent
-    from realtime.audit.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 

@@ -5,8 +5,9 @@ A transport (the WebSocket consumer, a WebRTC call) opens its session with
 channel layer and the start are here, once for every transport. It then hands each
 client frame to :meth:`SessionCore.receive` and implements
 :class:`realtime.live.transport.Transport` to send events and to close. Everything
-between is here: the session settings, the conversation, limits, the response lifecycle,
-the records. Every end of a session, whoever decides it, goes through :meth:`SessionCore.end`.
+between is here or in the mixins beside it: what each client event does (``handlers``),
+the limits (``guards``), control from outside (``control``), followers. Every end of a
+session, whoever decides it, goes through :meth:`SessionCore.end`.
 """
 
 from __future__ import annotations
@@ -27,13 +28,6 @@ from pipelines.pool import Lease
 from realtime.access import auth
 from realtime.access.owner import Owner
 from realtime.audit import records
-from realtime.models import EndReason, Prompt
-from realtime.node.runtime import Runtime
-from realtime.protocol import limits, prompts
-from realtime.protocol.conversation import Conversation, Port
-from realtime.protocol.client_events import ClientEvent, InputAudioAppend, parse_event
-from realtime.protocol.events import error_event, server_event, to_beta
-from realtime.protocol.wire import EventError
 from realtime.live.control import SessionControl
 from realtime.live.followers import FOLLOWER_SKIPS, Followers
 from realtime.live.guards import SessionGuards, session_limits
@@ -50,9 +44,6 @@ from realtime.live.opening import (
     principal_name,
 )
 from realtime.live.outbox import Outbox
-from realtime.protocol.mcp.session import McpSession
-from realtime.protocol.session.config import SessionConfig
-from realtime.protocol.close_codes import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN
 from realtime.live.transport import (
     Event,
     PlaysAudio,
@@ -60,6 +51,16 @@ from realtime.live.transport import (
     ServerEvent,
     Transport,
 )
+from realtime.models import EndReason, Prompt
+from realtime.node.runtime import Runtime
+from realtime.protocol import limits, prompts
+from realtime.protocol.client_events import ClientEvent, InputAudioAppend, parse_event
+from realtime.protocol.close_codes import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN
+from realtime.protocol.conversation import Conversation, Port
+from realtime.protocol.events import error_event, server_event, to_beta
+from realtime.protocol.mcp.session import McpSession
+from realtime.protocol.session.config import SessionConfig
+from realtime.protocol.wire import EventError
 
 logger = logging.getLogger(__name__)
 
@@ -396,10 +397,13 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
         the user barged in (the reply stops and is truncated, unless ``interrupt_response`` is off)."""
         if event["type"] in AUDIO_DONE:
             player.end_reply(event.get("response_id") or event.get("response", {}).get("id", ""))
-        elif event["type"] == "input_audio_buffer.speech_started" and player.playing is not None:
-            if (self.session.turn_detection or {}).get("interrupt_response", True):
-                for reply in self._cleared(player.clear_reply()):
-                    await self._send(reply)
+        elif (
+            event["type"] == "input_audio_buffer.speech_started"
+            and player.playing is not None
+            and (self.session.turn_detection or {}).get("interrupt_response", True)
+        ):
+            for reply in self._cleared(player.clear_reply()):
+                await self._send(reply)
 
     # --- server -> client ---------------------------------------------------------------
 

@@ -28,9 +28,9 @@ from realtime import tasks
 from realtime.access.owner import Owner
 from realtime.access.rate import CallLimits
 from realtime.audit import records
-from realtime.node.cluster import Heartbeat
 from realtime.audit.metrics import Metrics
 from realtime.models import RealtimeSession
+from realtime.node.cluster import Heartbeat
 
 logger = logging.getLogger(__name__)
 

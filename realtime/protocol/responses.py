@@ -19,10 +19,10 @@ from typing import Any
 from pipelines import audio, messages as m
 from realtime.protocol import events as e
 from realtime.protocol.events import server_event
-from realtime.protocol.wire import EventError
 from realtime.protocol.items import Items, Speech, item_text, text_bytes
 from realtime.protocol.mcp.config import HostedTool, McpServer
 from realtime.protocol.session.config import ResponseOptions, SessionConfig
+from realtime.protocol.wire import EventError
 
 Event = dict[str, Any]
 
@@ -175,7 +175,7 @@ class Responses:
         )
         if "tools" in overrides:  # the response's own functions, and the session's MCP tools beside them
             req = replace(req, tools=req.tools + self.session.hosted_functions())
-        limit = overrides["max_output_tokens"] if "max_output_tokens" in overrides else self.session.max_output_tokens
+        limit = overrides.get("max_output_tokens", self.session.max_output_tokens)
         self.pending[req.response_id] = ResponseState(
             req.response_id,
             options.out_of_band,

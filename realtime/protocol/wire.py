@@ -50,10 +50,7 @@ def optional(
 
 def check_type(value: Any, kind: type | tuple[type, ...], param: str) -> Any:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    if isinstance(value, bool) and bool not in kinds:
-        ok = False
-    else:
-        ok = isinstance(value, kinds)
+    ok = False if isinstance(value, bool) and bool not in kinds else isinstance(value, kinds)
     if not ok:
         names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
         raise EventError(

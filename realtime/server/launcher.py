@@ -22,15 +22,14 @@ import resource
 import signal
 
 import txaio
-from daphne import server as daphne_server
-from daphne import ws_protocol
+from daphne import server as daphne_server, ws_protocol
 from daphne.endpoints import build_endpoint_description_strings
 from daphne.server import Server, twisted_loop
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from realtime.node import runtime
 from realtime.access.checks import uses_development_key
+from realtime.node import runtime
 from realtime.protocol.close_codes import CLOSE_POLICY
 from realtime.protocol.limits import max_frame_bytes
 from realtime.server import http_phase, tls

@@ -19,14 +19,14 @@ from django.views.decorators.http import require_http_methods
 
 from realtime.access import auth, owner
 from realtime.access.owner import Caller
+from realtime.live.opening import AUTH_STATUS
+from realtime.live.transport import ControlAnswer
 from realtime.models import Prompt
 from realtime.node import runtime
 from realtime.node.cluster import control_elsewhere
-from realtime.live.opening import AUTH_STATUS
-from realtime.live.transport import ControlAnswer
 from realtime.protocol.events import error_event
-from realtime.protocol.wire import EventError
 from realtime.protocol.session.config import SessionConfig
+from realtime.protocol.wire import EventError
 
 logger = logging.getLogger(__name__)
 

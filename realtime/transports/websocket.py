@@ -16,14 +16,14 @@ from urllib.parse import parse_qs
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from realtime.access import auth, owner
-from realtime.models import EndReason, TransportKind
-from realtime.node import runtime
 from realtime.live.core import SessionCore, open_session
 from realtime.live.opening import OpenRequest
-from realtime.protocol.session import render
-from realtime.protocol.events import error_event, server_event
 from realtime.live.transport import ControlAnswer, Refusal, ServerEvent
+from realtime.models import EndReason, TransportKind
+from realtime.node import runtime
 from realtime.protocol.close_codes import CLOSE_POLICY
+from realtime.protocol.events import error_event, server_event
+from realtime.protocol.session import render
 
 logger = logging.getLogger(__name__)
 

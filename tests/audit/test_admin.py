@@ -20,18 +20,17 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from pipelines import audio
-from pipelines import messages as m
+from pipelines import audio, messages as m
 from pipelines.config import EngineConfig
 from realtime import tasks
-from realtime.node import cluster
-from realtime.audit import recordings
 from realtime.access.auth import create_api_key
-from realtime.protocol.client_events import InputAudioAppend
-from realtime.views import installed_voices
 from realtime.apps import AUDITORS_GROUP
+from realtime.audit import recordings
 from realtime.management.commands.pool_status import Command as PoolStatus
 from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, Recording, ResponseRecord, Stage
+from realtime.node import cluster
+from realtime.protocol.client_events import InputAudioAppend
+from realtime.views import installed_voices
 from tests.support.services import with_database
 from tests.support.speech import tone
 

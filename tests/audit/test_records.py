@@ -14,15 +14,12 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
-from realtime.node import cluster
-
 from realtime.audit import records
-
-from realtime.node import runtime
 from realtime.models import ConversationItem, EndReason, RealtimeSession, RefusalCount, ResponseRecord
+from realtime.node import cluster, runtime
 from s2s_project.asgi import application
-from tests.support.conformance import decode
 from tests.audit.clients import receive_until, text_turn, voice_turn
+from tests.support.conformance import decode
 from tests.support.speech import pcm16_chunks, tone
 
 pytestmark = pytest.mark.django_db(transaction=True)

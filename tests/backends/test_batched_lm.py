@@ -93,9 +93,7 @@ def test_a_cancel_stops_one_row_at_the_next_step_and_not_the_others(batched, ref
     threads = [threading.Thread(target=lambda i=i: texts.__setitem__(i, "".join(others[i]))) for i in range(2)]
     for t in threads:
         t.start()
-    seen = 0
-    for _ in victim:
-        seen += 1
+    for seen, _ in enumerate(victim, start=1):
         if seen == 2:
             cancel.set()
     for t in threads:

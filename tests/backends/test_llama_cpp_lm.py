@@ -22,9 +22,8 @@ from pipelines.backends._llama_tools import (
 )
 from pipelines.backends.llama_cpp_lm import DOUBLED_CALL_LAYOUT, LlamaCppLM, fixed_template, resolve_gguf
 from pipelines.backends.transformers_lm import PromptTooLongError, default_model
-from pipelines.config import FunctionTool, ToolChoice
+from pipelines.config import DEFAULT_INSTRUCTIONS, FunctionTool, ToolChoice
 from pipelines.tool_calls import CALL_CLOSE, CALL_OPEN, CallEnd, CallParser
-from pipelines.config import DEFAULT_INSTRUCTIONS
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 STORY = [{"role": "user", "content": "Write a long story about a dragon and a knight."}]

@@ -8,8 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipelines.config import SPEED_RANGE
-from pipelines.config import DEFAULT_INSTRUCTIONS
+from pipelines.config import DEFAULT_INSTRUCTIONS, SPEED_RANGE
 from tests.browser.conftest import ARTIFACTS, write_microphone_wav
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -59,10 +60,8 @@ async def connect(loopback_pool) -> AsyncIterator[Connect]:
 
     yield open_session
     for comm in communicators:
-        try:
+        with contextlib.suppress(Exception):  # already closed by the server or the test
             await comm.disconnect(timeout=10)
-        except Exception:  # already closed by the server or the test
-            pass
     runtime.current().writer.flush(10)
     missing = [event["type"] for client in clients for event in client.received if not event.get("event_id")]
     assert not missing, f"server events without an event_id: {missing}"

@@ -10,10 +10,10 @@ from pipelines import messages as m
 from pipelines.loopback import FakeLanguageModel
 from pipelines.stages.base import SessionContext
 from pipelines.stages.lm import LmStage
-from realtime.protocol.conversation import Conversation, Port
 from realtime.protocol.client_events import parse_event
-from realtime.protocol.wire import EventError
+from realtime.protocol.conversation import Conversation, Port
 from realtime.protocol.session.config import SessionConfig
+from realtime.protocol.wire import EventError
 
 
 class Session:

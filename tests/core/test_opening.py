@@ -12,8 +12,8 @@ from channels.layers import get_channel_layer
 from pipelines import messages as m
 from realtime.access.auth import Principal
 from realtime.access.owner import Caller, Owner
-from realtime.node import cluster, runtime
 from realtime.live.transport import ControlAnswer, Refusal, ServerEvent
+from realtime.node import cluster, runtime
 from tests.support.client import Closed, text_item, types
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,8 +10,8 @@ import pytest
 
 from pipelines import audio, messages as m
 from realtime.protocol.conversation import Conversation, Port
-from realtime.protocol.wire import EventError
 from realtime.protocol.session.config import ResponseOptions, SessionConfig
+from realtime.protocol.wire import EventError
 
 SPOKEN = ("audio",)
 

@@ -340,8 +340,8 @@ async def test_user_audio_kept_for_retrieval_is_capped_and_the_oldest_goes_first
 def test_each_kind_of_turn_detection_starts_from_the_pipelines_defaults(kind):
     """``pipelines.config.TurnDetection`` holds each default; the session shows and passes on exactly those."""
     from pipelines.config import TurnDetection
-    from realtime.protocol.session.config import SessionConfig
     from realtime.protocol.session import render
+    from realtime.protocol.session.config import SessionConfig
     from realtime.protocol.session.keys import DEFAULT_TURN_DETECTION, TURN_DETECTION_DEFAULTS
 
     session = SessionConfig("sess_defaults", "gpt-realtime", ("alloy",))

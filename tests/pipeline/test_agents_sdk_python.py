@@ -15,8 +15,8 @@ import pytest
 from agents import function_tool
 from agents.realtime import RealtimeAgent, RealtimeRunner
 
-from tests.support.server import LiveServer
 from bench.tool_scoring import call_markup
+from tests.support.server import LiveServer
 
 pytestmark = pytest.mark.real_models
 

@@ -11,9 +11,8 @@ from django.test import Client
 from django.utils import timezone
 
 from realtime.access import auth
-
-from realtime.node import runtime
 from realtime.models import ApiKey, ClientSecret, EndReason, RealtimeSession, RefusalCount
+from realtime.node import runtime
 from tests.security.conftest import bearer, close_code, connect, next_event
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from pipelines.unit import UnitState
-from realtime.transports import websocket as consumers
-from realtime.node import runtime
 from realtime.models import EndReason, RealtimeSession
+from realtime.node import runtime
+from realtime.transports import websocket as consumers
 from tests.security.conftest import close_code, connect, next_event, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

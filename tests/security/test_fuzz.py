@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from pipelines.ids import new_id
-from realtime.node import runtime
-from realtime.protocol.conversation import Port
 from realtime.live.core import SessionCore
 from realtime.live.opening import Opening
+from realtime.node import runtime
 from realtime.protocol.client_events import parse, parse_event
+from realtime.protocol.conversation import Port
 from realtime.protocol.wire import EventError
 from tests.security.conftest import connect, next_event
 from tests.security.fuzz_events import frames

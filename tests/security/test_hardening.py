@@ -19,11 +19,9 @@ from django.core.management.base import CommandError, SystemCheckError
 from django.utils import timezone
 
 from realtime import tasks
-
 from realtime.access import auth
-
-from realtime.node import runtime
 from realtime.models import ApiKey, ClientSecret, EndReason, RealtimeSession, RefusalCount
+from realtime.node import runtime
 from tests.security.conftest import bearer, close_code, connect, next_event, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import urllib.request
 
@@ -63,7 +64,5 @@ def test_a_minted_client_secret_opens_one_browser_style_session(secured):
     again = connect(server.ws, subprotocols=["realtime", f"openai-insecure-api-key.{secret}"], open_timeout=10)
     assert decode(again.recv(timeout=10))["error"]["code"] == "invalid_api_key"
     assert close_code(again) == 1008
-    try:
+    with contextlib.suppress(ConnectionClosed):
         again.close()
-    except ConnectionClosed:
-        pass

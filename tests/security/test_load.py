@@ -16,6 +16,7 @@ import re
 import resource
 import socket
 import time
+from pathlib import Path
 
 import psutil
 from websockets.asyncio.client import connect
@@ -54,7 +55,7 @@ def tcp_counters() -> dict[str, int]:
     counters: dict[str, int] = {}
     for path in ("/proc/net/snmp", "/proc/net/netstat"):
         try:
-            lines = open(path).read().splitlines()
+            lines = Path(path).read_text().splitlines()
         except OSError:
             continue
         for names, values in zip(lines[::2], lines[1::2]):
@@ -124,7 +125,7 @@ def why_dropped(
     moments = [at - started for _, at in DROPPED_BEFORE_HANDSHAKE]
     process = psutil.Process(server.process.pid)
     try:
-        somaxconn = open("/proc/sys/net/core/somaxconn").read().strip()
+        somaxconn = Path("/proc/sys/net/core/somaxconn").read_text().strip()
     except OSError:
         somaxconn = "?"
     noted = [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from realtime.protocol.wire import EventError
 from realtime.protocol.mcp.config import McpPolicy, normalize_url, parse_server
+from realtime.protocol.wire import EventError
 
 POLICY = McpPolicy(("https://mcp.internal/tools", "http://127.0.0.1:8080"))
 

@@ -16,8 +16,8 @@ import pytest
 from aiosipua import parse_sdp
 
 from pipelines import audio
-from realtime.transports.sip import config
 from realtime.transports.playout import ReplyQueue
+from realtime.transports.sip import config
 from realtime.transports.sip.media import FRAME_SAMPLES, RATE, GuardedRTPSession, telephone_event_type
 from realtime.transports.sip.webhook import incoming_event, sign
 

@@ -5,9 +5,8 @@ on A through the channel layer with A's real answer (200, 400, 409, 404)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import uuid
+from collections.abc import Iterator
 
 import openai
 import pytest

@@ -106,10 +106,10 @@ class Baresip:
             )
         )
         (self.home / "accounts").write_text(f"<sip:phone@127.0.0.1:{self.sip_port}>;regint=0{self.account}\n")
-        log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            ["baresip", "-f", str(self.home)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-        )
+        with open(self.log_path, "wb") as log:  # baresip writes to its own copy of the file
+            self.process = subprocess.Popen(
+                ["baresip", "-f", str(self.home)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + 30  # a busy machine takes its time to start it
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

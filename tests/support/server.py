@@ -91,7 +91,6 @@ class LiveServer:
     def start(self, ready_timeout: float = 600) -> LiveServer:
         if self.env["DATABASE_URL"].startswith("sqlite"):
             self.manage("migrate", "--noinput")
-        log = open(self.log_path, "wb")
         command = {
             "daphne": [sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
             "uvicorn": [
@@ -112,14 +111,15 @@ class LiveServer:
             ],
         }[self.launcher]
         limits = self.open_files
-        self.process = subprocess.Popen(
-            command,
-            cwd=self.root,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=None if limits is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limits),
-        )
+        with open(self.log_path, "wb") as log:  # the server writes to its own copy of the file
+            self.process = subprocess.Popen(
+                command,
+                cwd=self.root,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=None if limits is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limits),
+            )
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -16,11 +16,11 @@ import json
 from typing import Any
 
 from pipelines import messages as m
-from realtime.models import EndReason, TransportKind
-from realtime.node import runtime
 from realtime.live.core import SessionCore, open_session
 from realtime.live.opening import OpenRequest
 from realtime.live.transport import ClearedReply, Refusal, ServerEvent
+from realtime.models import EndReason, TransportKind
+from realtime.node import runtime
 from tests.support.client import Closed, RealtimeClient
 
 CLOSE_NORMAL = 1000

@@ -10,11 +10,11 @@ from aiortc.rtcsctptransport import SCTP_DATA_FIRST_FRAG, SCTP_DATA_LAST_FRAG, D
 
 from realtime.access.owner import Caller, Owner
 from realtime.access.rate import MAX_TRACKED, CallLimits, RateTable
+from realtime.server.body_limit import BodyLimit
 from realtime.transports.calls import BadOffer
 from realtime.transports.webrtc import offer_limits
 from realtime.transports.webrtc.offer_limits import OfferCaps
 from realtime.transports.webrtc.sctp_limit import BoundedInboundStream
-from realtime.server.body_limit import BodyLimit
 
 CAPS = OfferCaps(size=2000, lines=100, media=2, codecs=4, feedback=4, candidates=3)
 OFFER = "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\n"

@@ -151,9 +151,7 @@ class Approval:
     def needed(self, name: str, read_only: bool | None) -> bool:
         if self.mode != "filter":
             return self.mode == "always"
-        if self.never is not None and self.never.matches(name, read_only):
-            return False
-        return True
+        return not (self.never is not None and self.never.matches(name, read_only))
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from typing import Any
 from pipelines import messages as m, tools as tool_parsing
 from pipelines.errors import ToolDefinitionError
 from pipelines.ids import new_id
-from realtime.protocol.mcp import client as mcp_client
 from realtime.protocol.conversation import Conversation
 from realtime.protocol.events import mcp_call_item, server_event
+from realtime.protocol.mcp import client as mcp_client
 from realtime.protocol.mcp.client import McpFailure
 from realtime.protocol.mcp.config import HostedTool, ListedTool, McpServer
 from realtime.protocol.responses import ResponseState

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines import audio
-from pipelines import tools as tool_parsing
+from pipelines import audio, tools as tool_parsing
 from pipelines.config import (  # noqa: F401  (DEFAULT_INSTRUCTIONS: read here by the tests and benches too)
     DEFAULT_INSTRUCTIONS,
     SPEED_RANGE,

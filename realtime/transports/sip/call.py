@@ -25,18 +25,18 @@ from channels.db import database_sync_to_async
 from pipelines.ids import new_id
 from realtime.access import auth
 from realtime.access.owner import Caller, Owner, sip_owner
+from realtime.live.core import SessionCore, open_session
+from realtime.live.opening import OpenRequest
+from realtime.live.transport import ControlAnswer, Refusal, ServerEvent
 from realtime.models import EndReason, RealtimeSession, TransportKind
 from realtime.node import cluster
 from realtime.node.runtime import Runtime
-from realtime.live.core import SessionCore, open_session
-from realtime.live.opening import OpenRequest
-from realtime.protocol.events import server_event
-from realtime.live.transport import ControlAnswer, Refusal, ServerEvent
 from realtime.protocol.close_codes import CLOSE_NORMAL
+from realtime.protocol.events import server_event
+from realtime.transports.playout import PlaysFromQueue, ReplyQueue
 from realtime.transports.sip import control
 from realtime.transports.sip.config import SipConfig
 from realtime.transports.sip.control import CallStateError
-from realtime.transports.playout import PlaysFromQueue, ReplyQueue
 from realtime.transports.sip.media import FRAME_SAMPLES, RATE, CallMedia, NoCommonCodec, NoPorts
 
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ from aiosipua import SdpMessage, negotiate_sdp
 from pipelines import audio
 from realtime.transports.playout import ReplyQueue
 from realtime.transports.sip import guard
-from realtime.transports.sip.srtp import SrtpContext, Unacceptable, choose
 from realtime.transports.sip.config import SipConfig
+from realtime.transports.sip.srtp import SrtpContext, Unacceptable, choose
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from functools import partial
 from typing import Any
 
 from aiortp.port_allocator import PortAllocator
-from aiosipua import IncomingCall, SipRequest, SipResponse, SipUAS, SipUAC
+from aiosipua import IncomingCall, SipRequest, SipResponse, SipUAC, SipUAS
 from aiosipua.transport import SipTransport, TcpSipTransport, UdpSipTransport, _read_sip_message
 from django.conf import settings
 

@@ -29,14 +29,14 @@ from aiortc import RTCConfiguration, RTCDataChannel, RTCIceServer, RTCPeerConnec
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from django.conf import settings
 
-from realtime.models import EndReason
-from realtime.node.runtime import Runtime
 from realtime.live.core import SessionCore, open_session
 from realtime.live.opening import OpenRequest
-from realtime.protocol.events import error_event
 from realtime.live.transport import ServerEvent
-from realtime.transports.webrtc import sctp_limit
+from realtime.models import EndReason
+from realtime.node.runtime import Runtime
+from realtime.protocol.events import error_event
 from realtime.transports.playout import PlaysFromQueue
+from realtime.transports.webrtc import sctp_limit
 from realtime.transports.webrtc.media import MicrophoneConverter, ReplyTrack, hear_at_once
 
 sctp_limit.install()  # the data channel's advertised maximum, enforced while reassembling

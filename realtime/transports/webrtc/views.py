@@ -32,11 +32,11 @@ from django.views.decorators.http import require_http_methods
 from pipelines.ids import new_id
 from realtime.access.auth import Principal
 from realtime.access.rate import Limited
+from realtime.live.opening import SESSION_LIMIT_REASON, OpenRequest
+from realtime.live.transport import Refusal
 from realtime.models import TransportKind
 from realtime.node import runtime
 from realtime.node.runtime import Runtime
-from realtime.live.opening import SESSION_LIMIT_REASON, OpenRequest
-from realtime.live.transport import Refusal
 from realtime.protocol.close_codes import CLOSE_POLICY
 from realtime.transports.calls import BadOffer, check_session, error_response
 from realtime.transports.webrtc import offer_limits
