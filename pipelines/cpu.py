@@ -62,19 +62,21 @@ def _owner() -> int:
     return id(owner) if owner is not None else -threading.get_ident()
 
 
+def _constant(value: float) -> Callable[[], float]:
+    return lambda: value
+
+
 class _Waiter:
     """A step waiting for a core: when it is due (read anew at each look), its place in arrival, its owner."""
 
     __slots__ = ("urgency", "arrival", "owner")
 
     def __init__(self, urgency: Callable[[], float] | None, arrival: int, owner: int) -> None:
-        self.urgency, self.arrival, self.owner = urgency, arrival, owner
-        if urgency is None:
-            came = time.monotonic()
-            self.urgency = lambda: came
+        self.urgency: Callable[[], float] = _constant(time.monotonic()) if urgency is None else urgency
+        self.arrival, self.owner = arrival, owner
 
     def due(self) -> float:
-        return self.urgency()  # type: ignore[misc]
+        return self.urgency()
 
     def place(self) -> tuple[float, int]:
         return self.due(), self.arrival

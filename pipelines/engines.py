@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from pipelines import cpu
 from pipelines.backends import registry
@@ -29,7 +31,18 @@ from pipelines.stages.stt import SttStage
 from pipelines.stages.tts import TtsStage
 from pipelines.stages.vad import VadStage
 
+if TYPE_CHECKING:
+    from pipelines.backends.transformers_lm import TransformersLM
+
 logger = logging.getLogger(__name__)
+
+E = TypeVar("E")
+
+
+class Scheduler(Protocol):
+    """A batch scheduler (LM batching, STT batching): a thread shared by the units, stopped by ``close()``."""
+
+    def close(self) -> None: ...
 
 
 def _torch() -> ModuleType | None:
@@ -81,12 +94,12 @@ class Engines:
     denoiser: DenoiserModel | None = None  # audio.input.noise_reduction (RNNoise)
     speech_order: SpeechOrder | None = None
     # Scheduler threads (LM batching, STT batching) stopped by close().
-    schedulers: list[object] = field(default_factory=list)
+    schedulers: list[Scheduler] = field(default_factory=list)
 
     def close(self) -> None:
         """Stops the shared schedulers' threads (the models themselves need no closing)."""
         for scheduler in self.schedulers:
-            scheduler.close()  # type: ignore[attr-defined]
+            scheduler.close()
 
     def build_stages(self, context: SessionContext) -> list[Stage]:
         """One unit's stages: per-session state only; the models are shared."""
@@ -115,9 +128,7 @@ class Engines:
         ]
 
 
-def _timed(
-    name: str, load: Callable[[], object], timings: dict[str, float], progress: Callable[[str], None] | None
-) -> object:
+def _timed(name: str, load: Callable[[], E], timings: dict[str, float], progress: Callable[[str], None] | None) -> E:
     if progress:
         progress(f"loading {name}")
     started = time.perf_counter()
@@ -194,18 +205,17 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
     lm = _timed(f"lm ({config.lm_backend})", lambda: _lm(config, device, threads, pool_size), timings, progress)
     turn_text = _timed("turn words (LM)", lambda: _turn_text(config, threads), timings, progress)
     voices = _voices(config, device, timings, progress)
-    schedulers: list[object] = []
-    stt: object = whisper
+    schedulers: list[Scheduler] = []
+    stt: Transcriber = whisper
     if config.stt_batch_window_ms:
-        stt = BatchedTranscriber(
-            whisper,
-            window_ms=config.stt_batch_window_ms,  # type: ignore[arg-type]
-            max_batch=pool_size,
-        )
-        schedulers.append(stt)
+        batched_stt = BatchedTranscriber(whisper, window_ms=config.stt_batch_window_ms, max_batch=pool_size)
+        stt = batched_stt
+        schedulers.append(batched_stt)
     if config.lm_batching and config.lm_backend == "transformers":
-        lm = BatchedLM(lm, max_batch=config.lm_max_batch or pool_size)  # type: ignore[arg-type]
-        schedulers.append(lm)
+        # The transformers backend loads a TransformersLM, the one engine BatchedLM batches.
+        batched_lm = BatchedLM(cast("TransformersLM", lm), max_batch=config.lm_max_batch or pool_size)
+        lm = batched_lm
+        schedulers.append(batched_lm)
     order = SpeechOrder(config.tts_slots) if config.tts_slots else None
     return Engines(
         vad=vad,
@@ -213,7 +223,7 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
         stt=stt,
         lm=lm,
         voices=voices,
-        max_new_tokens=config.lm_max_new_tokens,  # type: ignore[arg-type]
+        max_new_tokens=config.lm_max_new_tokens,
         partial_every_ms=config.partial_every_ms,
         speculate_after_ms=config.speculate_after_ms,
         semantic_speculate_after_ms=config.semantic_speculate_after_ms,
@@ -222,7 +232,7 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
         min_interrupt_ms=config.min_interrupt_ms,
         history_tokens=config.lm_history_tokens,
         turn_text=turn_text,
-        denoiser=denoiser,  # type: ignore[arg-type]
+        denoiser=denoiser,
         speech_order=order,
         schedulers=schedulers,
     )
@@ -255,14 +265,18 @@ def _voices(
     (``S2S_TTS_VOICES``) for its name, which may be an OpenAI one. Each model file loads once,
     whatever the number of names that play it."""
     tts = _timed(f"tts ({config.tts_backend})", lambda: _tts(config, device), timings, progress)
-    voices: dict[str, Synthesizer] = {name: tts for name in config.voices}  # type: ignore[misc]
+    voices: dict[str, Synthesizer] = {name: tts for name in config.voices}
     loaded: dict[str, Synthesizer] = {}
     for name, path in config.extra_voices:
         if path not in loaded:
-            load = lambda path=path: _tts(_with_model(config, path), device)  # noqa: E731
-            loaded[path] = _timed(f"voice {name}", load, timings, progress)  # type: ignore[assignment]
+            loaded[path] = _timed(f"voice {name}", functools.partial(_voice, config, path, device), timings, progress)
         voices[name] = loaded[path]
     return voices
+
+
+def _voice(config: EngineConfig, path: str, device: str) -> Synthesizer:
+    """The configured TTS engine with the model file ``path``: an extra voice."""
+    return _tts(_with_model(config, path), device)
 
 
 def _with_model(config: EngineConfig, path: str) -> EngineConfig:

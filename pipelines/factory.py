@@ -90,15 +90,15 @@ def synthetic_turn(unit: PipelineUnit, timeout: float = 120.0) -> dict[str, floa
     generation = unit.begin(collector.add, new_id("warmup"))
     try:
         voice = next(iter(unit_voices(unit)), "alloy")
-        answer = {  # a session's own instructions: the first session's prompt finds their KV cache computed
-            "instructions": DEFAULT_INSTRUCTIONS,
-            "output_modalities": ("audio",),
-            "max_output_tokens": 24,
-            "voice": voice,
-            "output_format": audio.PCM,
-            "temperature": 0.0,
-        }
-        unit.context.settings = replace(unit.context.settings, **answer)
+        unit.context.settings = replace(
+            unit.context.settings,
+            instructions=DEFAULT_INSTRUCTIONS,  # a session's own: the first session's prompt finds their KV cache
+            output_modalities=("audio",),
+            max_output_tokens=24,
+            voice=voice,
+            output_format=audio.PCM,
+            temperature=0.0,
+        )
         unit.submit(AddItem(generation=generation, item=HistoryItem(new_id("item"), "user", "Hello, who are you?")))
         unit.submit(ResponseRequest.from_settings(unit.context.settings, generation))
         first = collector.wait_finished(timeout, unit.index)

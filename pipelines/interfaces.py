@@ -11,7 +11,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pipelines.messages import FunctionTool, WordLogprobs
+from pipelines.messages import FunctionTool, ToolChoice, WordLogprobs
+
+
+class Cancel(Protocol):
+    """How an engine learns that its work is no longer wanted: a ``threading.Event``, or the stages' ``CancelFlag``."""
+
+    def is_set(self) -> bool: ...
 
 
 class VadState(Protocol):
@@ -80,7 +86,8 @@ class LanguageModel(Protocol):
     """``messages`` are in transformers' chat shape, tool calls and tool results included.
 
     ``generate_stream`` receives ``tools`` and ``tool_choice`` only when the
-    response offers tools; it writes calls in the ``pipelines.tool_calls`` format.
+    response offers tools; it writes calls in the ``pipelines.tool_calls`` format. ``prefix`` is
+    the engine's own prompt cache (``new_prefix_cache()``), passed only to an engine that makes one.
     """
 
     context_length: int
@@ -92,8 +99,12 @@ class LanguageModel(Protocol):
         messages: list[dict[str, Any]],
         max_new_tokens: int,
         temperature: float,
-        cancel: object | None = None,
-        **options: Any,
+        cancel: Cancel | None = None,
+        *,
+        prefix: Any = None,
+        tools: Sequence[FunctionTool] = (),
+        tool_choice: ToolChoice = ToolChoice(),
+        parallel_tool_calls: bool = True,
     ) -> LMStream: ...
 
 
@@ -102,6 +113,6 @@ class Synthesizer(Protocol):
 
     sample_rate: int
 
-    def synthesize(self, text: str, cancel: object | None = None, speed: float = 1.0) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, cancel: Cancel | None = None, speed: float = 1.0) -> Iterator[np.ndarray]:
         """Float32 mono chunks at ``sample_rate``; ``speed`` (SPEED_RANGE) scales the speaking rate."""
         ...

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pipelines import audio
+from pipelines.interfaces import Cancel
 from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.stages.base import SessionContext
 from pipelines.tool_calls import CALL_CLOSE, call_head
@@ -79,13 +80,13 @@ class FakeTranscriber:
 
 
 class FakeStream:
-    def __init__(self, words: list[str], input_tokens: int, cancel: object | None, delay_s: float) -> None:
+    def __init__(self, words: list[str], input_tokens: int, cancel: Cancel | None, delay_s: float) -> None:
         self.words, self.input_tokens, self.output_tokens = words, input_tokens, 0
         self.cancel, self.delay_s = cancel, delay_s
 
     def __iter__(self) -> Iterator[str]:
         for i, word in enumerate(self.words):
-            if self.cancel is not None and self.cancel.is_set():  # type: ignore[attr-defined]
+            if self.cancel is not None and self.cancel.is_set():
                 return
             if self.delay_s:
                 time.sleep(self.delay_s)
@@ -113,7 +114,7 @@ class FakeLanguageModel:
         messages: list[dict[str, Any]],
         max_new_tokens: int,
         temperature: float,
-        cancel: object | None = None,
+        cancel: Cancel | None = None,
         tools: Sequence[FunctionTool] = (),
         tool_choice: ToolChoice = ToolChoice(),
         parallel_tool_calls: bool = True,
@@ -164,7 +165,7 @@ class FakeSynthesizer:
     def __init__(self, memory: _Memory) -> None:
         self.memory = memory
 
-    def synthesize(self, text: str, cancel: object | None = None, speed: float = 1.0) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, cancel: Cancel | None = None, speed: float = 1.0) -> Iterator[np.ndarray]:
         echo = self.memory.take()
         if echo is not None and len(echo):
             yield echo

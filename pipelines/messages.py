@@ -43,6 +43,9 @@ class Outbound(Message):
     """A message for the session's consumer."""
 
 
+StageOutput = Downstream | Outbound  # what a stage yields: a message for the next stage, or for the consumer
+
+
 # --- control ---------------------------------------------------------------
 
 

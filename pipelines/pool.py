@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pipelines.unit import PipelineUnit, Sink, UnitState
+from pipelines.unit import PipelineUnit, Sink, UnitSnapshot, UnitState
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +156,6 @@ class PipelinePool:
         with self._lock:
             return sum(1 for unit in self.units if unit.state is UnitState.IDLE)
 
-    def snapshot(self) -> list[dict[str, object]]:
+    def snapshot(self) -> list[UnitSnapshot]:
         with self._lock:
             return [unit.snapshot() for unit in self.units]

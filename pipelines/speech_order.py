@@ -15,6 +15,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from pipelines.interfaces import Cancel
+
 WAIT_S = 0.05
 
 
@@ -29,7 +31,7 @@ class SpeechOrder:
         self.admitted_later = 0
 
     @contextmanager
-    def turn(self, first: bool, cancel: object | None = None) -> Iterator[bool]:
+    def turn(self, first: bool, cancel: Cancel | None = None) -> Iterator[bool]:
         """Waits for a slot (first sentences ahead of later ones) and holds it for the block.
 
         Yields False, holding no slot, when ``cancel`` (anything with ``is_set()``) is set while waiting.
@@ -43,11 +45,11 @@ class SpeechOrder:
                     self._busy -= 1
                     self._cond.notify_all()
 
-    def _acquire(self, ticket: tuple[int, int], cancel: object | None) -> bool:
+    def _acquire(self, ticket: tuple[int, int], cancel: Cancel | None) -> bool:
         with self._cond:
             heapq.heappush(self._waiting, ticket)
             while self._busy >= self.slots or self._waiting[0] != ticket:
-                if cancel is not None and cancel.is_set():  # type: ignore[attr-defined]
+                if cancel is not None and cancel.is_set():
                     self._waiting.remove(ticket)
                     heapq.heapify(self._waiting)
                     self._cond.notify_all()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import TypedDict
 
 from pipelines import cpu
 from pipelines.messages import (
@@ -40,6 +42,21 @@ class UnitState(str, enum.Enum):  # noqa: UP042  (str() of a member is its name,
     QUARANTINED = "quarantined"
 
 
+class UnitSnapshot(TypedDict):
+    """One unit as the slot board, the heartbeat and ``/metrics`` read it."""
+
+    index: int
+    state: str
+    session_id: str | None
+    since: float
+    sessions_served: int
+    rebuilds: int
+
+
+def _has_mail(inbox: queue.Queue[Downstream]) -> bool:
+    return not inbox.empty()
+
+
 class _Wiring:
     """One set of stages, queues and threads. A quarantined unit gets a new one."""
 
@@ -49,7 +66,7 @@ class _Wiring:
         self.queues: list[queue.Queue[Downstream]] = [queue.Queue(maxsize=queue_size) for _ in self.stages]
         for stage, inbox in zip(self.stages, self.queues):
             stage.later = inbox.put
-            stage.waiting = lambda inbox=inbox: not inbox.empty()
+            stage.waiting = functools.partial(_has_mail, inbox)
         self.acks = [threading.Event() for _ in self.stages]
         self.ready = [threading.Event() for _ in self.stages]
         self.retired = False
@@ -288,7 +305,7 @@ class PipelineUnit:
     def healthy(self) -> bool:
         return self._wiring.alive()
 
-    def snapshot(self) -> dict[str, object]:
+    def snapshot(self) -> UnitSnapshot:
         return {
             "index": self.index,
             "state": self.state.value,

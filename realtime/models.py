@@ -85,7 +85,7 @@ class TransportKind(models.TextChoices):
     SIP = "sip", "SIP"
 
 
-class SessionQuerySet(models.QuerySet):
+class SessionQuerySet(models.QuerySet["RealtimeSession"]):
     def open_on(self, node: str) -> SessionQuerySet:
         return self.filter(node=node, end_reason=EndReason.ACTIVE)
 
@@ -133,6 +133,7 @@ class RealtimeSession(models.Model):
     """One session (over a WebSocket or a WebRTC call), from connect to close; rejected connections too."""
 
     objects = SessionQuerySet.as_manager()
+    n_user_messages: int  # not a field: on the sessions of SessionQuerySet.with_user_messages() only
 
     id = models.CharField(primary_key=True, max_length=64)
     node = models.CharField(max_length=200, db_index=True)
@@ -233,7 +234,7 @@ class ResponseRecord(models.Model):
         return self.response_id
 
 
-class RefusalQuerySet(models.QuerySet):
+class RefusalQuerySet(models.QuerySet["RefusalCount"]):
     def add(self, minute: datetime, node: str, reason: str, close_code: int, count: int) -> None:
         """Adds ``count`` refusals to the row of that minute (one writer per node: no two race on a row)."""
         key = {"minute": minute, "node": node, "reason": reason}
@@ -264,7 +265,7 @@ class RefusalCount(models.Model):
         return f"{self.minute:%Y-%m-%d %H:%M} {self.reason}: {self.count}"
 
 
-class NodeQuerySet(models.QuerySet):
+class NodeQuerySet(models.QuerySet["Node"]):
     def reap_dead(self, now: datetime, timeout_s: float) -> list[str]:
         """Marks nodes whose heartbeat stopped as gone, their slots as gone and their open sessions as interrupted.
 

@@ -101,16 +101,20 @@ def envicelist(name: str) -> tuple[dict[str, object], ...]:
             raise ImproperlyConfigured(f"{name} is not valid JSON: {exc}") from None
     if not isinstance(servers, list):
         raise ImproperlyConfigured(f"{name} must be a JSON list of ICE servers")
+    checked: list[dict[str, object]] = []
     for server in servers:
         urls = server.get("urls") if isinstance(server, dict) else None
         urls = [urls] if isinstance(urls, str) else urls
-        if not urls or not all(
-            isinstance(u, str) and u.split(":", 1)[0] in ("stun", "stuns", "turn", "turns") for u in urls
+        if (
+            not isinstance(server, dict)
+            or not urls
+            or not all(isinstance(u, str) and u.split(":", 1)[0] in ("stun", "stuns", "turn", "turns") for u in urls)
         ):
             raise ImproperlyConfigured(f"{name}: {server!r} needs 'urls' of stun:, stuns:, turn: or turns: URLs")
         if any(u.startswith("turn") for u in urls) and not (server.get("username") and server.get("credential")):
             raise ImproperlyConfigured(f"{name}: the TURN server {urls[0]} needs a 'username' and a 'credential'")
-    return tuple(servers)  # type: ignore[arg-type]
+        checked.append(server)
+    return tuple(checked)
 
 
 def envnetworks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:

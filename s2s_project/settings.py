@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -233,7 +234,7 @@ S2S_SLOT_BOARD_REFRESH_S = envfloat("S2S_SLOT_BOARD_REFRESH_S", 2.0, minimum=0.5
 # Set, /metrics answers only a scraper that sends it as a bearer token; unset, it is open to whoever reaches it.
 S2S_METRICS_TOKEN = envstr("S2S_METRICS_TOKEN", "")
 CELERY_TASK_DEFAULT_QUEUE = envstr("CELERY_TASK_DEFAULT_QUEUE", "celery")
-CELERY_BEAT_SCHEDULE = {
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "reap-dead-nodes": {"task": "realtime.tasks.reap_dead_nodes", "schedule": S2S_NODE_TIMEOUT_S},
     "purge-old-sessions": {"task": "realtime.tasks.purge_old_sessions", "schedule": 3600.0},
 }

@@ -151,7 +151,7 @@ def json_schema_to_gbnf(schema: str, prop_order: list[str] | None = None) -> str
     """llama-cpp-python's conversion, with the bounds of integers and numbers held (see the module's docstring)."""
     from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
 
-    class BoundedConverter(SchemaConverter):  # type: ignore[misc]
+    class BoundedConverter(SchemaConverter):
         def visit(self, node: dict[str, Any], name: str) -> str:
             rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
             if node.get("type") == "integer":

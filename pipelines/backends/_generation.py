@@ -7,8 +7,9 @@ engines' streams report alike and neither engine's module imports the other's.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+
+from pipelines.interfaces import Cancel
 
 REPETITION_PENALTY = 1.1
 TOP_K = 50
@@ -31,7 +32,7 @@ class Generation:
     ``cached_tokens`` (of the prompt, read from a KV cache instead of computed), ``output_tokens`` and
     ``finish_reason`` ("stop", "length" or "cancelled") describe it. ``cancel.set()`` stops it."""
 
-    def __init__(self, prompt_ids: list[int], max_new_tokens: int, cancel: threading.Event | None) -> None:
+    def __init__(self, prompt_ids: list[int], max_new_tokens: int, cancel: Cancel | None) -> None:
         self._prompt_ids = prompt_ids
         self._max_new_tokens = max_new_tokens
         self._cancel = cancel
@@ -43,7 +44,7 @@ class Generation:
     def _cancelled(self) -> bool:
         return self._cancel is not None and self._cancel.is_set()
 
-    def _accepted(self, tokens: Iterator[int], is_stop: Callable[[int], bool]) -> Iterator[int]:
+    def _accepted(self, tokens: Iterator[int], is_stop: Callable[[int], bool]) -> Generator[int, None, None]:
         """The answer's tokens among the sampled ``tokens``: up to a cancellation (looked at before each
         token is computed and after), an end-of-generation token, or ``max_new_tokens``."""
         self.finish_reason = "length"

@@ -8,12 +8,12 @@ step on the threads ``pipelines.cpu`` chooses.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, Protocol
 
 from pipelines import cpu
+from pipelines.interfaces import Cancel
 
 from ._decode import text_pieces
 from ._generation import REPETITION_PENALTY, TOP_K, TOP_P, Generation, shared_prefix
@@ -42,7 +42,7 @@ class LlamaCppStream(Generation):
         prompt_ids: list[int],
         max_new_tokens: int,
         temperature: float,
-        cancel: threading.Event | None,
+        cancel: Cancel | None,
         seed: int | None,
         prefix: Any,
         grammar: str | None = None,
@@ -57,7 +57,7 @@ class LlamaCppStream(Generation):
         self._seed = seed
         self._prefix = prefix
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Generator[str, None, None]:
         if self._cancelled():
             self.finish_reason = "cancelled"
             return
@@ -102,7 +102,7 @@ class LlamaCppStream(Generation):
         finally:
             tokens.close()
 
-    def _tokens(self, context: Any, feed: list[int]) -> Iterator[int]:
+    def _tokens(self, context: Any, feed: list[int]) -> Generator[int, None, None]:
         """The sampled tokens, the first one under ``first`` if set: a generation of one token under that
         grammar, then one without it from there (the context keeps the prompt's KV cache between them)."""
         from llama_cpp import LlamaGrammar
@@ -142,7 +142,7 @@ class LlamaCppStream(Generation):
             finally:
                 context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
 
-    def _paced(self, context: Any, tokens: Iterator[int]) -> Iterator[int]:
+    def _paced(self, context: Any, tokens: Iterator[int]) -> Generator[int, None, None]:
         """``tokens``, each step on the threads :mod:`pipelines.cpu` chooses (every core while the LM is
         the only stage at work), and each decode's time told back to it. The prompt is the first step."""
         share = cpu.current()

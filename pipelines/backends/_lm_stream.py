@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
+
+from pipelines.interfaces import Cancel
 
 from ._decode import text_pieces, tokenizer_decode
 from ._generation import REPETITION_PENALTY, TOP_K, TOP_P, Generation, shared_prefix
@@ -65,7 +66,7 @@ class LMStream(Generation):
         prompt_ids: list[int],
         max_new_tokens: int,
         temperature: float,
-        cancel: threading.Event | None,
+        cancel: Cancel | None,
         seed: int | None,
         prefix: PrefixCache | None = None,
         constraint: ToolConstraint | None = None,
@@ -105,7 +106,7 @@ class LMStream(Generation):
             if self._prefix is not None and cache.get_seq_length() == len(fed):
                 self._prefix.keep(cache, fed)
 
-    def _sampled(self, lm, processors, generator, ids, all_ids, cache, fed: list[int]) -> Iterator[int]:
+    def _sampled(self, lm, processors, generator, ids, all_ids, cache, fed: list[int]) -> Generator[int, None, None]:
         """Samples tokens for as long as it is asked; ``fed`` grows with each token right before the
         forward pass that feeds it."""
         import torch

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from pipelines.audio import time_stretch
+from pipelines.interfaces import Cancel
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class CoquiEngine:
             return "length_scale"  # VITS: phoneme durations scale with it
         return "time_stretch"
 
-    def synthesize(self, text: str, cancel: threading.Event | None = None, speed: float = 1.0) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, cancel: Cancel | None = None, speed: float = 1.0) -> Iterator[np.ndarray]:
         """Yield float32 mono audio at ``sample_rate``, per sentence (per chunk for XTTS).
 
         ``speed`` scales the speaking rate: XTTS's own ``speed``, VITS's length scale
@@ -171,8 +172,10 @@ class CoquiEngine:
         finally:
             self._model.length_scale = base
 
-    def _xtts_stream(self, sentence: str, cancel: threading.Event | None, speed: float = 1.0) -> Iterator[np.ndarray]:
-        latent, embedding = self._xtts_latents  # type: ignore[misc]
+    def _xtts_stream(self, sentence: str, cancel: Cancel | None, speed: float = 1.0) -> Iterator[np.ndarray]:
+        if self._xtts_latents is None:  # loaded with every XTTS model
+            raise RuntimeError("XTTS streaming without the speaker's latents")
+        latent, embedding = self._xtts_latents
         chunks = self._model.inference_stream(sentence, self.language or "en", latent, embedding, speed=speed)
         while cancel is None or not cancel.is_set():
             with self._lock:  # never held across a yield

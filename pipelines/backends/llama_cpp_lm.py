@@ -11,6 +11,7 @@ keeps the KV cache of the prompt they share.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -22,6 +23,7 @@ from typing import Any
 
 from pipelines.config import ENGINE_DEFAULTS
 from pipelines.errors import PromptTooLongError
+from pipelines.interfaces import Cancel
 from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.tool_calls import plain_messages, tool_schema
 
@@ -289,7 +291,7 @@ class LlamaCppLM:
         messages: list[dict[str, Any]],
         max_new_tokens: int,
         temperature: float = 0.8,
-        cancel: threading.Event | None = None,
+        cancel: Cancel | None = None,
         seed: int | None = None,
         prefix: LlamaPrefix | None = None,
         tools: Sequence[FunctionTool] = (),
@@ -402,7 +404,7 @@ class LlamaCppLM:
                 if stop is not None and stop():
                     break
                 chunk = ids[at : at + READ_AHEAD_TOKENS]
-                stream.run_on_share(context, lambda chunk=chunk: context.eval(chunk))
+                stream.run_on_share(context, functools.partial(context.eval, chunk))
                 read += len(chunk)
             logger.debug(
                 "read ahead: %d of %d tokens (%d cached) in %.0f ms",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Iterator
 
 import numpy as np
+
+from pipelines.interfaces import Cancel
 
 from ._paths import package_dir
 
@@ -77,7 +78,7 @@ class PiperEngine:
         self.sample_rate: int = int(self._voice.config.sample_rate)
         logger.info("Loaded Piper voice %s (%d Hz)", self.voice_path, self.sample_rate)
 
-    def synthesize(self, text: str, cancel: threading.Event | None = None, speed: float = 1.0) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, cancel: Cancel | None = None, speed: float = 1.0) -> Iterator[np.ndarray]:
         """Yield float32 mono audio at ``sample_rate``, one array per sentence.
 
         ``speed`` scales the speaking rate: Piper's length scale (phoneme durations) is

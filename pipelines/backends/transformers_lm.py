@@ -8,12 +8,12 @@ first time and later loads read the cache.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pipelines.errors import PromptTooLongError
+from pipelines.interfaces import Cancel
 from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.tool_calls import plain_messages, tool_schema
 
@@ -123,10 +123,10 @@ class TransformersLM:
 
     def generate_stream(
         self,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         max_new_tokens: int,
         temperature: float = 0.8,
-        cancel: threading.Event | None = None,
+        cancel: Cancel | None = None,
         seed: int | None = None,
         prefix: PrefixCache | None = None,
         tools: Sequence[FunctionTool] = (),

@@ -12,11 +12,11 @@ from pipelines.config import SessionSettings
 from pipelines.messages import (
     AudioOut,
     Downstream,
-    Message,
     Outbound,
     PartialUtterance,
     ResponseFinished,
     ResponseStarted,
+    StageOutput,
     TextForSpeech,
     TurnAbandoned,
     TurnConfirmed,
@@ -229,7 +229,7 @@ class Stage(ABC):
         """Prepares per-unit resources (shared models are already loaded)."""
 
     @abstractmethod
-    def process(self, msg: Downstream) -> Iterable[Message]:
+    def process(self, msg: Downstream) -> Iterable[StageOutput]:
         """Handles one message."""
 
     def on_session_end(self) -> None:

@@ -22,12 +22,12 @@ from pipelines.messages import (
     FunctionTool,
     HistoryEntry,
     HistoryItem,
-    Message,
     ReadAhead,
     ResponseEnd,
     ResponseRequest,
     ResponseResume,
     ResponseStarted,
+    StageOutput,
     ToolChoice,
     ToolsPending,
     TruncateItem,
@@ -120,7 +120,7 @@ class LmStage(Stage):
         self._lost, self._cut = set(), set()
         self._prefix = self._new_prefix()
 
-    def process(self, msg: Downstream) -> Iterator[Message]:
+    def process(self, msg: Downstream) -> Iterator[StageOutput]:
         self._settle_speculation()
         if isinstance(msg, UserTurn):
             if msg.text:
@@ -264,7 +264,7 @@ class LmStage(Stage):
         ends, :class:`ContextExceeded` when truncation is disabled and the conversation does not fit.
         """
         own = req.extra_input is not None
-        entries = req.extra_input if own else tuple(self.history.values())
+        entries: Sequence[HistoryEntry] = tuple(self.history.values()) if req.extra_input is None else req.extra_input
         system = [{"role": "system", "content": req.instructions}] if req.instructions else []
         budget = self.model.context_length - self._max_tokens(req)
         if req.truncation.type == "disabled":
@@ -358,7 +358,7 @@ class LmStage(Stage):
             return self.max_new_tokens
         return max(1, min(req.max_output_tokens, self.max_new_tokens))
 
-    def _respond(self, req: ResponseRequest, turn: str = "", timeline: Timeline | None = None) -> Iterator[Message]:
+    def _respond(self, req: ResponseRequest, turn: str = "", timeline: Timeline | None = None) -> Iterator[StageOutput]:
         run = _Run(req, turn, req.item_id or new_id("item"), timeline=timeline)
         yield ResponseStarted(
             generation=req.generation,
@@ -376,7 +376,7 @@ class LmStage(Stage):
             return
         yield from self._generate(run)
 
-    def _resume(self, msg: ResponseResume) -> Iterator[Message]:
+    def _resume(self, msg: ResponseResume) -> Iterator[StageOutput]:
         """The results of a paused response's calls: into the conversation, then the next round (or the end)."""
         run = self._paused.pop(msg.response_id, None)
         if run is None:
@@ -404,7 +404,7 @@ class LmStage(Stage):
             self._speculative[run.turn].append(entry.item_id)
 
     # Over the complexity limit: one round's start, its failures and its ending are kept together, in order.
-    def _generate(self, run: _Run) -> Iterator[Message]:  # noqa: C901
+    def _generate(self, run: _Run) -> Iterator[StageOutput]:  # noqa: C901
         """One round of generation; it ends the response, or pauses it after calls the server runs."""
         req, turn, gen = run.req, run.turn, run.req.generation
         if run.rounds >= MAX_TOOL_ROUNDS:

@@ -10,8 +10,8 @@ from pipelines.messages import (
     FunctionCallDone,
     FunctionCallItem,
     FunctionCallStarted,
-    Message,
     ResponseRequest,
+    StageOutput,
     TextDelta,
     TextForSpeech,
 )
@@ -40,7 +40,7 @@ class ResponseOutput:
         self._callable = {t.name for t in req.tools} if req.tool_choice.mode != "none" else set()
         self._filter = MarkupFilter(t.name for t in req.tools) if req.tools else None
         self._open: tuple[str, str, str] | None = None
-        self._held: list[Message] | None = None  # a later call's messages, until it proves not to be a repeat
+        self._held: list[StageOutput] | None = None  # a later call's messages, until it proves not to be a repeat
         self._made: set[str] = set()
         self.repeated = False  # the model wrote a call it had made already in this response: time to stop
         self.text_parts: list[str] = []
@@ -50,11 +50,11 @@ class ResponseOutput:
     def text(self) -> str:
         return "".join(self.text_parts).strip()
 
-    def feed(self, piece: str) -> Iterator[Message]:
+    def feed(self, piece: str) -> Iterator[StageOutput]:
         for event in self._parser.feed(piece):
             yield from self._route(event)
 
-    def finish(self, completed: bool) -> Iterator[Message]:
+    def finish(self, completed: bool) -> Iterator[StageOutput]:
         """The end of the output; the last words go out only if the response was not cancelled."""
         for event in self._parser.finish():
             if completed:
@@ -70,7 +70,7 @@ class ResponseOutput:
         if completed and self._speak and (rest := self._splitter.flush()):
             yield self._speech(rest)
 
-    def _route(self, event: Text | CallStart | ArgumentsPiece | CallEnd) -> Iterator[Message]:
+    def _route(self, event: Text | CallStart | ArgumentsPiece | CallEnd) -> Iterator[StageOutput]:
         req, gen, turn = self._req, self._req.generation, self._turn
         if isinstance(event, Text):
             yield from self._user_text(self._filter.feed(event.text) if self._filter else event.text)
@@ -120,7 +120,7 @@ class ResponseOutput:
                 turn=turn,
             )
 
-    def _user_text(self, text: str) -> Iterator[Message]:
+    def _user_text(self, text: str) -> Iterator[StageOutput]:
         if not text:
             return
         self.text_parts.append(text)

@@ -14,9 +14,9 @@ from pipelines import cpu
 from pipelines.interfaces import Transcriber
 from pipelines.messages import (
     Downstream,
-    Message,
     PartialHeard,
     PartialUtterance,
+    StageOutput,
     TranscriptCompleted,
     TranscriptDelta,
     TranscriptFailed,
@@ -65,7 +65,7 @@ class SttStage(Stage):
         if self._aside_thread is not None:
             self._aside.put(None)
 
-    def process(self, msg: Downstream) -> Iterator[Message]:
+    def process(self, msg: Downstream) -> Iterator[StageOutput]:
         if isinstance(msg, PartialUtterance) and self.later is not None:
             self._set_aside(msg)
         elif isinstance(msg, (PartialUtterance, PartialHeard)):  # a stage on its own (tests) makes it here
@@ -121,7 +121,7 @@ class SttStage(Stage):
             )
         return "".join(word for word, _ in words).strip(), words
 
-    def _partial(self, msg: PartialUtterance | PartialHeard, text: str) -> Iterator[Message]:
+    def _partial(self, msg: PartialUtterance | PartialHeard, text: str) -> Iterator[StageOutput]:
         """Sends the words two partial transcripts agree on (never the newest one): deltas only append."""
         item, turn = self._speculated
         if item == msg.item_id and not self.context.turn_abandoned(turn):
@@ -143,7 +143,7 @@ class SttStage(Stage):
             )
             self._said = words[:stable]
 
-    def _final(self, msg: Utterance) -> Iterator[Message]:
+    def _final(self, msg: Utterance) -> Iterator[StageOutput]:
         """A finished turn, or a speculative one (``msg.turn``) whose output is held until confirmed."""
         started = time.perf_counter()
         try:

@@ -14,10 +14,10 @@ from pipelines.interfaces import Synthesizer
 from pipelines.messages import (
     AudioOut,
     Downstream,
-    Message,
     ResponseEnd,
     ResponseFinished,
     SpokenText,
+    StageOutput,
     TextForSpeech,
 )
 from pipelines.speech_order import SpeechOrder
@@ -49,7 +49,7 @@ class TtsStage(Stage):
         self._first_audio.clear()
         self._failed.clear()
 
-    def process(self, msg: Downstream) -> Iterator[Message]:
+    def process(self, msg: Downstream) -> Iterator[StageOutput]:
         if isinstance(msg, TextForSpeech):
             yield from self._speak(msg)
         elif isinstance(msg, ResponseEnd):
@@ -57,7 +57,7 @@ class TtsStage(Stage):
         else:
             yield msg
 
-    def _speak(self, msg: TextForSpeech) -> Iterator[Message]:
+    def _speak(self, msg: TextForSpeech) -> Iterator[StageOutput]:
         if self.order is None:
             yield from self._synthesize(msg)
             return
@@ -69,7 +69,7 @@ class TtsStage(Stage):
             if admitted:
                 yield from self._synthesize(msg)
 
-    def _synthesize(self, msg: TextForSpeech) -> Iterator[Message]:
+    def _synthesize(self, msg: TextForSpeech) -> Iterator[StageOutput]:
         cancel = CancelFlag(self.context, msg.response_id, msg.generation, msg.turn)
         if cancel.is_set() or msg.response_id in self._failed:
             return

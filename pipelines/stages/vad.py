@@ -22,11 +22,11 @@ from pipelines.messages import (
     ClearAudio,
     CommitAudio,
     Downstream,
-    Message,
     PartialUtterance,
     PipelineError,
     SpeechStarted,
     SpeechStopped,
+    StageOutput,
     TurnAbandoned,
     TurnConfirmed,
     Utterance,
@@ -162,7 +162,7 @@ class VadStage(Stage):
     def on_session_end(self) -> None:
         self._reset_session()
 
-    def process(self, msg: Downstream) -> Iterator[Message]:
+    def process(self, msg: Downstream) -> Iterator[StageOutput]:
         if isinstance(msg, AudioIn):
             yield from self._audio(msg)
         elif isinstance(msg, CommitAudio):
@@ -183,7 +183,7 @@ class VadStage(Stage):
         else:
             yield msg
 
-    def _audio(self, msg: AudioIn) -> Iterator[Message]:
+    def _audio(self, msg: AudioIn) -> Iterator[StageOutput]:
         settings = self.context.settings
         samples = self._input.process(msg.data, msg.audio_format, settings.noise_reduction)
         self._pending = np.concatenate([self._pending, samples])
@@ -197,7 +197,7 @@ class VadStage(Stage):
                 continue
             yield from self._frame(msg.generation, frame)
 
-    def _frame(self, generation: int, frame: np.ndarray) -> Iterator[Message]:
+    def _frame(self, generation: int, frame: np.ndarray) -> Iterator[StageOutput]:
         detection = self.context.settings.turn_detection
         assert self._state is not None
         prob = self._state.prob(frame)
@@ -263,7 +263,7 @@ class VadStage(Stage):
             and cpu.current().working < cpu.current().cores
         )
 
-    def _onset(self, generation: int, frame: np.ndarray, speech: bool) -> Iterator[Message]:
+    def _onset(self, generation: int, frame: np.ndarray, speech: bool) -> Iterator[StageOutput]:
         """Before a turn: keeps the prefix padding; two speech frames in a row start a turn (one is a click)."""
         detection = self.context.settings.turn_detection
         self._prefix.append(frame)
@@ -288,7 +288,7 @@ class VadStage(Stage):
         if not self._gated:
             yield SpeechStarted(generation=generation, item_id=self._item_id, audio_start_ms=self._start_ms)
 
-    def _gate(self, generation: int, speech: bool) -> Iterator[Message]:
+    def _gate(self, generation: int, speech: bool) -> Iterator[StageOutput]:
         """Speech heard while the assistant speaks: a barge-in once long enough, else dropped at the pause."""
         if speech:
             self._heard_ms += FRAME_MS
@@ -397,7 +397,7 @@ class VadStage(Stage):
         self._verdict = ""
         self._gated = False
 
-    def _end_turn(self, generation: int) -> Iterator[Message]:
+    def _end_turn(self, generation: int) -> Iterator[StageOutput]:
         detection = self.context.settings.turn_detection
         end_ms = self._processed_ms - self._silence_ms
         samples = self._samples()
@@ -429,7 +429,7 @@ class VadStage(Stage):
                 timeline=timeline,
             )
 
-    def _commit(self, msg: CommitAudio) -> Iterator[Message]:
+    def _commit(self, msg: CommitAudio) -> Iterator[StageOutput]:
         # What the filters (and the denoiser) still hold belongs to this turn.
         self._pending = np.concatenate([self._pending, self._input.flush()])
         samples = self._samples() + self._pending.tobytes()

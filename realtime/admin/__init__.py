@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import csv
-from typing import Any
+from typing import Any, ClassVar, cast
 
 from django.conf import settings
 from django.contrib import admin, messages
@@ -32,6 +32,7 @@ from realtime.models import (
     Recording,
     RefusalCount,
     ResponseRecord,
+    SessionQuerySet,
     Stage,
 )
 from realtime.node import cluster
@@ -88,7 +89,7 @@ class ConversationItemInline(ReadOnlyInline):
 class ResponseRecordInline(ReadOnlyInline):
     model = ResponseRecord
     verbose_name_plural = "Responses and latencies (seconds)"
-    fields = (
+    fields: ClassVar[tuple[str, ...]] = (
         "finished_at",
         "response_id",
         "status",
@@ -149,7 +150,8 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         return "live" if obj.duration_s is None else f"{obj.duration_s:.1f} s"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[RealtimeSession]:
-        return super().get_queryset(request).with_user_messages()  # type: ignore[attr-defined]
+        # The default manager's queryset is a SessionQuerySet; the admin's annotation says only QuerySet.
+        return cast(SessionQuerySet, super().get_queryset(request)).with_user_messages()
 
     @admin.display(description="user messages", ordering="n_user_messages")
     def user_messages(self, obj: RealtimeSession) -> str:
@@ -207,7 +209,7 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
             self.message_user(request, f"Session {session_id} is not live: nothing to end.", messages.WARNING)
         return HttpResponseRedirect(reverse("admin:realtime_realtimesession_change", args=[quote(session_id)]))
 
-    def recording_view(self, request: HttpRequest, session_id: str, pk: int) -> HttpResponse:
+    def recording_view(self, request: HttpRequest, session_id: str, pk: int) -> FileResponse:
         """Streams one turn's recording to someone who may read the session (never through a public URL)."""
         recording = Recording.objects.filter(session_id=session_id, pk=pk).first()
         if recording is None or not self.has_view_permission(request, recording.session):
@@ -295,10 +297,10 @@ class NodeAdmin(ReadOnlyAdmin):
             return JsonResponse({"error": "permission denied"}, status=403)
         return JsonResponse({"nodes": cluster.board()})
 
-    def end_session_view(self, request: HttpRequest, session_id: str) -> JsonResponse:
+    def end_session_view(self, request: HttpRequest, session_id: str) -> HttpResponse:
         """POST: ends a live session wherever it runs (the channel layer carries the message)."""
         if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])  # type: ignore[return-value]
+            return HttpResponseNotAllowed(["POST"])
         if not request.user.has_perm("realtime.end_live_session"):
             return JsonResponse({"error": "permission denied"}, status=403)
         if not RealtimeSession.objects.filter(id=session_id, end_reason=EndReason.ACTIVE).exists():

@@ -28,9 +28,12 @@ UNIT_STATES = ("warming", "idle", "busy", "draining", "quarantined")
 
 
 class WriterFigures(Protocol):
-    backlog: int
-    dropped: int
-    overflowed: int
+    @property
+    def backlog(self) -> int: ...
+    @property
+    def dropped(self) -> int: ...
+    @property
+    def overflowed(self) -> int: ...
 
 
 class Metrics:

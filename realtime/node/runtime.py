@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
+from datetime import datetime
 from typing import Protocol
 
 from django.conf import settings
@@ -133,7 +134,7 @@ class Runtime:
         return thread
 
     @staticmethod
-    def _interrupt_left_open(started_at: object) -> None:
+    def _interrupt_left_open(started_at: datetime) -> None:
         count = RealtimeSession.objects.interrupt_left_open(settings.S2S_NODE_NAME, before=started_at)
         if count:
             logger.warning("marked %s session(s) left open by a crashed run as interrupted", count)

@@ -368,7 +368,7 @@ class Conversation:
         req, transcripts = ready
         context = tuple(
             replace(item, text=" ".join(filter(None, (item.text, transcripts[item.item_id]))))
-            if item.item_id in transcripts
+            if isinstance(item, m.HistoryItem) and item.item_id in transcripts  # a clip is a user message
             else item
             for item in req.extra_input or ()
         )

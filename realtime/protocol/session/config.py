@@ -73,6 +73,8 @@ class ResponseOptions:
 class SessionConfig:
     """The session as the client sees it. ``settings()`` gives what the pipeline needs."""
 
+    _prompts: PromptLookup | None  # where a stored prompt is found, set on update()'s trial copy only
+
     def __init__(
         self,
         session_id: str,
@@ -109,7 +111,9 @@ class SessionConfig:
         self.voice = voices[0] if voices else "alloy"
         self.transcription: dict[str, Any] | None = {"model": "whisper-1"}
         self.noise_reduction: dict[str, Any] | None = None
-        self.turn_detection: dict[str, Any] | None = dict(TURN_DETECTION_DEFAULTS[DEFAULT_TURN_DETECTION])
+        self.turn_detection: dict[str, Any] | None = (  # None: manual commits only
+            dict(TURN_DETECTION_DEFAULTS[DEFAULT_TURN_DETECTION]) if DEFAULT_TURN_DETECTION else None
+        )
         self.max_output_tokens: int | str = "inf"
         self.temperature = DEFAULT_TEMPERATURE
         self.include: list[str] | None = None

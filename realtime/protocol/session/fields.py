@@ -334,8 +334,11 @@ def parse_modalities(value: Any, param: str, allow_both: bool = False) -> list[s
 
 def parse_ga_format(value: Any, param: str) -> str:
     check_type(value, (dict, str), param)
-    fmt = value.get("type") if isinstance(value, dict) else value
-    check_type(fmt, str, f"{param}.type" if isinstance(value, dict) else param)
+    fmt: str = check_type(
+        value.get("type") if isinstance(value, dict) else value,
+        str,
+        f"{param}.type" if isinstance(value, dict) else param,
+    )
     fmt = BETA_FORMATS.get(fmt, fmt)
     if fmt not in audio.FORMATS:
         raise EventError(

@@ -42,6 +42,9 @@ def _ordered(chunk: DataChunk) -> bool:
 class BoundedInboundStream(InboundStream):
     """An inbound stream that holds at most ``limit`` bytes of messages being reassembled."""
 
+    reassembly: list[DataChunk]  # aiortc's, set by its __init__
+    sequence_number: int
+
     def __init__(self, limit: int) -> None:
         super().__init__()
         self.limit = limit
@@ -124,4 +127,4 @@ class BoundedSctpTransport(RTCSctpTransport):
 
 def install() -> None:
     """Makes every aiortc peer connection of this process use :class:`BoundedSctpTransport` (idempotent)."""
-    rtcpeerconnection.RTCSctpTransport = BoundedSctpTransport  # type: ignore[misc]
+    rtcpeerconnection.RTCSctpTransport = BoundedSctpTransport
