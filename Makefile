@@ -102,8 +102,8 @@ pipecat-deps: $(PIPECAT_DEPS)
 test: setup system-deps node-deps pipecat-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# ruff's checks and its formatter, as configured in pyproject.toml; CI runs this before the tests. In a small
-# virtual environment of its own (requirements-lint.txt), so that it needs no model set-up.
+# ruff's checks and its formatter, and mypy's type check, as configured in pyproject.toml; CI runs this before the
+# tests. In a small virtual environment of its own (requirements-lint.txt), so that it needs no model set-up.
 LINT_VENV := .venv-lint
 LINT_DEPS := $(LINT_VENV)/.installed
 $(LINT_DEPS): requirements-lint.txt requirements.txt
@@ -114,6 +114,7 @@ $(LINT_DEPS): requirements-lint.txt requirements.txt
 lint: $(LINT_DEPS)
 	$(LINT_VENV)/bin/ruff check .
 	$(LINT_VENV)/bin/ruff format --check .
+	$(LINT_VENV)/bin/mypy
 
 bench: setup
 	$(PY) bench/transport.py

@@ -18,6 +18,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -110,7 +111,7 @@ def bearer_token(authorization: str) -> str | None:
     return token.strip()
 
 
-def scope_token(scope: dict[str, Any]) -> str | None:
+def scope_token(scope: Mapping[str, Any]) -> str | None:
     """The key or secret a WebSocket handshake carries (header first, then subprotocol)."""
     for name, value in scope.get("headers", []):
         if name.lower() == b"authorization":
@@ -137,7 +138,7 @@ def parse_origin(value: str, default_scheme: str | None = None) -> Origin | None
     return parts.scheme, host, int(port) if port else DEFAULT_PORTS[parts.scheme]
 
 
-def own_origin(scope: dict[str, Any], headers: dict[bytes, bytes]) -> Origin | None:
+def own_origin(scope: Mapping[str, Any], headers: dict[bytes, bytes]) -> Origin | None:
     """The origin the client reached: the ``Host`` it asked for (one ``ALLOWED_HOSTS`` accepts) and the
     scheme it came in with (``wss``, or ``https`` at a TLS proxy that says so in ``SECURE_PROXY_SSL_HEADER``)."""
     host = headers.get(b"host", b"").decode("latin1")
@@ -165,7 +166,7 @@ def trusted(origin: Origin, pattern: str) -> bool:
     return origin[1] == expected[1] or (wildcard and origin[1].endswith("." + expected[1]))
 
 
-def origin_allowed(origin: str, scope: dict[str, Any], headers: dict[bytes, bytes]) -> bool:
+def origin_allowed(origin: str, scope: Mapping[str, Any], headers: dict[bytes, bytes]) -> bool:
     """Same origin (scheme, host and port equal to what the client reached), or one listed in
     ``CSRF_TRUSTED_ORIGINS``. ``ALLOWED_HOSTS`` only says which ``Host`` this server answers to:
     ``*`` there lets no foreign origin in."""
@@ -177,7 +178,7 @@ def origin_allowed(origin: str, scope: dict[str, Any], headers: dict[bytes, byte
     return parsed == own_origin(scope, headers)
 
 
-def check_origin(scope: dict[str, Any]) -> None:
+def check_origin(scope: Mapping[str, Any]) -> None:
     """Browsers always send Origin; other clients (SDKs, servers) send none and pass."""
     headers = {name.lower(): value for name, value in scope.get("headers", [])}
     if b"origin" in headers:
@@ -310,7 +311,7 @@ def authenticate_token(token: str | None, session_id: str) -> Principal:
     return verify_api_key(token)
 
 
-async def authenticate(scope: dict[str, Any], session_id: str) -> Principal:
+async def authenticate(scope: Mapping[str, Any], session_id: str) -> Principal:
     """Checks the Origin and the credentials of a WebSocket handshake; raises :class:`AuthError`."""
     check_origin(scope)
     if not settings.S2S_AUTH_REQUIRED:
@@ -318,7 +319,7 @@ async def authenticate(scope: dict[str, Any], session_id: str) -> Principal:
     return await database_sync_to_async(authenticate_token)(scope_token(scope), session_id)
 
 
-async def authenticate_request(scope: dict[str, Any], authorization: str, session_id: str) -> Principal:
+async def authenticate_request(scope: Mapping[str, Any], authorization: str, session_id: str) -> Principal:
     """The same checks for an HTTP request (a WebRTC offer; ``scope`` its ASGI scope): the Origin, then
     ``Authorization: Bearer`` with an API key or an ``ek_`` client secret; raises :class:`AuthError`."""
     check_origin(scope)

@@ -50,9 +50,12 @@ def _caller(request: HttpRequest) -> tuple[Any | None, JsonResponse | None]:
                 401 if exc.code == "invalid_api_key" else 503, exc.code, exc.message, error_type=exc.error_type
             )
         auth.mark_used(principal, timezone.now())
-        return ApiKey.objects.filter(pk=principal.api_key_id).first(), None
+        key = principal.api_key_id
+        return (ApiKey.objects.filter(pk=key).first() if key is not None else None), None
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated and user.is_staff:
+        # Only the CSRF check runs: there is no response to wrap and no view to look at (None, as Django's own
+        # csrf_protect never passes).
         rejected = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})  # type: ignore[arg-type]
         if rejected is not None:
             return None, api_error(403, "csrf_failed", "CSRF check failed: send the X-CSRFToken header.")

@@ -22,9 +22,9 @@ from django.core.files.base import ContentFile
 
 from pipelines import audio, messages as m
 from realtime.models import Recording
+from realtime.protocol import client_events as ce
 
 if TYPE_CHECKING:
-    from realtime.protocol.client_events import ClientEvent
     from realtime.protocol.conversation import Conversation
 
 logger = logging.getLogger(__name__)
@@ -69,10 +69,10 @@ class TurnAudio:
 
     # --- what the client sent ---------------------------------------------------------------
 
-    def client_event(self, event: ClientEvent, conversation: Conversation) -> None:
-        if event.type == "input_audio_buffer.append":
+    def client_event(self, event: ce.ClientEvent, conversation: Conversation) -> None:
+        if isinstance(event, ce.InputAudioAppend):
             self._append(event.audio, conversation.session.input_format)
-        elif event.type == "input_audio_buffer.commit":
+        elif isinstance(event, ce.InputAudioCommit):
             self._manual_end_ms = self._received * 1000 // RATE
 
     def _append(self, data: bytes, audio_format: str) -> None:

@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -26,16 +26,16 @@ from django.utils import timezone
 from pipelines import messages as m, timeline
 from realtime.audit import recordings
 from realtime.models import ConversationItem, RealtimeSession, RefusalCount, ResponseRecord, Stage, upsert
+from realtime.protocol import client_events as ce
 
 if TYPE_CHECKING:
     from realtime.audit.metrics import Metrics
-    from realtime.protocol.client_events import ClientEvent
     from realtime.protocol.conversation import Conversation
     from realtime.protocol.responses import ResponseState
 
 logger = logging.getLogger(__name__)
 
-Write = Callable[[], None]
+Write = Callable[[], object]  # what it returns (a row count) is not used
 RETRYABLE = (OperationalError, InterfaceError)
 
 
@@ -168,7 +168,7 @@ def breakdown(marks: dict[str, float], first_audio_at: float | None) -> dict[str
     return result
 
 
-def principal_of(scope: dict[str, Any]) -> str:
+def principal_of(scope: Mapping[str, Any]) -> str:
     """Who opened a session: the API key or client secret the auth layer put in the scope, else the Django user."""
     principal = scope.get("s2s_principal")
     if principal:
@@ -197,14 +197,14 @@ class SessionRecorder:
         self._committed_ms: dict[str, int] = {}
         self.audio = recordings.for_session(session_id, writer.submit)  # None unless S2S_RECORD_AUDIO
 
-    def client_event(self, event: ClientEvent, conversation: Conversation) -> None:
+    def client_event(self, event: ce.ClientEvent, conversation: Conversation) -> None:
         """Records what an accepted client event changed: an item added, or a spoken answer truncated."""
         try:
             if self.audio is not None:
                 self.audio.client_event(event, conversation)
-            if event.type == "conversation.item.create":
+            if isinstance(event, ce.ItemCreate):
                 self._client_item(event, conversation)
-            elif event.type == "conversation.item.truncate":
+            elif isinstance(event, ce.ItemTruncate):
                 self._truncated(event.item_id, event.audio_end_ms, conversation)
         except Exception:
             logger.exception("session %s: could not record a client item", self.session_id)
@@ -224,9 +224,9 @@ class SessionRecorder:
 
         self.writer.submit(write)
 
-    def _client_item(self, event: ClientEvent, conversation: Conversation) -> None:
-        item_id = event.item.id
-        item = conversation.items.get(item_id) if item_id else next(reversed(conversation.items.values()), None)
+    def _client_item(self, event: ce.ItemCreate, conversation: Conversation) -> None:
+        key = event.item.id or conversation.items.last_id()
+        item = conversation.items.get(key) if key else None
         if item is None or item.get("type") != "message":
             return
         text = " ".join(p.get("text") or "" for p in item.get("content", []) if p.get("text"))
@@ -267,7 +267,7 @@ class SessionRecorder:
         ):
             voice_to_voice = state.first_audio_at - self._speech_end
         lat = msg.latencies
-        fields = {
+        fields: dict[str, Any] = {
             "item_id": state.item_id,
             "status": msg.status,
             "reason": (msg.reason or "")[:200],

@@ -54,7 +54,7 @@ from realtime.live.transport import (
 from realtime.models import EndReason, Prompt
 from realtime.node.runtime import Runtime
 from realtime.protocol import limits, prompts
-from realtime.protocol.client_events import ClientEvent, InputAudioAppend, parse_event
+from realtime.protocol.client_events import ClientEvent, InputAudioAppend, ResponseCreate, SessionUpdate, parse_event
 from realtime.protocol.close_codes import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN
 from realtime.protocol.conversation import Conversation, Port
 from realtime.protocol.events import error_event, server_event, to_beta
@@ -370,7 +370,9 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
     async def _with_prompts(self, event: ClientEvent) -> ClientEvent:
         """The event with ``prompts``, the lookup of the stored prompt it names (``ClientEvent.prompt_ref``)."""
         lookup = await self._prompt_lookup(event.prompt_ref())
-        return event if lookup is None else replace(event, prompts=lookup)
+        if lookup is None or not isinstance(event, SessionUpdate | ResponseCreate):  # the events that name one
+            return event
+        return replace(event, prompts=lookup)
 
     @staticmethod
     async def _prompt_lookup(ref: Any) -> prompts.PromptLookup | None:

@@ -21,6 +21,7 @@ from realtime.protocol.close_codes import CLOSE_POLICY
 from realtime.protocol.conversation import Conversation
 from realtime.protocol.events import error_event, server_event
 from realtime.protocol.items import Caps
+from realtime.protocol.limits import InputBuffer, Limits, TokenBucket
 from realtime.protocol.session.config import SessionConfig
 from realtime.protocol.wire import EventError
 
@@ -52,11 +53,11 @@ class SessionGuards:
     id: str
     ended: bool
     lease: Lease | None
-    limits: limits.Limits
+    limits: Limits
     session: SessionConfig
     conversation: Conversation
-    bucket: limits.TokenBucket
-    input_buffer: limits.InputBuffer
+    bucket: TokenBucket
+    input_buffer: InputBuffer
     _active_at: float
     _rate_reported_at: float
     _session_started: float
@@ -145,7 +146,7 @@ class SessionGuards:
     def _token_cap(self) -> int:
         """The most output tokens the unit's language model stage lets one response produce."""
         stages = self.lease.unit.stages() if self.lease is not None else []
-        caps = [stage.max_new_tokens for stage in stages if isinstance(getattr(stage, "max_new_tokens", None), int)]
+        caps = [cap for stage in stages if isinstance(cap := getattr(stage, "max_new_tokens", None), int)]
         return caps[0] if caps else settings.S2S_POOL.engines.lm_max_new_tokens
 
     def _context_tokens(self) -> int | None:

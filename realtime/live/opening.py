@@ -4,7 +4,7 @@ record start with (``Opening``), the credentials checked, the mailbox's groups, 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,7 @@ class OpenRequest:
     """
 
     transport: TransportKind
-    scope: dict[str, Any] | None = None
+    scope: Mapping[str, Any] | None = None
     principal: auth.Principal | None = None
     model: str | None = None  # None: the model a client secret or the call's settings name, else the default
     beta: bool = False
@@ -92,7 +92,7 @@ async def authenticate(request: OpenRequest) -> auth.Principal:
         ) from None
 
 
-def principal_name(principal: auth.Principal, scope: dict[str, Any] | None) -> str:
+def principal_name(principal: auth.Principal, scope: Mapping[str, Any] | None) -> str:
     if principal.name:
         return f"{principal.kind}:{principal.name}"[:200]
     return records.principal_of(scope) if scope is not None else ""

@@ -64,7 +64,10 @@ class LiveCall(Protocol):
     """A call's session (WebRTC, SIP), found by the call id to hang it up (``DELETE /v1/realtime/calls/ID``)."""
 
     owner: Owner  # who may reach it (realtime.access.owner)
-    client_addr: str  # the client's address (live calls are capped per address)
+
+    @property
+    def client_addr(self) -> str:
+        """The client's address (live calls are capped per address)."""
 
     async def hang_up(self) -> None:
         """Ends the call's session and closes its connection."""

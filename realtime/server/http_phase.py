@@ -28,6 +28,9 @@ from typing import Any
 
 from daphne import http_protocol
 from django.conf import settings
+from twisted.internet.interfaces import ITCPTransport
+from twisted.internet.protocol import connectionDone
+from twisted.python.failure import Failure
 from twisted.web import http
 
 from realtime.server import body_limit, forwarded
@@ -73,16 +76,20 @@ class PendingByAddress:
 pending = PendingByAddress()
 
 
+ACCEPTED_AT = "s2s_accepted_at"  # our stamp on Twisted's transport: when the connection was accepted (wall clock)
+
+
 class DeadlineHTTPChannel(http.HTTPChannel):
     """An HTTP channel whose requests must arrive whole within a deadline, capped per client address."""
 
+    transport: ITCPTransport  # TCP, or TLS over TCP (an ITLSTransport is one): set before connectionMade
     _deadline: Any = None
     _counted = False
     _address = ""
 
     def connectionMade(self) -> None:
         super().connectionMade()
-        self.transport.s2s_accepted_at = time.time()  # type: ignore[attr-defined]  (read by the WebSocket side)
+        setattr(self.transport, ACCEPTED_AT, time.time())  # read by the WebSocket side (opened_at)
         self._address = getattr(self.transport.getPeer(), "host", "") or ""
         self._await_request()
 
@@ -128,7 +135,7 @@ class DeadlineHTTPChannel(http.HTTPChannel):
         if self.persistent and self.transport is not None and not self._handlingRequest:
             self._await_request()  # a kept-alive connection waits for its next request under the same rules
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._request_arrived()
         super().connectionLost(reason)
 
@@ -179,7 +186,7 @@ class CappedRequest(http_protocol.WebRequest):
 class DeadlineHTTPFactory(http_protocol.HTTPFactory):
     """daphne's HTTP factory, building :class:`DeadlineHTTPChannel` channels with :class:`CappedRequest`."""
 
-    def protocol(self) -> http._GenericHTTPChannelProtocol:  # type: ignore[override]
+    def protocol(self) -> http._GenericHTTPChannelProtocol:
         return http._GenericHTTPChannelProtocol(DeadlineHTTPChannel())
 
     def buildProtocol(self, addr: Any) -> Any:
@@ -190,4 +197,4 @@ class DeadlineHTTPFactory(http_protocol.HTTPFactory):
 
 def opened_at(transport: Any) -> float | None:
     """When the TCP connection under a WebSocket was accepted (wall clock), where the HTTP side noted it."""
-    return getattr(transport, "s2s_accepted_at", None)
+    return getattr(transport, ACCEPTED_AT, None)

@@ -20,6 +20,7 @@ import ipaddress
 import logging
 import resource
 import signal
+from typing import Any
 
 import txaio
 from daphne import server as daphne_server, ws_protocol
@@ -27,6 +28,7 @@ from daphne.endpoints import build_endpoint_description_strings
 from daphne.server import Server, twisted_loop
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from twisted.internet.interfaces import IReactorFromThreads, ITCPTransport
 
 from realtime.access.checks import uses_development_key
 from realtime.node import runtime
@@ -43,10 +45,10 @@ logger = logging.getLogger(__name__)
 CLOSE_FLUSH_S = 10.0
 
 
-def _abort_if_open(transport: object) -> None:
+def _abort_if_open(transport: ITCPTransport) -> None:
     """Cuts a connection whose graceful close has not finished (the client reads nothing)."""
     if getattr(transport, "connected", False) and not getattr(transport, "disconnected", False):
-        transport.abortConnection()  # type: ignore[attr-defined]
+        transport.abortConnection()
 
 
 def pending_bytes(transport: object) -> int | None:
@@ -54,9 +56,10 @@ def pending_bytes(transport: object) -> int | None:
 
     Under TLS the protocol writes to Twisted's TLS wrapper, which encrypts at once and hands the bytes to the
     TCP transport beneath it: that one holds what waits (the handshake's own buffer aside)."""
-    transport = getattr(transport, "transport", None) or transport  # TLSMemoryBIOProtocol -> TCP
+    # TLSMemoryBIOProtocol -> TCP; the buffer is a private part of Twisted's FileDescriptor, where there is one.
+    tcp: Any = getattr(transport, "transport", None) or transport
     try:
-        return len(transport.dataBuffer) - transport.offset + transport._tempDataLen  # type: ignore[attr-defined]
+        return len(tcp.dataBuffer) - tcp.offset + tcp._tempDataLen
     except AttributeError:
         return None
 
@@ -70,6 +73,7 @@ class CloseCodeWebSocketProtocol(ws_protocol.WebSocketProtocol):
     """
 
     send_overflow = False
+    socket_opened: float  # daphne's: when the connection was accepted, for its handshake deadline
 
     def onConnect(self, request: object) -> object:
         """daphne's connect timeout counts from the TCP accept, not from the upgrade: one deadline in all."""
@@ -128,14 +132,15 @@ class CloseCodeWebSocketProtocol(ws_protocol.WebSocketProtocol):
         self.wasCloseHandshakeTimeout = True
         self.dropConnection(abort=False)
         transport = self.transport
-        txaio.call_later(CLOSE_FLUSH_S, _abort_if_open, transport)
+        # txaio binds its call_later only once a framework is picked (autobahn picks Twisted): mypy cannot see it.
+        txaio.call_later(CLOSE_FLUSH_S, _abort_if_open, transport)  # type: ignore[attr-defined]
 
 
 def install_protocols() -> None:
     """Our WebSocket protocol (close codes, send buffer, one handshake deadline) and HTTP channel (request
     deadline, per-address cap: :mod:`realtime.server.http_phase`) in daphne."""
     ws_protocol.WebSocketFactory.protocol = CloseCodeWebSocketProtocol
-    daphne_server.HTTPFactory = http_phase.DeadlineHTTPFactory  # type: ignore[misc]
+    daphne_server.HTTPFactory = http_phase.DeadlineHTTPFactory
 
 
 LISTEN_BACKLOG = 2048
@@ -193,11 +198,13 @@ def route_twisted_log() -> None:
     """Twisted's warnings and errors go to Python logging (logger ``twisted``); daphne sends Twisted's whole
     log nowhere below verbosity 2, which hid, among others, an exception in a protocol and a connection
     closed unanswered because the process was out of file descriptors (logged here as a warning)."""
-    from twisted.logger import LogLevel, STDLibLogObserver, formatEvent, globalLogPublisher
+    from twisted.logger import ILogObserver, LogLevel, STDLibLogObserver, formatEvent, globalLogPublisher
+    from zope.interface import provider
 
     forward = STDLibLogObserver("twisted")
     shown = {LogLevel.warn, LogLevel.error, LogLevel.critical}
 
+    @provider(ILogObserver)
     def observe(event: dict) -> None:
         text = formatEvent(event)
         if text.startswith("EMFILE recovery: Closed socket"):
@@ -243,7 +250,7 @@ def install_shutdown_handlers(rt: runtime.Runtime) -> None:
 
     def on_signal(signum: int, frame: object) -> None:
         logger.info("received %s", signal.Signals(signum).name)
-        reactor.callFromThread(_begin_shutdown, rt)
+        IReactorFromThreads(reactor).callFromThread(_begin_shutdown, rt)  # the reactor, as Twisted types it
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

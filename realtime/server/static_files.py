@@ -10,7 +10,7 @@ hands the response's file over as an async iterator, read in a worker thread, as
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -24,11 +24,14 @@ def as_async_stream(response: HttpResponseBase) -> HttpResponseBase:
     """``response`` with its synchronous stream, if it has one, read in a thread and given as an async one."""
     if not isinstance(response, StreamingHttpResponse) or response.is_async:
         return response
-    chunks: Iterator[bytes] = iter(response.streaming_content)  # type: ignore[arg-type]
+    chunks = iter(response)  # the synchronous stream (iter(response.streaming_content))
+
+    def read_all() -> list[bytes]:
+        return list(chunks)
 
     async def stream() -> AsyncIterator[bytes]:
         # Small files (scripts, styles, a turn's WAV): read whole in one hop, as Django's static handler does.
-        for chunk in await sync_to_async(list, thread_sensitive=False)(chunks):
+        for chunk in await sync_to_async(read_all, thread_sensitive=False)():
             yield chunk
 
     response.streaming_content = stream()  # the file stays among the response's closers: closed after sending

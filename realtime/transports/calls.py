@@ -19,6 +19,7 @@ from django.views.decorators.http import require_http_methods
 
 from realtime.access import auth, owner
 from realtime.access.owner import Caller
+from realtime.live.core import SessionCore
 from realtime.live.opening import AUTH_STATUS
 from realtime.live.transport import ControlAnswer
 from realtime.models import Prompt
@@ -73,7 +74,7 @@ async def reach_call(call_id: str, action: str, body: dict[str, Any], caller: Ca
     (:meth:`realtime.live.core.SessionCore.control`), so a call the caller may not reach and one that does not
     exist get the same 404 wherever they are asked."""
     core = runtime.current().calls.get(call_id)  # a live call's session, whichever transport carries it
-    if core is not None:
+    if isinstance(core, SessionCore):
         return await core.control(action, body, caller)
     if not settings.REDIS_URL:  # the in-memory channel layer reaches this process only
         return ControlAnswer.not_found(call_id)

@@ -39,7 +39,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     owner_rule = True  # every way in asks realtime.access.owner (tests/security/test_owner_routes.py)
 
     # The socket needs no channel of its own: the session's mailbox (realtime.live.mailbox) is on the layer.
-    channel_layer_alias = None  # type: ignore[assignment]
+    channel_layer_alias = None
     core: SessionCore | None = None
     following: SessionCore | None = None  # ``?call_id=``: the live call's session this socket steers
 

@@ -60,7 +60,7 @@ class GuardedRTPSession(RTPSession):
         await super()._bind_transports(local_addr, remote_addr)
         for transport, rtcp in ((self._rtp_transport, False), (self._rtcp_transport, True)):
             assert transport is not None
-            transport.send = partial(self._send, transport, transport.send, rtcp)  # type: ignore[method-assign]
+            transport.send = partial(self._send, transport, transport.send, rtcp)
 
     def _send(
         self, transport: Any, send: Callable[..., None], rtcp: bool, data: bytes, addr: tuple[str, int] | None = None
@@ -180,9 +180,9 @@ class CallMedia:
         session.on_audio = self._caller_audio
         session.on_dtmf = lambda digit, _duration: self._on_dtmf(digit)
         self.session = session
-        answer.audio.port = self._port  # type: ignore[union-attr]
+        answer.audio.port = self._port
         if session.srtp is not None:
-            answer.audio.attributes["crypto"] = [session.srtp.answer]  # type: ignore[union-attr]
+            answer.audio.attributes["crypto"] = [session.srtp.answer]
         return answer
 
     def start_playout(self) -> None:

@@ -23,7 +23,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict
 
 from aiortp.port_allocator import PortAllocator
 from aiosipua import IncomingCall, SipRequest, SipResponse, SipUAC, SipUAS
@@ -62,6 +62,7 @@ class UdpTransport(UdpSipTransport):
     per peer."""
 
     failed_sends = guard.PeerLog("SIP over UDP: a send")
+    _udp_transport: asyncio.DatagramTransport | None  # aiosipua's
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -92,6 +93,15 @@ class UdpTransport(UdpSipTransport):
         await self.start()
 
 
+class TcpBounds(TypedDict):
+    """The bounds of :class:`TcpTransport` (and :class:`TlsTransport`), from the SIP settings."""
+
+    idle_timeout_s: float
+    max_per_address: int
+    max_total: int
+    carries_call: Callable[[TcpSipTransport, tuple[str, int]], bool]
+
+
 @dataclass
 class TcpTransport(TcpSipTransport):
     """aiosipua's TCP transport with bounds: a connection that carries no call and sends nothing for
@@ -103,6 +113,7 @@ class TcpTransport(TcpSipTransport):
     max_per_address: int = 32
     max_total: int = 256
     carries_call: Callable[[TcpSipTransport, tuple[str, int]], bool] = lambda _transport, _addr: False
+    _server: asyncio.Server | None = field(default=None, init=False, repr=False)  # aiosipua's, as it declares it
     _sources: OrderedDict[str, tuple[str, int]] = field(default_factory=OrderedDict, init=False, repr=False)
     _per_address: Counter[str] = field(default_factory=Counter, init=False, repr=False)
     name = "TCP"
@@ -270,7 +281,7 @@ class SipListener:
         self.runtime = runtime
         address = (self.config.host, self.config.port)
         advertised = (self.config.sdp_ip, self.config.port)
-        bounds = {
+        bounds: TcpBounds = {
             "idle_timeout_s": self.config.tcp_idle_s,
             "max_per_address": self.config.tcp_max_per_address,
             "max_total": self.config.tcp_max_connections,
@@ -278,12 +289,12 @@ class SipListener:
         }
         transports: list[tuple[SipTransport, tuple[str, int]]] = [
             (UdpTransport(local_addr=address), advertised),
-            (TcpTransport(local_addr=address, **bounds), advertised),  # type: ignore[arg-type]
+            (TcpTransport(local_addr=address, **bounds), advertised),
         ]
         if self.config.tls_host:
             tls_address = (self.config.tls_host, self.config.tls_port)
             context = server_tls_context(self.config)
-            tls = TlsTransport(local_addr=tls_address, ssl_context=context, **bounds)  # type: ignore[arg-type]
+            tls = TlsTransport(local_addr=tls_address, ssl_context=context, **bounds)
             transports.append((tls, self.config.tls_contact))
         for transport, advertised in transports:
             uac = SipUAC(transport, advertised_addr=advertised)

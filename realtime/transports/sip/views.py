@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -51,7 +51,7 @@ def _body(request: HttpRequest) -> dict[str, Any]:
     return body
 
 
-def call_control(action: str) -> Callable[[HttpRequest, str], Awaitable[HttpResponse]]:
+def call_control(action: str) -> Callable[[HttpRequest, str], Coroutine[Any, Any, HttpResponse]]:
     """The view of one control action: who asks, the body, then the action where the call is held
     (:func:`realtime.transports.sip.control.run`); a 200, or its refusal as the API's JSON error."""
 

@@ -25,6 +25,7 @@ from typing import Any
 from aiortc.sdp import SessionDescription
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
@@ -138,7 +139,7 @@ def check_sdp(sdp: str) -> None:
             raise BadOffer(f"The SDP offer's {media.kind} m-line has no ICE credentials (a=ice-ufrag, a=ice-pwd).")
 
 
-async def _read_call(request: HttpRequest, call: WebRTCCall, principal: Principal) -> dict[str, Any] | None:
+async def _read_call(request: ASGIRequest, call: WebRTCCall, principal: Principal) -> dict[str, Any] | None:
     """The key's limits, then the offer read, checked and applied, once the credentials passed (before any
     claim); returns the call's settings; raises :class:`Refusal` (a 429 or a 400)."""
     rt, address, key = call.runtime, call.address, str(principal.api_key_id or "")
@@ -168,7 +169,7 @@ async def _read_call(request: HttpRequest, call: WebRTCCall, principal: Principa
 
 @csrf_exempt
 @require_http_methods(["POST"])
-async def create_call(request: HttpRequest) -> HttpResponse:
+async def create_call(request: ASGIRequest) -> HttpResponse:
     """``POST /v1/realtime/calls``: meter, authenticate, check the offer, claim a unit, answer (201)."""
     rt = runtime.current()
     call = WebRTCCall(new_id("rtc"), rt, str(request.META.get("REMOTE_ADDR") or ""))
