@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from pipelines.config import FunctionTool
 from pipelines.pool import Lease
 from realtime.live.opening import Opening
 from realtime.live.transport import ClearedReply, Event, PlaysAudio
@@ -37,8 +38,11 @@ class ClientEventHandlers:
         return handler(event)
 
     def on_session_update(self, event: ce.SessionUpdate) -> list[Event]:
+        before = self._prompt_start()
         self.session.update(event.session, beta=self.opening.beta, prompts=event.prompts)
         self._apply_settings()
+        if not self.session.transcription_only and self._prompt_start() != before:
+            self.conversation.read_ahead()  # new instructions are read now, not when the next turn ends
         return [server_event("session.updated", session=self._session_obj()), *self.mcp.servers_changed()]
 
     def on_transcription_session_update(self, event: ce.TranscriptionSessionUpdate) -> list[Event]:
@@ -57,6 +61,11 @@ class ClientEventHandlers:
         self.session.update(event.session, beta=True, transcription=True)
         self._apply_settings()
         return [server_event("transcription_session.updated", session=render.as_beta_transcription(self.session))]
+
+    def _prompt_start(self) -> tuple[str, tuple[FunctionTool, ...]]:
+        """What every answer's prompt starts with: the instructions and the tools."""
+        settings = self.session.settings()
+        return settings.instructions, settings.tools
 
     def _apply_settings(self) -> None:
         if self.lease is not None:

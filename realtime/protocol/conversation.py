@@ -65,6 +65,10 @@ class Conversation:
         self.port.submit(m.CommitAudio(generation=self.port.generation, item_id=new_id("item"), event_id=event_id))
         return []
 
+    def read_ahead(self) -> None:
+        """The next answer's prompt changed outside a turn (new instructions or tools): the LM reads it now."""
+        self.port.submit(m.ReadAhead(generation=self.port.generation))
+
     def clear_audio(self) -> list[Event]:
         self.port.submit(m.ClearAudio(generation=self.port.generation))
         return []

@@ -141,3 +141,24 @@ async def test_adding_an_event_is_one_class_and_one_handler(monkeypatch):
     with pytest.raises(EventError) as caught:
         ce.parse_event('{"type": "test.ping", "event_id": "e2", "word": 3}', 1024)
     assert (caught.value.param, caught.value.event_id) == ("word", "e2")
+
+
+def test_new_instructions_or_tools_are_handed_to_the_lm_to_read_now_other_settings_are_not():
+    from pipelines import messages as m
+
+    submitted: list[object] = []
+    opening = Opening(session_id=new_id("sess"), model="gpt-realtime")
+    core = SessionCore(runtime.current(), NoTransport(), opening, None, Port(1, submitted.append, lambda _i, _r: None))
+
+    def update(**session: Any) -> list[object]:
+        submitted.clear()
+        core.handle(
+            ce.parse_event(json.dumps({"type": "session.update", "session": {"type": "realtime", **session}}), 1)
+        )
+        return [msg for msg in submitted if isinstance(msg, m.ReadAhead)]
+
+    assert len(update(instructions="Speak like a pirate.")) == 1
+    assert update(instructions="Speak like a pirate.") == []  # the same prompt: nothing new to read
+    assert update(audio={"output": {"speed": 1.2}}) == []
+    tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    assert len(update(tools=[tool])) == 1

@@ -69,6 +69,70 @@ def test_nothing_is_read_ahead_without_an_answer_to_come_or_an_engine_that_keeps
     assert list(plain.process(UserWordsSoFar(generation=1, item_id="item_1", text="What color"))) == []
 
 
+def test_new_instructions_are_read_when_they_come_not_when_the_next_turn_ends():
+    from pipelines.messages import ReadAhead
+
+    model = ReadingFakeLM()
+    lm = stage(model)
+    lm.context.settings = SessionSettings(instructions="Speak like a pirate.")
+    assert list(lm.process(ReadAhead(generation=1))) == []
+    ((messages, prefix),) = model.read
+    assert messages == [{"role": "system", "content": "Speak like a pirate."}, {"role": "user", "content": "hello"}]
+    assert prefix is lm._prefix
+
+
+def test_a_function_s_result_is_read_before_its_response_is_asked_for_unless_a_message_waits():
+    from pipelines.messages import AddItem, FunctionCallItem, FunctionCallOutputItem
+
+    model = ReadingFakeLM()
+    lm = stage(model)
+    call = FunctionCallItem("item_1", "call_1", "get_weather", '{"city": "Paris"}')
+    list(lm.process(AddItem(generation=1, item=call)))
+    assert model.read == []  # a call the client sends is kept, not read: its result comes next
+    result = FunctionCallOutputItem("item_2", "call_1", '{"temperature_c": 21}')
+    list(lm.process(AddItem(generation=1, item=result)))
+    ((messages, _),) = model.read
+    assert messages[-1]["role"] == "tool" and "21" in messages[-1]["content"]
+    lm.waiting = lambda: True  # the response.create is already there: it reads the prompt itself, at once
+    list(lm.process(AddItem(generation=1, item=FunctionCallOutputItem("item_3", "call_1", "{}"))))
+    assert len(model.read) == 1
+
+
+def test_reading_ahead_stops_once_a_message_waits_for_the_lm_thread():
+    from pipelines.messages import ReadAhead
+
+    stops: list[bool] = []
+
+    class StoppingFakeLM(ReadingFakeLM):
+        """FAKE: reads until ``stop()`` says so, noting each answer."""
+
+        def prefill(self, messages, tools=(), prefix=None, stop=None) -> int:
+            for _ in range(3):
+                stops.append(stop())
+            return 0
+
+    lm = stage(StoppingFakeLM())
+    waiting = iter([False, False, True])
+    lm.waiting = lambda: next(waiting, True)
+    list(lm.process(ReadAhead(generation=1)))
+    assert stops == [False, True, True]  # the check before reading, then one chunk, then the message
+
+
+def test_a_turn_that_called_a_function_is_read_while_the_client_runs_it():
+    from pipelines.config import FunctionTool
+    from pipelines.messages import ResponseEnd, ResponseRequest
+
+    model = ReadingFakeLM()
+    tool = FunctionTool("get_weather", "The weather in a city.")
+    lm = stage(model, tools=(tool,))
+    lm.history["item_0"] = HistoryItem("item_0", "user", "call get_weather")
+    request = ResponseRequest.from_settings(lm.context.settings, 1)
+    out = list(lm.process(request))
+    assert isinstance(out[-1], ResponseEnd) and out[-1].status == "completed"
+    ((messages, _),) = model.read
+    assert "get_weather" in str(messages[-1])  # the call is in the prompt read, ready for its result
+
+
 @pytest.fixture(scope="module")
 def smol():
     from pipelines.backends.llama_cpp_lm import LlamaCppLM
