@@ -8,6 +8,7 @@ import queue
 import secrets
 import sqlite3
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -87,6 +88,22 @@ def free_units(server: LiveServer) -> int:
 
 def wait_free(server: LiveServer, count: int, timeout: float = 15.0) -> int:
     return wait_for(lambda: free_units(server) == count and count + 1, timeout, what=f"{count} free units") - 1
+
+
+def wait_settled(server: LiveServer, count: int, quiet_s: float, timeout: float = 40.0) -> int:
+    """``count`` free units, and still ``count`` after ``quiet_s``: calls that INVITEs sent just before may still
+    claim a unit for a while (until their RTP times out), so one look can fall between two of them."""
+    free_since: list[float] = []
+
+    def settled() -> bool:
+        if free_units(server) != count:
+            free_since.clear()
+            return False
+        free_since[:] = free_since or [time.monotonic()]
+        return time.monotonic() - free_since[0] >= quiet_s
+
+    wait_for(settled, timeout, interval=0.2, what=f"{count} free units for {quiet_s} s")
+    return count
 
 
 def sip_sessions(server: LiveServer) -> list[dict]:
