@@ -6,14 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from pipelines import audio, tools as tool_parsing
-from pipelines.config import (  # noqa: F401  (DEFAULT_INSTRUCTIONS: read here by the tests and benches too)
-    DEFAULT_INSTRUCTIONS,
+from pipelines.config import (
     SPEED_RANGE,
     FunctionTool,
-    SessionSettings,
     ToolChoice,
-    Truncation,
-    TurnDetection,
 )
 from pipelines.errors import ToolDefinitionError
 from realtime.protocol.mcp.config import McpPolicy, McpServer, parse_server

@@ -7,13 +7,7 @@ from dataclasses import fields
 from typing import Any
 
 from pipelines import audio
-from pipelines.config import (  # noqa: F401  (DEFAULT_INSTRUCTIONS: read here by the tests and benches too)
-    DEFAULT_INSTRUCTIONS,
-    SPEED_RANGE,
-    FunctionTool,
-    SessionSettings,
-    ToolChoice,
-    Truncation,
+from pipelines.config import (
     TurnDetection,
 )
 

@@ -6,15 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from pipelines import audio, tools as tool_parsing
-from pipelines.config import (  # noqa: F401  (DEFAULT_INSTRUCTIONS: read here by the tests and benches too)
-    DEFAULT_INSTRUCTIONS,
-    SPEED_RANGE,
-    FunctionTool,
-    SessionSettings,
-    ToolChoice,
-    Truncation,
-    TurnDetection,
-)
 from realtime.protocol.session.config import SessionConfig
 from realtime.protocol.session.keys import GA_TO_BETA_FORMATS
 
