@@ -45,9 +45,10 @@ class NoTransport:
         raise AssertionError("nothing closes")
 
 
-def make_core() -> SessionCore:
+def make_core(submit: Any = lambda _m: None) -> SessionCore:
+    """A session core without a unit: what it hands the pipeline goes to ``submit``."""
     opening = Opening(session_id=new_id("sess"), model="gpt-realtime")
-    return SessionCore(runtime.current(), NoTransport(), opening, None, Port(1, lambda _m: None, lambda _i, _r: None))
+    return SessionCore(runtime.current(), NoTransport(), opening, None, Port(1, submit, lambda _i, _r: None))
 
 
 def test_the_registry_holds_every_api_event_once_in_order():
@@ -147,8 +148,7 @@ def test_new_instructions_or_tools_are_handed_to_the_lm_to_read_now_other_settin
     from pipelines import messages as m
 
     submitted: list[object] = []
-    opening = Opening(session_id=new_id("sess"), model="gpt-realtime")
-    core = SessionCore(runtime.current(), NoTransport(), opening, None, Port(1, submitted.append, lambda _i, _r: None))
+    core = make_core(submitted.append)
 
     def update(**session: Any) -> list[object]:
         submitted.clear()
