@@ -120,6 +120,9 @@ class EngineConfig:
     vad_model: str | None = None
     stt_model: str | None = DEFAULT_STT_MODEL  # a packaged name (DEFAULT_STT_MODEL), a folder, or a hub name
     lm_model: str | None = None
+    # llama_cpp: a second model for answers in words (a file, a folder or a packaged name, as lm_model); lm_model
+    # then decides whether to call a function and writes the calls. None: one model does both.
+    lm_answer_model: str | None = None
     lm_gguf_file: str | None = None
     lm_cache_dir: str | None = None
     lm_max_new_tokens: int = 96

@@ -165,6 +165,7 @@ S2S_POOL = PoolConfig(
         vad_model=envstr("S2S_VAD_MODEL", "") or _engine.vad_model,
         stt_model=envstr("S2S_STT_MODEL", "") or _engine.stt_model,
         lm_model=envstr("S2S_LM_MODEL", "") or _engine.lm_model,
+        lm_answer_model=envstr("S2S_LM_ANSWER_MODEL", "") or _engine.lm_answer_model,
         lm_gguf_file=envstr("S2S_LM_GGUF_FILE", "") or _engine.lm_gguf_file,
         lm_cache_dir=envstr("S2S_LM_CACHE_DIR", "") or _engine.lm_cache_dir,
         lm_max_new_tokens=envint("S2S_LM_MAX_NEW_TOKENS", _engine.lm_max_new_tokens, minimum=1),

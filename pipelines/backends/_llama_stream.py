@@ -7,9 +7,10 @@ step on the threads ``pipelines.cpu`` chooses.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Protocol
 
 from pipelines import cpu
@@ -127,6 +128,53 @@ class LlamaCppStream(Generation):
             yield from self._paced(context, tokens)
         finally:
             tokens.close()
+
+    def writes(self, continuations: Sequence[list[int]]) -> bool:
+        """Whether greedy decoding after the prompt would write one of ``continuations``, token for token:
+        each checked in one evaluation of its tokens (the most likely token after each position), not
+        generated a token at a time. A grammar allows what it allows, so where the model's own choice is
+        a text the grammar takes, greedy decoding under the grammar writes it too."""
+        if self._cancelled():
+            return False
+        context = self._lm.acquire(self._prefix)
+        try:
+            prompt = self._prompt_ids
+            self.cached_tokens = self._reuse(context)
+            feed = prompt[self.cached_tokens : -1]
+            if feed:
+                self.run_on_share(context, functools.partial(context.eval, feed))
+            return any(
+                self._greedy_path(context, prompt, tokens)
+                for tokens in continuations
+                if 0 < len(tokens) < context.n_batch and len(prompt) + len(tokens) < context.n_ctx()
+            )
+        finally:
+            self._lm.release(context, self._prefix)
+
+    def _greedy_path(self, context: Any, prompt: list[int], tokens: list[int]) -> bool:
+        """Evaluates the prompt's last token and ``tokens`` but the last in one batch, with the logits of
+        each position; the context then holds the prompt again."""
+        import numpy as np
+
+        batch = [prompt[-1], *tokens[:-1]]
+        start = len(prompt) - 1
+        context._ctx.kv_cache_seq_rm(-1, start, -1)
+        context.n_tokens = start
+        context._batch.set_batch(batch=batch, n_past=start, logits_all=True)
+        self.run_on_share(context, functools.partial(context._ctx.decode, context._batch))
+        context.input_ids[start : start + len(batch)] = batch
+        context.n_tokens = start + len(batch)
+        logits = np.ctypeslib.as_array(context._ctx.get_logits(), shape=(len(batch), context.n_vocab()))
+        picks = logits.argmax(axis=1).tolist()
+        context._ctx.kv_cache_seq_rm(-1, len(prompt), -1)
+        context.n_tokens = len(prompt)
+        if picks[:-1] != tokens[:-1]:
+            return False
+        if picks[-1] == tokens[-1]:
+            return True
+        # The last token may be written merged with what follows it ('"}}' where the text ends at '"}').
+        last = context.detokenize([tokens[-1]], special=True)
+        return context.detokenize([picks[-1]], special=True).startswith(last)
 
     def run_on_share(self, context: Any, step: Callable[[], None]) -> None:
         """One step (a prompt's evaluation) on the threads :mod:`pipelines.cpu` chooses."""

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -272,6 +273,28 @@ def answered_calls(messages: Sequence[dict[str, Any]]) -> set[str]:
     return calls
 
 
+def answered_call_objects(messages: Sequence[dict[str, Any]]) -> list[str]:
+    """The calls made since the user's last message, each as the model would write it again after a call's
+    opening (the object between the tags): as a chat template shows it (``tojson``: keys sorted, markup
+    characters escaped) and with its arguments as they were written."""
+    from jinja2.utils import htmlsafe_json_dumps
+
+    objects: list[str] = []
+    for message in reversed(messages):
+        if message["role"] == "user":
+            break
+        for call in message.get("tool_calls") or ():
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
+            if isinstance(arguments, str):
+                with contextlib.suppress(ValueError):
+                    arguments = json.loads(arguments)
+            for shown in (str(htmlsafe_json_dumps(arguments, sort_keys=True)), json.dumps(arguments)):
+                text = f'{{"name": "{name}", "arguments": {shown}}}'
+                if text not in objects:
+                    objects.append(text)
+    return objects
+
+
 class AutoCallStream:
     """``auto``: the model chooses between text and a call with its first tokens. Text streams as it comes;
     text that opens with markup (``MARKUP_FIRST``: a result read back as JSON, say) is made again by ``retry``.
@@ -282,7 +305,9 @@ class AutoCallStream:
     Once calls have been answered since the user spoke (``answered``), a call is held to its end: a small
     model reading a result back often writes the same call again, and again. Such a repeat is dropped, and
     so is a call that is not ``grounded``; with no call left the answer is made by ``answer`` or ``retry``,
-    which must open with a word."""
+    which must open with a word. Where ``repeats`` can tell before the call is written that the model is
+    about to write an answered call again (``LlamaCppStream.writes``: one evaluation, not a generation),
+    the answer is made at once."""
 
     def __init__(
         self,
@@ -292,12 +317,15 @@ class AutoCallStream:
         call: Callable[[], Any],
         answer: Callable[[], Any] | None = None,
         grounded: Callable[[CallEnd], bool] | None = None,
+        repeats: Callable[[], bool] | None = None,
     ) -> None:
         """``answer``: where an answer in words comes from when the decision's own prompt is not the one to
         answer from (``LlamaCppLM.generate_stream``: the decision sees the current turn, the answer all of it);
         ``grounded``: whether a call the model chose is made of what was said (``Grounding``); one that is not
-        is dropped (the call is then held until it ends, not streamed)."""
+        is dropped (the call is then held until it ends, not streamed); ``repeats``: whether the call the
+        model has opened is, greedily, one already answered."""
         self._grounded = grounded
+        self._repeats = repeats
         self._stream = stream
         self._answered = answered
         self._retry = retry
@@ -320,6 +348,11 @@ class AutoCallStream:
         if close is not None:
             close()  # its context goes back before the next generation takes one
         if not opens:  # words, made from the answer's prompt; never markup (a result read back)
+            self._stream = (self._answer or self._retry)()
+            yield from self._stream
+            return
+        if self._answered and self._repeats is not None and self._repeats():
+            logger.info("the model began a call already answered: the answer is made instead")
             self._stream = (self._answer or self._retry)()
             yield from self._stream
             return

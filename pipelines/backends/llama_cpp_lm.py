@@ -36,6 +36,7 @@ from ._llama_tools import (
     ForcedCall,
     ForcedCallStream,
     Grounding,
+    answered_call_objects,
     answered_calls,
     current_turn,
     forced_call,
@@ -113,15 +114,24 @@ class LlamaPrefix:
     def __init__(self) -> None:
         self.context: Any = None
         self.turn: LlamaPrefix | None = None  # the context that decides on calls from the current turn alone
+        self.answer: LlamaPrefix | None = None  # the answer model's context, where one answers in words
 
     def for_turn(self) -> LlamaPrefix:
         if self.turn is None:
             self.turn = LlamaPrefix()
         return self.turn
 
+    def for_answers(self) -> LlamaPrefix:
+        if self.answer is None:
+            self.answer = LlamaPrefix()
+        return self.answer
+
 
 class LlamaCppLM:
-    """One GGUF model on llama.cpp, shared by many units; up to ``max_contexts`` generations at once."""
+    """One GGUF model on llama.cpp, shared by many units; up to ``max_contexts`` generations at once.
+
+    With ``answer_model``, a model for each job: this one decides whether to call a function and writes the
+    calls, ``answers`` (the second model) writes every answer in words."""
 
     def __init__(
         self,
@@ -133,6 +143,7 @@ class LlamaCppLM:
         max_contexts: int = 1,
         cache_dir: str | None = None,
         chat_template: str | None = None,
+        answer_model: str | None = None,
     ) -> None:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
@@ -171,6 +182,17 @@ class LlamaCppLM:
             template, eos_token=vocab.token_get_text(eos) if eos >= 0 else "", bos_token=self._bos_text
         )
         logger.info("Loaded LM %s on llama.cpp (%s, context %d)", self.model_path, device, self.context_length)
+        self.answers = self
+        if answer_model:
+            self.answers = LlamaCppLM(
+                answer_model,
+                device=device,
+                n_ctx=n_ctx,
+                threads=threads,
+                max_contexts=max_contexts,
+                cache_dir=cache_dir,
+            )
+            logger.info("answers in words come from %s", self.answers.model_path)
 
     @staticmethod
     def _fallback_template(meta: dict[str, str]) -> str:
@@ -349,24 +371,58 @@ class LlamaCppLM:
                 return call()
             return CallSequence(call(), next_call)
 
+        separate = self.answers is not self
+
+        def in_words(conversation: list[dict[str, Any]]) -> Any:
+            """The answer model's answer, in words."""
+            return self.answers.generate_stream(
+                conversation,
+                max_new_tokens,
+                temperature,
+                cancel,
+                seed,
+                None if prefix is None else prefix.for_answers(),
+                tools=tools,
+                tool_choice=ToolChoice("none") if tools else ToolChoice(),
+            )
+
         if not tools:
-            return stream()
+            return in_words(messages) if separate else stream()
         if tool_choice.mode in ("required", "function"):
             return calls(tool_choice)
         if tool_choice.mode == "none":
-            return stream(first=TEXT_FIRST)
+            return in_words(messages) if separate else stream(first=TEXT_FIRST)
         answered = answered_calls(messages)
         # An answer in words after results: told so at the end of its prompt (a small model reading a result
         # back tends to call the function again, and, kept from that, to describe the call instead).
 
-        def words() -> LlamaCppStream:
+        def words() -> Any:
+            if separate:
+                return in_words([*messages, ANSWER_FROM_RESULTS] if answered else messages)
             ids = self.encode_chat([*messages, ANSWER_FROM_RESULTS], tools) if answered else prompt_ids
             return stream(ids, first=TEXT_FIRST)
+
+        def repeats(base: list[int], on: LlamaPrefix | None) -> Callable[[], bool]:
+            """Whether the call the decision opened on ``base`` would, greedily, be one already answered."""
+
+            def check() -> bool:
+                opened = base + self._tokens(forced_call(tools, ToolChoice("required")).head)
+                return stream(opened, on=on).writes([self._tokens(text) for text in answered_call_objects(messages)])
+
+            return check
 
         grounded = Grounding(tools, messages)
         turn = current_turn(messages)
         if len(turn) == len(messages):
-            return AutoCallStream(stream(), answered, words, lambda: calls(ToolChoice("required")), grounded=grounded)
+            return AutoCallStream(
+                stream(),
+                answered,
+                words,
+                lambda: calls(ToolChoice("required")),
+                answer=words if separate else None,
+                grounded=grounded,
+                repeats=repeats(prompt_ids, prefix),
+            )
         turn_ids = self.encode_chat(turn, tools)
         on = None if prefix is None else prefix.for_turn()
         return AutoCallStream(
@@ -376,6 +432,7 @@ class LlamaCppLM:
             lambda: calls(ToolChoice("required"), turn_ids, on),
             answer=words,
             grounded=grounded,
+            repeats=repeats(turn_ids, on),
         )
 
     def prefill(
@@ -385,12 +442,38 @@ class LlamaCppLM:
         prefix: LlamaPrefix | None = None,
         stop: Callable[[], bool] | None = None,
     ) -> int:
-        """Evaluates ``messages``' prompt into the conversation's context (``prefix``), so that a generation
-        whose prompt starts the same reads only the rest (``LlamaCppStream._reuse``); the tokens evaluated.
-        Read ahead while the user speaks (the turn so far), a few tokens at a time until ``stop()`` says so:
-        what was read by then stays in the cache."""
+        """Evaluates the prompts the next generation over ``messages`` starts from into the conversation's
+        contexts (``prefix``), so that it reads only the rest (``LlamaCppStream._reuse``); the tokens evaluated.
+        Read ahead while the user speaks (the turn so far) and between turns, a few tokens at a time until
+        ``stop()`` says so: what was read by then stays in the cache.
+
+        With tools offered, as ``generate_stream`` reads them for ``auto``: the current turn alone on the
+        context that decides whether to call (first: the decision comes first), and after results the answer's
+        prompt with ``ANSWER_FROM_RESULTS``. With a model for answers, the answer's prompt goes to its context."""
         if prefix is None:
             return 0
+        read = 0
+        separate = self.answers is not self
+        if tools:
+            turn = current_turn(messages)
+            if len(turn) < len(messages):
+                read += self._read(turn, tools, prefix.for_turn(), stop)
+            elif separate:  # the decision, from the whole conversation, on this model
+                read += self._read(messages, tools, prefix, stop)
+            if messages and messages[-1]["role"] == "tool" and answered_calls(messages):
+                messages = [*messages, ANSWER_FROM_RESULTS]
+        if separate:
+            return read + self.answers._read(messages, tools, prefix.for_answers(), stop)
+        return read + self._read(messages, tools, prefix, stop)
+
+    def _read(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Sequence[FunctionTool],
+        prefix: LlamaPrefix,
+        stop: Callable[[], bool] | None,
+    ) -> int:
+        """``prefill`` of one prompt into ``prefix``'s context."""
         ids = self.encode_chat(messages, tools)
         if len(ids) >= self.context_length:
             return 0

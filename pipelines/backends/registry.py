@@ -47,6 +47,7 @@ def _llama_cpp(config: EngineConfig, needs: Needs) -> LanguageModel:
         threads=needs.threads,
         max_contexts=2 * max(1, needs.pool_size),
         cache_dir=config.lm_cache_dir,
+        answer_model=config.lm_answer_model,
     )
 
 

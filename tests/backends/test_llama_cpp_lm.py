@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import threading
 import time
 from pathlib import Path
@@ -11,11 +12,13 @@ import jsonschema
 import pytest
 
 from pipelines.backends import _assembled
+from pipelines.backends._llama_stream import LlamaCppStream
 from pipelines.backends._llama_tools import (
     AutoCallStream,
     CallSequence,
     Grounding,
     _opening,
+    answered_call_objects,
     answered_calls,
     call_key,
     current_turn,
@@ -224,6 +227,62 @@ def test_a_call_answered_already_is_made_again_as_words_and_a_new_call_goes_thro
     other = Scripted([CALL_OPEN, '\n{"name": "get_weather", "arguments": {"city": "Ly'])
     [call] = calls("".join(AutoCallStream(other, answered, never, lambda: Scripted(lyon))))
     assert json.loads(call.arguments) == {"city": "Lyon"}
+
+
+def test_a_call_the_model_is_about_to_write_again_is_not_written_and_the_answer_comes_at_once():
+    answered = {call_key("get_weather", {"city": "Paris"})}
+    opened = Scripted([CALL_OPEN, "\n{"])
+    words = AutoCallStream(opened, answered, lambda: Scripted(["It is sunny."]), never, repeats=lambda: True)
+    assert "".join(words) == "It is sunny." and opened.closed
+    lyon = [CALL_OPEN, '\n{"name": "get_weather", "arguments": {"city": "Lyon"}}\n', CALL_CLOSE]
+    new = AutoCallStream(Scripted([CALL_OPEN]), answered, never, lambda: Scripted(lyon), repeats=lambda: False)
+    [call] = calls("".join(new))
+    assert json.loads(call.arguments) == {"city": "Lyon"}
+    # Before any call is answered the check is not asked for.
+    first = AutoCallStream(Scripted([CALL_OPEN]), set(), never, lambda: Scripted(PARIS_CALL), repeats=never)
+    assert [c.name for c in calls("".join(first))] == ["get_weather"]
+
+
+def test_an_answered_call_is_looked_for_as_a_template_shows_it_and_as_it_was_written():
+    written = {"id": "c", "type": "function", "function": {"name": "note", "arguments": '{"z": 1, "a": "<b>"}'}}
+    turn = [
+        {"role": "user", "content": "Note it."},
+        {"role": "assistant", "content": "", "tool_calls": [written]},
+        {"role": "tool", "tool_call_id": "c", "name": "note", "content": "done"},
+    ]
+    assert answered_call_objects(turn) == [
+        '{"name": "note", "arguments": {"a": "\\u003cb\\u003e", "z": 1}}',
+        '{"name": "note", "arguments": {"z": 1, "a": "<b>"}}',
+    ]
+    assert answered_call_objects(WEATHER_ASKED) == ['{"name": "get_weather", "arguments": {"city": "Paris"}}']
+    assert answered_call_objects(WEATHER_ASKED[:2]) == []
+
+
+def test_the_one_evaluation_check_agrees_with_what_greedy_decoding_writes(qwen):
+    """Real llama.cpp, the default model, after a result: the required call it would write (greedy, under
+    the grammar) is seen as such by ``writes``, a call of another city is not."""
+    required = "".join(
+        qwen.generate_stream(WEATHER_ASKED, 48, 0.0, tools=[WEATHER], tool_choice=ToolChoice("required"))
+    )
+    [call] = calls(required)
+    opened = qwen.encode_chat(WEATHER_ASKED, [WEATHER]) + qwen._tokens(CALL_OPEN + "\n")
+
+    def writes(arguments: dict) -> bool:
+        text = f'{{"name": "{call.name}", "arguments": {json.dumps(arguments)}}}'
+        return LlamaCppStream(qwen, opened, 0, 0.0, None, None, None).writes([qwen._tokens(text)])
+
+    assert writes(json.loads(call.arguments)), required
+    assert not writes({"city": "Lyon"})
+
+
+def test_after_a_result_the_default_model_answers_without_writing_the_call_again(qwen, caplog):
+    with caplog.at_level(logging.INFO, logger="pipelines.backends._llama_tools"):
+        text = "".join(qwen.generate_stream(WEATHER_ASKED, 48, 0.0, tools=[WEATHER]))
+    assert calls(text) == [] and ("sunny" in text.lower() or "21" in text), text
+    said = [record.getMessage() for record in caplog.records]
+    # The model opened the call again; it was seen in one evaluation, not written and dropped.
+    assert any("began a call already answered" in line for line in said), said
+    assert not any("was written again" in line for line in said), said
 
 
 def test_a_call_the_default_model_makes_by_choice_is_the_required_call_under_the_grammar(qwen):
@@ -548,3 +607,26 @@ def test_a_chosen_call_must_be_made_of_what_was_said_or_the_answer_is_given_in_w
         grounded=grounded,
     )
     assert "".join(words) == "I am well, thank you."
+
+
+def test_with_a_model_for_answers_the_decision_and_calls_stay_on_the_first_and_words_come_from_the_second():
+    """Real llama.cpp: Qwen2.5-Coder-0.5B decides and writes calls, SmolLM2-135M (standing in for a larger
+    model) answers in words; each on its own contexts of the one conversation (``LlamaPrefix``)."""
+    folder, name = default_model()
+    engine = LlamaCppLM(threads=2, n_ctx=1024, max_contexts=2, answer_model=str(Path(folder) / name))
+    assert engine.answers is not engine and engine.answers.model_path.endswith(name)
+    plain = engine.new_prefix_cache()
+    assert "".join(engine.generate_stream(QUESTION, 16, 0.0, prefix=plain)).strip()
+    assert plain.context is None and plain.answer is not None and plain.answer.context is not None
+
+    asked = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    called = engine.new_prefix_cache()
+    [call] = calls("".join(engine.generate_stream(asked, 48, 0.0, prefix=called, tools=[WEATHER])))
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+    assert called.context is not None and called.answer is None  # the answer model was not asked
+
+    after = engine.new_prefix_cache()
+    engine.prefill(WEATHER_ASKED, [WEATHER], after)  # the decision's prompt here, the answer's there
+    answer = "".join(engine.generate_stream(WEATHER_ASKED, 32, 0.0, prefix=after, tools=[WEATHER]))
+    assert calls(answer) == [] and CALL_OPEN not in answer and answer.strip(), answer
+    assert after.context is not None and after.answer is not None and after.answer.context is not None

@@ -160,6 +160,40 @@ def test_llama_cpp_reads_ahead_into_the_conversations_context_and_the_answer_rea
     assert smol.prefill(so_far, prefix=None) == 0
 
 
+def test_with_tools_the_turns_own_context_and_the_answer_after_results_are_read_ahead():
+    """Real llama.cpp (SmolLM2-135M, two contexts per conversation as the server gives): a later turn whose
+    call has its result; ``auto`` decides on the turn alone (its own context) and answers in words from the
+    whole conversation with ``ANSWER_FROM_RESULTS``: both prompts are in their contexts before the response
+    is asked for."""
+    from pipelines.backends.llama_cpp_lm import ANSWER_FROM_RESULTS, LlamaCppLM
+    from pipelines.backends.transformers_lm import default_model
+    from pipelines.config import FunctionTool
+
+    folder, name = default_model()
+    smol = LlamaCppLM(str(Path(folder) / name), threads=1, n_ctx=1024, max_contexts=2)
+
+    weather = FunctionTool("get_weather", "The weather in a city.", {"type": "object", "properties": {}})
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {}}}
+    conversation = [
+        SYSTEM,
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi, how can I help?"},
+        {"role": "user", "content": "What is the weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "sunny"},
+    ]
+    turn = [SYSTEM, *conversation[3:]]
+    prefix = smol.new_prefix_cache()
+    answer = smol.encode_chat([*conversation, ANSWER_FROM_RESULTS], [weather])
+    assert smol.prefill(conversation, [weather], prefix) == len(answer) + len(smol.encode_chat(turn, [weather]))
+    assert list(prefix.context._input_ids) == answer
+    assert list(prefix.turn.context._input_ids) == smol.encode_chat(turn, [weather])
+    # While the client runs the function there is no result yet: the conversation as it is.
+    waiting = smol.new_prefix_cache()
+    smol.prefill(conversation[:-1], [weather], waiting)
+    assert list(waiting.context._input_ids) == smol.encode_chat(conversation[:-1], [weather])
+
+
 class SaysSoFar:
     """A FAKE transcriber: whatever it is set to say."""
 
