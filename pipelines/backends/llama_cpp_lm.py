@@ -103,9 +103,21 @@ ANSWER_FROM_RESULTS = {
     "role": "system",
     "content": "The results are above. Now answer the user in words, using them; do not call a function again.",
 }
-# Reading ahead evaluates this many tokens at a time, so that the turn's answer waits for at most that many.
+# Reading ahead evaluates a few tokens at a time, so that an answer that comes meanwhile waits for one chunk at
+# most: READ_AHEAD_TOKENS first, then as many as take about READ_AHEAD_S (at most twice the last chunk, and the
+# context's batch). An evaluation of four tokens costs nearly what one of forty does (each reads all the
+# weights once), so a long prompt read four at a time (new instructions: the whole history again) went at a
+# few tens of tokens a second.
 READ_AHEAD_TOKENS = 4
+READ_AHEAD_S = 0.05
 MIN_CALL_TOKENS = 16  # calls in parallel: another is not begun with fewer tokens left than this
+
+
+def next_chunk(size: int, spent_s: float, most: int) -> int:
+    """How many tokens reading ahead evaluates next, after ``size`` took ``spent_s``: about ``READ_AHEAD_S``
+    worth, at least ``READ_AHEAD_TOKENS``, at most twice ``size`` and ``most``."""
+    fits = int(size * READ_AHEAD_S / max(spent_s, 1e-6))
+    return max(READ_AHEAD_TOKENS, min(2 * size, most, fits))
 
 
 class LlamaPrefix:
@@ -483,11 +495,13 @@ class LlamaCppLM:
         try:
             cached = stream._reuse(context)
             started = time.perf_counter()
-            for at in range(cached, len(ids), READ_AHEAD_TOKENS):
-                if stop is not None and stop():
-                    break
-                chunk = ids[at : at + READ_AHEAD_TOKENS]
+            at, size = cached, READ_AHEAD_TOKENS
+            while at < len(ids) and not (stop is not None and stop()):
+                chunk = ids[at : at + size]
+                began = time.perf_counter()
                 stream.run_on_share(context, functools.partial(context.eval, chunk))
+                size = next_chunk(len(chunk), time.perf_counter() - began, context.n_batch)
+                at += len(chunk)
                 read += len(chunk)
             logger.debug(
                 "read ahead: %d of %d tokens (%d cached) in %.0f ms",

@@ -221,6 +221,16 @@ def test_a_partial_transcript_sends_its_words_but_the_newest_to_the_lm():
     assert (ahead.item_id, ahead.text, ahead.generation) == ("item_1", "What color is the", 1)
 
 
+def test_reading_ahead_takes_chunks_of_about_its_time_growing_at_most_twofold():
+    from pipelines.backends.llama_cpp_lm import READ_AHEAD_S, READ_AHEAD_TOKENS, next_chunk
+
+    assert next_chunk(4, READ_AHEAD_S / 10, 256) == 8  # quick: twice the last, no more
+    assert next_chunk(64, READ_AHEAD_S / 2, 256) == 128
+    assert next_chunk(128, READ_AHEAD_S / 10, 256) == 256  # never past the batch
+    assert next_chunk(32, READ_AHEAD_S * 2, 256) == 16  # slow (a busy machine): smaller
+    assert next_chunk(8, READ_AHEAD_S * 100, 256) == READ_AHEAD_TOKENS
+
+
 def test_reading_ahead_stops_a_few_tokens_after_the_turn_ends_and_keeps_what_it_read(smol):
     from pipelines.backends.llama_cpp_lm import READ_AHEAD_TOKENS
 
@@ -232,7 +242,8 @@ def test_reading_ahead_stops_a_few_tokens_after_the_turn_ends_and_keeps_what_it_
     cached = next((i for i, (a, b) in enumerate(zip(held, ids)) if a != b), min(len(held), len(ids)))
     prefix = smol.new_prefix_cache()
     read = smol.prefill(so_far, prefix=prefix, stop=lambda: asked.append(1) or len(asked) > 2)
-    assert read == 2 * READ_AHEAD_TOKENS  # two chunks, then the turn ended
+    # Two chunks, then the turn ended: the first of READ_AHEAD_TOKENS, the second at most twice that.
+    assert 2 * READ_AHEAD_TOKENS <= read <= 3 * READ_AHEAD_TOKENS
     assert cached + read < len(ids)
     assert smol.prefill(so_far, prefix=prefix) == len(ids) - cached - read  # the rest, not all again
 
