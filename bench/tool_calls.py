@@ -558,6 +558,16 @@ async def warm_up(urls: list[str], session: dict[str, Any]) -> None:
             await client.ws.close()
 
 
+def model_env(path: str | None) -> dict[str, str]:
+    """``A``: S2S_LM_MODEL; ``A+B``: a model for each job, A deciding on calls and writing them, B answering in
+    words (S2S_LM_ANSWER_MODEL); "default" for A is the server's default model."""
+    if not path:
+        return {}
+    decides, _, answers = path.partition("+")
+    env = {"S2S_LM_MODEL": decides} if decides != "default" else {}
+    return env | ({"S2S_LM_ANSWER_MODEL": answers} if answers else {})
+
+
 def start_servers(models: dict[str, str | None], backend: str) -> dict[str, LiveServer]:
     servers: dict[str, LiveServer] = {}
     try:
@@ -567,7 +577,7 @@ def start_servers(models: dict[str, str | None], backend: str) -> dict[str, Live
                 "S2S_POOL_SIZE": "1",
                 "S2S_LOG_LEVEL": "warning",
                 "S2S_LM_BACKEND": backend,
-                **({"S2S_LM_MODEL": path} if path else {}),
+                **model_env(path),
             }
             work = Path(tempfile.mkdtemp(prefix="s2s-tool-calls-"))
             servers[label] = LiveServer(work, env=env).start(ready_timeout=900)
@@ -649,8 +659,9 @@ def main() -> None:
         nargs="*",
         default=[],
         metavar="PATH",
-        help="the LM model (S2S_LM_MODEL, e.g. a .gguf); two or more are compared on the same "
-        "requests, one server each, interleaved",
+        help="the LM model (S2S_LM_MODEL, e.g. a .gguf or a packaged name; DECIDES+ANSWERS: a model for each "
+        "job, 'default' for the default); two or more are compared on the same requests, one server each, "
+        "interleaved",
     )
     parser.add_argument("--lm-backend", default=DEFAULT_LM_BACKEND, choices=["llama_cpp", "transformers"])
     parser.add_argument(
