@@ -188,6 +188,8 @@ class EngineConfig:
         stt = PACKAGED_STT_NAMES.get(stt) or _name(stt)
         lm = _name(self.lm_model or self.lm_gguf_file or "") or PACKAGED_LM_NAMES.get(self.lm_backend, "default")
         engine = LM_ENGINE_NAMES.get(self.lm_backend, self.lm_backend)
+        if self.lm_answer_model and self.lm_backend == "llama_cpp":
+            lm = f"{_name(self.lm_answer_model)} (calls: {lm})"
         return f"speech to text {stt}; answers {lm} on {engine}; voice {self.tts_name} ({self.tts_backend})"
 
     @property

@@ -39,3 +39,8 @@ def test_lm_batching_on_an_engine_that_cannot_batch_is_said_not_silently_ignored
 def test_the_page_says_which_models_answer():
     page = Client().get("/").content.decode()
     assert 'id="models"' in page and "GPU" in page
+
+
+def test_a_model_for_answers_is_named_with_the_one_that_makes_the_calls():
+    text = EngineConfig(lm_answer_model="qwen2.5-coder-1.5b-instruct-q4_k_m").describe()
+    assert "answers qwen2.5-coder-1.5b-instruct-q4_k_m (calls: Qwen2.5-Coder-0.5B-Instruct) on llama.cpp" in text
