@@ -188,26 +188,42 @@ class Utterance:
     kind: str  # "clean" or "noisy"
 
 
-def utterances() -> list[Utterance]:
+def piper_voice():
+    """The packaged Piper voice (en_US-joe-medium), loaded for ``piper_speech``."""
     from piper import PiperVoice
+
+    from pipelines.backends.piper_tts import default_voice_path
+
+    return PiperVoice.load(default_voice_path())
+
+
+def piper_speech(voice, text: str, length_scale: float) -> np.ndarray:
+    """``text`` spoken by ``voice`` at ``length_scale`` (Piper's own variation on), float32 at 16 kHz."""
     from piper.config import SynthesisConfig
 
     from pipelines import audio
-    from pipelines.backends.piper_tts import default_voice_path
 
-    voice = PiperVoice.load(default_voice_path())
+    chunks = voice.synthesize(text, syn_config=SynthesisConfig(length_scale=length_scale))
+    samples = np.concatenate([np.asarray(c.audio_float_array, dtype=np.float32) for c in chunks])
+    return audio.resample(samples, voice.config.sample_rate, 16000)
+
+
+def with_noise(samples: np.ndarray, rng: np.random.Generator, snr_db: float = 10.0) -> np.ndarray:
+    """``samples`` with white noise mixed in at ``snr_db`` below the speech's power."""
+    noise = rng.standard_normal(samples.size).astype(np.float32)
+    noise *= np.sqrt(np.mean(samples**2) / 10 ** (snr_db / 10)) / max(1e-9, float(np.std(noise)))
+    return samples + noise
+
+
+def utterances() -> list[Utterance]:
+    voice = piper_voice()
     rng = np.random.default_rng(7)
     out: list[Utterance] = []
     for i, (question, _) in enumerate(QUESTIONS):
-        rate = RATES[i % len(RATES)]
-        chunks = voice.synthesize(question, syn_config=SynthesisConfig(length_scale=rate))
-        samples = np.concatenate([np.asarray(c.audio_float_array, dtype=np.float32) for c in chunks])
-        samples = audio.resample(samples, voice.config.sample_rate, 16000)
+        samples = piper_speech(voice, question, RATES[i % len(RATES)])
         out.append(Utterance(question, samples, "clean"))
         if i % 3 == 0:
-            noise = rng.standard_normal(samples.size).astype(np.float32)
-            noise *= np.sqrt(np.mean(samples**2) / 10 ** (10 / 10)) / max(1e-9, float(np.std(noise)))
-            out.append(Utterance(question, samples + noise, "noisy"))
+            out.append(Utterance(question, with_noise(samples, rng), "noisy"))
     return out
 
 
