@@ -108,6 +108,9 @@ class LlamaCppStream(Generation):
         grammar, then one without it from there (the context keeps the prompt's KV cache between them)."""
         from llama_cpp import LlamaGrammar
 
+        if self._grammar is not None and self._first is None:
+            yield from self._paced(context, greedy_under_grammar(context, feed, self._grammar))
+            return
         if self._grammar is None:
             sampling: dict[str, Any] = {"temp": max(0.0, self._temperature), "repeat_penalty": REPETITION_PENALTY}
         else:  # a call's arguments are data copied from the conversation: greedy, and no penalty for copying
@@ -218,3 +221,46 @@ class LlamaCppStream(Generation):
         finally:
             if threads != self._lm.threads:
                 context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
+
+
+def greedy_under_grammar(context: Any, feed: list[int], grammar: str) -> Generator[int, None, None]:
+    """Greedy decoding held to ``grammar`` (GBNF), as llama.cpp's own tools sample: the most likely token is
+    asked of the grammar alone, and only where the grammar refuses it is every token of the vocabulary
+    weighed against it. llama-cpp-python's sampler chain weighs all of them at every step (about 13 ms a
+    token with a call's grammar and Qwen2.5's 151,936 tokens, half again a step's time on two cores)."""
+    import ctypes
+
+    import llama_cpp
+    import numpy as np
+
+    n_vocab = context.n_vocab()
+    sampler = llama_cpp.llama_sampler_init_grammar(context._model.vocab, grammar.encode(), b"root")
+    one = (llama_cpp.llama_token_data * 1)()
+    every = None  # the whole vocabulary, made when the grammar first refuses the model's choice
+    try:
+        tokens = feed
+        while True:
+            context.eval(tokens)
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(context.ctx, -1), shape=(n_vocab,))
+            token = int(logits.argmax())
+            one[0].id, one[0].logit, one[0].p = token, float(logits[token]), 0.0
+            chosen = llama_cpp.llama_token_data_array(data=one, size=1, selected=-1, sorted=False)
+            llama_cpp.llama_sampler_apply(sampler, ctypes.byref(chosen))
+            if not np.isfinite(one[0].logit):
+                if every is None:
+                    every = (llama_cpp.llama_token_data * n_vocab)()
+                    table = np.ctypeslib.as_array(every)
+                    table["id"] = np.arange(n_vocab, dtype=np.int32)
+                table["logit"] = logits
+                table["p"] = 0.0
+                weighed = llama_cpp.llama_token_data_array(data=every, size=n_vocab, selected=-1, sorted=False)
+                llama_cpp.llama_sampler_apply(sampler, ctypes.byref(weighed))
+                allowed = table["logit"]
+                token = int(allowed.argmax())
+                if not np.isfinite(allowed[token]):
+                    return  # nothing the grammar allows (it cannot happen with a grammar that parses)
+            llama_cpp.llama_sampler_accept(sampler, token)
+            yield token
+            tokens = [token]
+    finally:
+        llama_cpp.llama_sampler_free(sampler)

@@ -630,3 +630,34 @@ def test_with_a_model_for_answers_the_decision_and_calls_stay_on_the_first_and_w
     answer = "".join(engine.generate_stream(WEATHER_ASKED, 32, 0.0, prefix=after, tools=[WEATHER]))
     assert calls(answer) == [] and CALL_OPEN not in answer and answer.strip(), answer
     assert after.context is not None and after.answer is not None and after.answer.context is not None
+
+
+def test_greedy_decoding_under_a_grammar_asks_the_grammar_of_the_models_choice_and_matches_the_full_weighing(smol):
+    """Real llama.cpp: ``greedy_under_grammar`` (the grammar asked of the most likely token, every token weighed
+    only when it refuses) writes what llama-cpp-python's sampler chain writes, weighing every token each step:
+    a call's grammar the model follows, and one that refuses its first choices (digits for a question)."""
+    from llama_cpp import LlamaGrammar
+
+    from pipelines.backends._llama_stream import greedy_under_grammar
+    from pipelines.backends._llama_tools import forced_call
+
+    call = forced_call([WEATHER, BOOK_TABLE], ToolChoice("required"))
+    cases = [
+        (smol.encode_chat(BOOKING, [WEATHER, BOOK_TABLE]) + smol._tokens(call.head), call.grammar),
+        (smol.encode_chat(QUESTION), 'root ::= [0-9] [0-9] [0-9] " " [a-z]+'),
+    ]
+    (context,) = [smol.acquire(None)]
+    try:
+        for prompt, grammar in cases:
+            context.reset()
+            full = context.generate(
+                prompt, temp=0.0, top_k=1, repeat_penalty=1.0, grammar=LlamaGrammar.from_string(grammar)
+            )
+            expected = [next(full) for _ in range(12)]
+            full.close()
+            context.reset()
+            quick = greedy_under_grammar(context, prompt, grammar)
+            assert [next(quick) for _ in range(12)] == expected
+            quick.close()
+    finally:
+        smol.release(context, None)
