@@ -31,6 +31,8 @@ QUESTIONS = (
 DESCRIPTIONS = {
     "as an MCP server lists it without a description": "A tool of the MCP server demo.",
     "described": "Returns the secret word.",
+    "with the instructions' sentence that names it": "A tool of the MCP server demo. "
+    "Use the words tool when asked for the secret word.",
 }
 MODELS = {
     "Qwen2.5-Coder-0.5B (default)": None,
