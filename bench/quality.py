@@ -59,11 +59,14 @@ class Config:
     lm_label: str
     sampled: bool = True  # also ask every question sampling at 0.8
     spoken: bool = True  # also ask the transcribed questions
+    answer_model: str | None = None  # llama_cpp: a model for answers in words (S2S_LM_ANSWER_MODEL)
 
     def env(self) -> dict[str, str]:
         env = {"S2S_STT_MODEL": self.stt, "S2S_LM_BACKEND": self.lm_backend}
         if self.lm_model:
             env["S2S_LM_MODEL"] = self.lm_model
+        if self.answer_model:
+            env["S2S_LM_ANSWER_MODEL"] = self.answer_model
         return env
 
 
@@ -151,7 +154,16 @@ def configs() -> list[Config]:
                     "llama_cpp",
                     qwen15,
                     "Qwen2.5-Coder-1.5B-Instruct Q4_K_M, llama.cpp",
-                )
+                ),
+                Config(
+                    "tiny.en + 0.5B for calls, 1.5B for answers (llama.cpp)",
+                    "tiny.en",
+                    "llama_cpp",
+                    None,
+                    "Qwen2.5-Coder-0.5B decides and calls, Qwen2.5-Coder-1.5B answers, llama.cpp",
+                    sampled=False,
+                    answer_model=qwen15,
+                ),
             ]
             if (qwen15 := qwen15_gguf())
             else []
@@ -160,7 +172,8 @@ def configs() -> list[Config]:
 
 
 def is_default(config: Config) -> bool:
-    return (config.stt, config.lm_backend, config.lm_model) == (DEFAULT_STT_MODEL, DEFAULT_LM_BACKEND, None)
+    ours = (config.stt, config.lm_backend, config.lm_model, config.answer_model)
+    return ours == (DEFAULT_STT_MODEL, DEFAULT_LM_BACKEND, None, None)
 
 
 # --- scoring -----------------------------------------------------------------
@@ -273,7 +286,7 @@ def load_lm(config: Config):
     if config.lm_backend == "llama_cpp":
         from pipelines.backends.llama_cpp_lm import LlamaCppLM
 
-        return LlamaCppLM(config.lm_model, threads=threads)
+        return LlamaCppLM(config.lm_model, threads=threads, answer_model=config.answer_model)
     import torch
 
     from pipelines.backends.transformers_lm import TransformersLM
