@@ -196,8 +196,10 @@ def test_a_corpus_of_hostile_messages_over_udp_and_tcp_leaves_the_listener_answe
     for message in corpus[-20:]:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as tcp:
             tcp.sendall(message)
-    assert options(port, "udp") == "SIP/2.0 200 OK"
-    assert options(port, "tcp") == "SIP/2.0 200 OK"
+    # The listener still answers: once it has worked through the corpus (on a busy machine one look within 3 s
+    # of the last message could come before it has, seen once in CI).
+    for transport in ("udp", "tcp"):
+        wait_for(lambda t=transport: options(port, t) == "SIP/2.0 200 OK", 30, what=f"an OPTIONS over {transport}")
     # INVITEs of the corpus that carry an offer hold a unit until their RTP times out (3 s): wait them out.
     assert wait_settled(server, 2, quiet_s=4.0) == 2
     phone = phones()
