@@ -437,12 +437,21 @@ class LlamaCppLM:
             )
         turn_ids = self.encode_chat(turn, tools)
         on = None if prefix is None else prefix.for_turn()
+
+        def from_the_turn() -> Any:
+            """After results, the answer from the turn's own context: it has read the request, the calls and
+            the results already (the decision's prompt), so only the note is left to read; the calls and their
+            arguments were made from the turn alone too. Before any result, from the whole conversation."""
+            if separate or not answered:
+                return words()
+            return stream(self.encode_chat([*turn, ANSWER_FROM_RESULTS], tools), on=on, first=TEXT_FIRST)
+
         return AutoCallStream(
             stream(turn_ids, on=on),
             answered,
-            words,
+            from_the_turn,
             lambda: calls(ToolChoice("required"), turn_ids, on),
-            answer=words,
+            answer=from_the_turn,
             grounded=grounded,
             repeats=repeats(turn_ids, on),
         )
@@ -460,19 +469,22 @@ class LlamaCppLM:
         ``stop()`` says so: what was read by then stays in the cache.
 
         With tools offered, as ``generate_stream`` reads them for ``auto``: the current turn alone on the
-        context that decides whether to call (first: the decision comes first), and after results the answer's
-        prompt with ``ANSWER_FROM_RESULTS``. With a model for answers, the answer's prompt goes to its context."""
+        context that decides whether to call (first: the decision comes first; after results in a later turn
+        the answer comes from it too), and after results in a first turn the answer's prompt with
+        ``ANSWER_FROM_RESULTS``. With a model for answers, the answer's prompt goes to its context."""
         if prefix is None:
             return 0
         read = 0
         separate = self.answers is not self
         if tools:
             turn = current_turn(messages)
-            if len(turn) < len(messages):
+            later = len(turn) < len(messages)
+            if later:  # the decision, and after results the answer too (generate_stream: from_the_turn)
                 read += self._read(turn, tools, prefix.for_turn(), stop)
             elif separate:  # the decision, from the whole conversation, on this model
                 read += self._read(messages, tools, prefix, stop)
-            if messages and messages[-1]["role"] == "tool" and answered_calls(messages):
+            results = bool(messages) and messages[-1]["role"] == "tool" and bool(answered_calls(messages))
+            if results and (separate or not later):
                 messages = [*messages, ANSWER_FROM_RESULTS]
         if separate:
             return read + self.answers._read(messages, tools, prefix.for_answers(), stop)

@@ -583,6 +583,24 @@ def test_the_default_model_calls_a_tool_in_a_later_turn_after_an_earlier_call_an
     assert text.strip() and not calls(text) and text.strip()[0] not in "<{[(`", text
 
 
+def test_after_a_result_in_a_later_turn_the_answer_comes_from_the_turns_own_context(qwen):
+    """Real llama.cpp, the default model: an earlier turn, then a call and its result; the decision and the
+    answer both read the turn's context, so the answer reads little more than the note before it."""
+    earlier = [
+        {"role": "system", "content": DEFAULT_INSTRUCTIONS},
+        {"role": "user", "content": "Hello there."},
+        {"role": "assistant", "content": "Hello! How can I help you today?"},
+    ]
+    conversation = earlier + WEATHER_ASKED[1:]
+    prefix = qwen.new_prefix_cache()
+    qwen.prefill(conversation, [WEATHER], prefix)
+    stream = qwen.generate_stream(conversation, 48, 0.0, prefix=prefix, tools=[WEATHER])
+    text = "".join(stream)
+    assert calls(text) == [] and ("sunny" in text.lower() or "21" in text), text
+    assert stream.input_tokens - stream.cached_tokens < 40  # the note and the answer's header, not the turn
+    assert prefix.context is not None and prefix.turn is not None and prefix.turn.context is not None
+
+
 def test_a_chosen_call_must_be_made_of_what_was_said_or_the_answer_is_given_in_words():
     said = [
         {"role": "system", "content": "The user's name is Lee."},

@@ -162,9 +162,9 @@ def test_llama_cpp_reads_ahead_into_the_conversations_context_and_the_answer_rea
 
 def test_with_tools_the_turns_own_context_and_the_answer_after_results_are_read_ahead():
     """Real llama.cpp (SmolLM2-135M, two contexts per conversation as the server gives): a later turn whose
-    call has its result; ``auto`` decides on the turn alone (its own context) and answers in words from the
-    whole conversation with ``ANSWER_FROM_RESULTS``: both prompts are in their contexts before the response
-    is asked for."""
+    call has its result; ``auto`` decides on the turn alone (its own context) and, after results, answers
+    from it with ``ANSWER_FROM_RESULTS``: the turn is read there before the response is asked for, and the
+    whole conversation in the other context for the next turn."""
     from pipelines.backends.llama_cpp_lm import ANSWER_FROM_RESULTS, LlamaCppLM
     from pipelines.backends.transformers_lm import default_model
     from pipelines.config import FunctionTool
@@ -184,10 +184,14 @@ def test_with_tools_the_turns_own_context_and_the_answer_after_results_are_read_
     ]
     turn = [SYSTEM, *conversation[3:]]
     prefix = smol.new_prefix_cache()
-    answer = smol.encode_chat([*conversation, ANSWER_FROM_RESULTS], [weather])
-    assert smol.prefill(conversation, [weather], prefix) == len(answer) + len(smol.encode_chat(turn, [weather]))
-    assert list(prefix.context._input_ids) == answer
-    assert list(prefix.turn.context._input_ids) == smol.encode_chat(turn, [weather])
+    whole = smol.encode_chat(conversation, [weather])
+    assert smol.prefill(conversation, [weather], prefix) == len(whole) + len(smol.encode_chat(turn, [weather]))
+    assert list(prefix.turn.context._input_ids) == smol.encode_chat(turn, [weather])  # decides, then answers
+    assert list(prefix.context._input_ids) == whole  # for the next turn
+    # A first turn: one context decides and answers, the answer's note read ahead too.
+    first = smol.new_prefix_cache()
+    smol.prefill(turn, [weather], first)
+    assert list(first.context._input_ids) == smol.encode_chat([*turn, ANSWER_FROM_RESULTS], [weather])
     # While the client runs the function there is no result yet: the conversation as it is.
     waiting = smol.new_prefix_cache()
     smol.prefill(conversation[:-1], [weather], waiting)
