@@ -109,7 +109,11 @@ class LlamaCppStream(Generation):
         from llama_cpp import LlamaGrammar
 
         if self._grammar is not None and self._first is None:
-            yield from self._paced(context, greedy_under_grammar(context, feed, self._grammar))
+            quick = greedy_under_grammar(context, feed, self._grammar)
+            try:
+                yield from self._paced(context, quick)
+            finally:
+                quick.close()  # its grammar sampler is freed now, not when the generator is collected
             return
         if self._grammar is None:
             sampling: dict[str, Any] = {"temp": max(0.0, self._temperature), "repeat_penalty": REPETITION_PENALTY}
