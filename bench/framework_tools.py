@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.docs import latency_row, machine_load, write_section  # noqa: E402
-from bench.recording_proxy import Capture, RecordingProxy, timeline  # noqa: E402
+from bench.recording_proxy import Capture, RecordingProxy, speech_end, timeline  # noqa: E402
 from bench.tool_set import TOOLS, tool_result  # noqa: E402
 from bench.voice_latency import trimmed  # noqa: E402
 from tests.support.client import RealtimeClient  # noqa: E402
@@ -301,13 +301,7 @@ async def consume(generation: llm.GenerationCreatedEvent, report: dict[str, Any]
 
 def figures(capture: Capture, speech_end_bytes: int, report: dict[str, Any]) -> dict[str, Any]:
     """The turn's times (ms) as the proxy saw them, and what the client sent between the call and the answer."""
-    appended, end = 0, None
-    for at, side, event in capture.events:
-        if side == "client" and event["type"] == "input_audio_buffer.append":
-            appended += event["bytes"]
-            if appended >= speech_end_bytes:
-                end = at
-                break
+    end = speech_end(capture, speech_end_bytes)
 
     def first(side: str, after: float | None, test: Any) -> tuple[float, dict[str, Any]] | None:
         if after is None:

@@ -94,16 +94,21 @@ class RecordingProxy:
             await asyncio.gather(pump(client, server, "client"), pump(server, client, "server"), return_exceptions=True)
 
 
-def timeline(capture: Capture, speech_end_bytes: int) -> list[str]:
-    """The connection's events but the audio, each with its time from the end of speech (ms): what to read when a
-    client is slower (``--captures``)."""
-    appended, end, lines, deltas = 0, None, [], set()
+def speech_end(capture: Capture, speech_end_bytes: int) -> float | None:
+    """When the client had sent the speech's last audio (the first ``speech_end_bytes`` of its appends)."""
+    appended = 0
     for at, side, event in capture.events:
         if side == "client" and event["type"] == "input_audio_buffer.append":
             appended += event["bytes"]
             if appended >= speech_end_bytes:
-                end = at
-                break
+                return at
+    return None
+
+
+def timeline(capture: Capture, speech_end_bytes: int) -> list[str]:
+    """The connection's events but the audio, each with its time from the end of speech (ms): what to read when a
+    client is slower (``--captures``)."""
+    end, lines, deltas = speech_end(capture, speech_end_bytes), [], set()
     for at, side, event in capture.events:
         kind = event["type"]
         if kind == "input_audio_buffer.append":

@@ -262,15 +262,18 @@ def current_turn(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [message for message in messages[:last] if message["role"] == "system"] + list(messages[last:])
 
 
-def answered_calls(messages: Sequence[dict[str, Any]]) -> set[str]:
-    """The calls made since the user's last message (each followed by its result), as ``call_key`` gives them."""
-    calls: set[str] = set()
+def _calls_since_user(messages: Sequence[dict[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """(name, arguments) of each call made since the user's last message, the newest first."""
     for message in reversed(messages):
         if message["role"] == "user":
-            break
+            return
         for call in message.get("tool_calls") or ():
-            calls.add(call_key(call["function"]["name"], call["function"]["arguments"]))
-    return calls
+            yield call["function"]["name"], call["function"]["arguments"]
+
+
+def answered_calls(messages: Sequence[dict[str, Any]]) -> set[str]:
+    """The calls made since the user's last message (each followed by its result), as ``call_key`` gives them."""
+    return {call_key(name, arguments) for name, arguments in _calls_since_user(messages)}
 
 
 def answered_call_objects(messages: Sequence[dict[str, Any]]) -> list[str]:
@@ -280,18 +283,14 @@ def answered_call_objects(messages: Sequence[dict[str, Any]]) -> list[str]:
     from jinja2.utils import htmlsafe_json_dumps
 
     objects: list[str] = []
-    for message in reversed(messages):
-        if message["role"] == "user":
-            break
-        for call in message.get("tool_calls") or ():
-            name, arguments = call["function"]["name"], call["function"]["arguments"]
-            if isinstance(arguments, str):
-                with contextlib.suppress(ValueError):
-                    arguments = json.loads(arguments)
-            for shown in (str(htmlsafe_json_dumps(arguments, sort_keys=True)), json.dumps(arguments)):
-                text = f'{{"name": "{name}", "arguments": {shown}}}'
-                if text not in objects:
-                    objects.append(text)
+    for name, arguments in _calls_since_user(messages):
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):
+                arguments = json.loads(arguments)
+        for shown in (str(htmlsafe_json_dumps(arguments, sort_keys=True)), json.dumps(arguments)):
+            text = f'{{"name": "{name}", "arguments": {shown}}}'
+            if text not in objects:
+                objects.append(text)
     return objects
 
 

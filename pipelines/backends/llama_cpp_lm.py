@@ -25,7 +25,7 @@ from pipelines.config import ENGINE_DEFAULTS
 from pipelines.errors import PromptTooLongError
 from pipelines.interfaces import Cancel
 from pipelines.messages import FunctionTool, ToolChoice
-from pipelines.tool_calls import plain_messages, tool_schema
+from pipelines.tool_calls import CALL_OPEN, CALL_SEPARATOR, plain_messages, tool_schema
 
 from ._assembled import assembled
 from ._llama_stream import LlamaCppStream
@@ -418,7 +418,7 @@ class LlamaCppLM:
             """Whether the call the decision opened on ``base`` would, greedily, be one already answered."""
 
             def check() -> bool:
-                opened = base + self._tokens(forced_call(tools, ToolChoice("required")).head)
+                opened = base + self._tokens(CALL_OPEN + CALL_SEPARATOR)  # the head of a "required" call
                 return stream(opened, on=on).writes([self._tokens(text) for text in answered_call_objects(messages)])
 
             return check
