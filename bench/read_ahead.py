@@ -70,7 +70,8 @@ WEATHER = json.dumps({"city": "Paris", "temperature_c": 21, "sky": "sunny"})
 
 
 async def first_audio_ms(client: RealtimeClient, timeout: float = 120) -> tuple[float | None, list[dict]]:
-    """From now (the request just sent) to the first audio delta; waits for ``response.done``."""
+    """From now (the request just sent) to the first audio delta; waits for ``response.done``. A finished
+    call's event gets ``_ms``: from now to it."""
     sent = time.perf_counter()
     first: float | None = None
     events: list[dict] = []
@@ -80,6 +81,8 @@ async def first_audio_ms(client: RealtimeClient, timeout: float = 120) -> tuple[
         if event is None:
             raise TimeoutError(f"no response.done; got {[e['type'] for e in events]}")
         events.append(event)
+        if event["type"] == "response.function_call_arguments.done":
+            event["_ms"] = (time.perf_counter() - sent) * 1000
         if event["type"] == "response.output_audio.delta" and first is None:
             first = (time.perf_counter() - sent) * 1000
         if event["type"] == "error":
@@ -100,7 +103,13 @@ class Arm:
     def __init__(self, name: str, server: LiveServer) -> None:
         self.name, self.server = name, server
         self.sockets: list[Any] = []
-        labels = ("plain", "after new instructions", "tool: plain", "tool: after the result")
+        labels = (
+            "plain",
+            "after new instructions",
+            "tool: plain",
+            "tool: request to the call",
+            "tool: after the result",
+        )
         self.figures: dict[str, list[float]] = {label: [] for label in labels}
 
     async def open(self, session: dict[str, Any]) -> RealtimeClient:
@@ -141,6 +150,7 @@ async def tool_round(client: RealtimeClient, arm: Arm, index: int, tool_s: float
     after, _ = await first_audio_ms(client)
     if plain is not None and after is not None:
         arm.figures["tool: plain"].append(plain)
+        arm.figures["tool: request to the call"].append(call["_ms"])
         arm.figures["tool: after the result"].append(after)
 
 
@@ -182,6 +192,15 @@ def section(arms: list[Arm], command: str, load: float, described: dict[str, str
                     + " | ".join(f"{v:.0f}" for v in figures)
                     + " |"
                 )
+    lines.append("")
+    for arm in arms:
+        figures = {label: pct(values, 50) for label, values in arm.figures.items() if values}
+        if all(label in figures for label in ("tool: plain", "tool: request to the call", "tool: after the result")):
+            turn = figures["tool: request to the call"] + figures["tool: after the result"]
+            lines.append(
+                f"- {arm.name}: the tool turn (request to the call, plus the result to the answer's first audio) "
+                f"{turn:.0f} ms p50, {turn / figures['tool: plain']:.1f}x the same session's plain turn."
+            )
     lines += ["", END]
     return "\n".join(lines)
 

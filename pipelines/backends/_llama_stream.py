@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Protocol
@@ -109,11 +110,11 @@ class LlamaCppStream(Generation):
         from llama_cpp import LlamaGrammar
 
         if self._grammar is not None and self._first is None:
-            quick = greedy_under_grammar(context, feed, self._grammar)
+            quick = GreedyUnderGrammar(context, feed, self._grammar)
             try:
                 yield from self._paced(context, quick)
             finally:
-                quick.close()  # its grammar sampler is freed now, not when the generator is collected
+                quick.close()
             return
         if self._grammar is None:
             sampling: dict[str, Any] = {"temp": max(0.0, self._temperature), "repeat_penalty": REPETITION_PENALTY}
@@ -199,7 +200,8 @@ class LlamaCppStream(Generation):
 
     def _paced(self, context: Any, tokens: Iterator[int]) -> Generator[int, None, None]:
         """``tokens``, each step on the threads :mod:`pipelines.cpu` chooses (every core while the LM is
-        the only stage at work), and each decode's time told back to it. The prompt is the first step."""
+        the only stage at work), and each decode's time told back to it. The prompt is the first step; a
+        token written ahead (``GreedyUnderGrammar.evaluations`` unchanged) is no step."""
         share = cpu.current()
         if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
             yield from cpu.stepwise(tokens)
@@ -214,57 +216,239 @@ class LlamaCppStream(Generation):
                         context._ctx.set_n_threads(wanted, wanted)
                         threads = wanted
                     started = time.perf_counter()
+                    before = getattr(tokens, "evaluations", None)
                     try:
                         token = next(tokens)
                     except StopIteration:
                         return
-                    if not first:
+                    stepped = before is None or getattr(tokens, "evaluations", None) != before
+                    if not first and stepped:
                         share.observe(threads, time.perf_counter() - started)
-                first = False
+                first = first and not stepped
                 yield token
         finally:
             if threads != self._lm.threads:
                 context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
 
 
-def greedy_under_grammar(context: Any, feed: list[int], grammar: str) -> Generator[int, None, None]:
-    """Greedy decoding held to ``grammar`` (GBNF), as llama.cpp's own tools sample: the most likely token is
-    asked of the grammar alone, and only where the grammar refuses it is every token of the vocabulary
-    weighed against it. llama-cpp-python's sampler chain weighs all of them at every step (about 13 ms a
-    token with a call's grammar and Qwen2.5's 151,936 tokens, half again a step's time on two cores)."""
+# A call's JSON as the chat templates show it (``json.dumps``): where the grammar allows whitespace but does not
+# require it, a space after ":" and ",", and none elsewhere.
+SPACED_AFTER = frozenset(b":,")
+WHITESPACE = frozenset(b" \t\n\r")
+MAX_FORCED_BYTES = 256
+
+
+def _word_byte(byte: int) -> bool:
+    return chr(byte).isalnum()
+
+
+class _ByteTokens:
+    """The tokens of a vocabulary that are one byte each (``ids``, ``byte_of``), and an end-of-generation token:
+    what ``GreedyUnderGrammar`` asks a grammar about to find the bytes it allows next. ``complete`` is False
+    where some printable ASCII byte has no token of its own (text is then never written ahead)."""
+
+    def __init__(self, context: Any) -> None:
+        import ctypes
+
+        import llama_cpp
+
+        vocab = context._model.vocab
+        byte_of: dict[int, int] = {}
+        seen: set[int] = set()
+        piece = ctypes.create_string_buffer(8)
+        for token in range(context.n_vocab()):
+            if llama_cpp.llama_vocab_is_control(vocab, token) or llama_cpp.llama_vocab_is_eog(vocab, token):
+                continue
+            if llama_cpp.llama_token_to_piece(vocab, token, piece, len(piece), 0, False) != 1:
+                continue
+            byte = piece.raw[0]
+            if byte not in seen:
+                byte_of[token] = byte
+                seen.add(byte)
+        end = llama_cpp.llama_vocab_eot(vocab)
+        self.end = end if end >= 0 else llama_cpp.llama_vocab_eos(vocab)
+        self.byte_of = byte_of
+        self.token_of = {byte: token for token, byte in byte_of.items()}
+        self.ids = [*byte_of, self.end]
+        self.complete = self.end >= 0 and all(byte in self.token_of for byte in [*range(0x20, 0x7F), 0x0A])
+
+
+_BYTE_TOKENS: dict[str, _ByteTokens] = {}
+_BYTE_TOKENS_LOCK = threading.Lock()
+
+
+def byte_tokens(context: Any) -> _ByteTokens:
+    """``_ByteTokens`` of the context's model, found once per model file (a pass over its vocabulary: a
+    quarter of a second for Qwen2.5's, so the engine asks when it loads the model)."""
+    with _BYTE_TOKENS_LOCK:
+        found = _BYTE_TOKENS.get(context.model_path)
+        if found is None:
+            found = _BYTE_TOKENS[context.model_path] = _ByteTokens(context)
+        return found
+
+
+class GreedyUnderGrammar:
+    """Greedy decoding held to ``grammar`` (GBNF, a call's JSON), as llama.cpp's own tools sample, with the text
+    the grammar forces written ahead (jump-forward decoding).
+
+    * The most likely token is asked of the grammar alone, and only where the grammar refuses it is every
+      token of the vocabulary weighed against it. llama-cpp-python's sampler chain weighs all of them at
+      every step (about 13 ms a token with a call's grammar and Qwen2.5's 151,936 tokens, half again a
+      step's time on two cores).
+    * Where the grammar allows one byte only, that byte is written without asking the model, and so on:
+      ``{"name": "``, the rest of a name once it is the only one it can be, ``", "arguments": {"``, a required
+      key. Such a run is tokenized and evaluated in one batch with the model's last token instead of being
+      decoded a token at a time. Whitespace the grammar allows but does not require is written as the chat
+      templates write JSON (``SPACED_AFTER``). A run is not written where it would split a word the model
+      is writing (it starts in the middle of one, or ends with the start of one): the model writes those.
+    * Once the grammar may end and allows nothing but whitespace, the call is done: the stream ends with the
+      end-of-generation token, without another evaluation.
+
+    ``evaluations`` counts the model's evaluations, for ``LlamaCppStream._paced`` (a token written ahead
+    costs none)."""
+
+    def __init__(self, context: Any, feed: list[int], grammar: str) -> None:
+        self.evaluations = 0
+        self._tokens = self._generate(context, feed, grammar)
+
+    def __iter__(self) -> GreedyUnderGrammar:
+        return self
+
+    def __next__(self) -> int:
+        return next(self._tokens)
+
+    def close(self) -> None:
+        self._tokens.close()  # its grammar sampler is freed now, not when the generator is collected
+
+    def _generate(self, context: Any, feed: list[int], grammar: str) -> Generator[int, None, None]:
+        import ctypes
+
+        import llama_cpp
+        import numpy as np
+
+        n_vocab = context.n_vocab()
+        sampler = llama_cpp.llama_sampler_init_grammar(context._model.vocab, grammar.encode(), b"root")
+        if not sampler:
+            return  # a grammar llama.cpp cannot parse (it logged why)
+        bytes_ = byte_tokens(context)
+        one = (llama_cpp.llama_token_data * 1)()
+        every = None  # the whole vocabulary, made when the grammar first refuses the model's choice
+        written = context.detokenize(feed[-1:], special=True) if feed else b""
+        try:
+            tokens = feed
+            while True:
+                ahead, done = self._forced(context, sampler, bytes_, written)
+                yield from ahead  # each the grammar's only choice: evaluated with the next step, not decoded
+                if done:
+                    yield bytes_.end
+                    return
+                tokens = [*tokens, *ahead]
+                context.eval(tokens)
+                self.evaluations += 1
+                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(context.ctx, -1), shape=(n_vocab,))
+                token = int(logits.argmax())
+                one[0].id, one[0].logit, one[0].p = token, float(logits[token]), 0.0
+                chosen = llama_cpp.llama_token_data_array(data=one, size=1, selected=-1, sorted=False)
+                llama_cpp.llama_sampler_apply(sampler, ctypes.byref(chosen))
+                if not np.isfinite(one[0].logit):
+                    if every is None:
+                        every = (llama_cpp.llama_token_data * n_vocab)()
+                        table = np.ctypeslib.as_array(every)
+                        table["id"] = np.arange(n_vocab, dtype=np.int32)
+                    table["logit"] = logits
+                    table["p"] = 0.0
+                    weighed = llama_cpp.llama_token_data_array(data=every, size=n_vocab, selected=-1, sorted=False)
+                    llama_cpp.llama_sampler_apply(sampler, ctypes.byref(weighed))
+                    allowed = table["logit"]
+                    token = int(allowed.argmax())
+                    if not np.isfinite(allowed[token]):
+                        return  # nothing the grammar allows (it cannot happen with a grammar that parses)
+                llama_cpp.llama_sampler_accept(sampler, token)
+                yield token
+                if llama_cpp.llama_vocab_is_eog(context._model.vocab, token):
+                    return
+                written = context.detokenize([token], special=True)
+                tokens = [token]
+        finally:
+            llama_cpp.llama_sampler_free(sampler)
+
+    @staticmethod
+    def _forced(context: Any, sampler: Any, bytes_: _ByteTokens, written: bytes) -> tuple[list[int], bool]:
+        """The tokens of the text the grammar forces next (accepted by ``sampler``), and whether the grammar is
+        then done; ``written``: the text just before (the last token's)."""
+        import llama_cpp
+
+        if not bytes_.complete:
+            return [], False
+        probe = llama_cpp.llama_sampler_clone(sampler)
+        try:
+            run, done = _forced_bytes(probe, bytes_, written[-1:])
+        finally:
+            llama_cpp.llama_sampler_free(probe)
+        if not done:
+            run = _whole_words(run, written[-1:])
+        if not run:
+            return [], done
+        ahead = context.tokenize(run, add_bos=False, special=False)
+        if context.detokenize(ahead, special=True) != run:
+            return [], done  # a tokenizer that changes the text (a leading space added): nothing written ahead
+        for byte in run:
+            llama_cpp.llama_sampler_accept(sampler, bytes_.token_of[byte])
+        return ahead, done
+
+
+def _forced_bytes(probe: Any, bytes_: _ByteTokens, before: bytes) -> tuple[bytes, bool]:
+    """The bytes the grammar of ``probe`` allows one at a time from here (accepting them), and whether it may
+    then end with nothing but whitespace left."""
     import ctypes
 
     import llama_cpp
     import numpy as np
 
-    n_vocab = context.n_vocab()
-    sampler = llama_cpp.llama_sampler_init_grammar(context._model.vocab, grammar.encode(), b"root")
-    one = (llama_cpp.llama_token_data * 1)()
-    every = None  # the whole vocabulary, made when the grammar first refuses the model's choice
-    try:
-        tokens = feed
-        while True:
-            context.eval(tokens)
-            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(context.ctx, -1), shape=(n_vocab,))
-            token = int(logits.argmax())
-            one[0].id, one[0].logit, one[0].p = token, float(logits[token]), 0.0
-            chosen = llama_cpp.llama_token_data_array(data=one, size=1, selected=-1, sorted=False)
-            llama_cpp.llama_sampler_apply(sampler, ctypes.byref(chosen))
-            if not np.isfinite(one[0].logit):
-                if every is None:
-                    every = (llama_cpp.llama_token_data * n_vocab)()
-                    table = np.ctypeslib.as_array(every)
-                    table["id"] = np.arange(n_vocab, dtype=np.int32)
-                table["logit"] = logits
-                table["p"] = 0.0
-                weighed = llama_cpp.llama_token_data_array(data=every, size=n_vocab, selected=-1, sorted=False)
-                llama_cpp.llama_sampler_apply(sampler, ctypes.byref(weighed))
-                allowed = table["logit"]
-                token = int(allowed.argmax())
-                if not np.isfinite(allowed[token]):
-                    return  # nothing the grammar allows (it cannot happen with a grammar that parses)
-            llama_cpp.llama_sampler_accept(sampler, token)
-            yield token
-            tokens = [token]
-    finally:
-        llama_cpp.llama_sampler_free(sampler)
+    size = len(bytes_.ids)
+    candidates = (llama_cpp.llama_token_data * size)()
+    table = np.ctypeslib.as_array(candidates)
+    table["id"] = np.asarray(bytes_.ids, dtype=np.int32)
+    run = bytearray()
+    last = before[-1] if before else None
+    while len(run) < MAX_FORCED_BYTES:
+        table["logit"] = 0.0
+        table["p"] = 0.0
+        weighed = llama_cpp.llama_token_data_array(data=candidates, size=size, selected=-1, sorted=False)
+        llama_cpp.llama_sampler_apply(probe, ctypes.byref(weighed))
+        finite = np.isfinite(table["logit"])
+        ends = bool(finite[-1])
+        allowed = {bytes_.byte_of[int(token)] for token in table["id"][:-1][finite[:-1]]}
+        solid = allowed - WHITESPACE
+        if ends:
+            return bytes(run), not solid
+        if len(solid) > 1 or not allowed:
+            break
+        if solid and len(allowed) > 1:  # optional whitespace before one byte: as json.dumps writes it
+            byte = 0x20 if 0x20 in allowed and last in SPACED_AFTER else next(iter(solid))
+        elif len(allowed) == 1:
+            byte = next(iter(allowed))
+        else:
+            break  # a choice of whitespace only
+        if byte >= 0x80:
+            break  # a byte of a longer character: the model writes it
+        llama_cpp.llama_sampler_accept(probe, bytes_.token_of[byte])
+        run.append(byte)
+        last = byte
+    return bytes(run), False
+
+
+def _whole_words(run: bytes, before: bytes) -> bytes:
+    """``run`` unless it goes on with a word the model is writing, less the start of a word at its end (and a
+    mark a tokenizer joins to a word's front, as the "_" of "get_weather"): tokenizers split text at words,
+    so the model writes those, in the tokens it would choose."""
+    if run and before and _word_byte(before[-1]) and _word_byte(run[0]):
+        return b""
+    end = len(run)
+    while end and _word_byte(run[end - 1]):
+        end -= 1
+    if end and run[end - 1] not in WHITESPACE and not _word_byte(run[end - 1]):
+        previous = run[end - 2 : end - 1] or before[-1:]
+        if previous and _word_byte(previous[0]):
+            end -= 1
+    return run[:end]

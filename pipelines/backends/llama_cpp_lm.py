@@ -28,7 +28,7 @@ from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.tool_calls import CALL_OPEN, CALL_SEPARATOR, plain_messages, tool_schema
 
 from ._assembled import assembled
-from ._llama_stream import LlamaCppStream
+from ._llama_stream import LlamaCppStream, byte_tokens
 from ._llama_tools import (
     TEXT_FIRST,
     AutoCallStream,
@@ -181,6 +181,7 @@ class LlamaCppLM:
         self._making = 0  # spare contexts being made ahead (_spare_ahead)
         self._free.append(first)
         self._tokenizer = first
+        byte_tokens(first)  # what a call's grammar is asked about to write its forced text ahead
         self.context_length = first.n_ctx()
         meta = first.metadata
         template = fixed_template(chat_template or meta.get("tokenizer.chat_template") or self._fallback_template(meta))
