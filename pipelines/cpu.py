@@ -56,6 +56,12 @@ def serving(urgency: Callable[[], float] | None, owner: object = None) -> Iterat
         _thread.urgency, _thread.owner = before
 
 
+def urgency() -> Callable[[], float]:
+    """When this thread's compute steps are due (:func:`serving`; without one, now: due as they come)."""
+    found = getattr(_thread, "urgency", None)
+    return found if found is not None else _constant(time.monotonic())
+
+
 def _owner() -> int:
     """Whose work this thread does: its ``serving`` owner's, else its own."""
     owner = getattr(_thread, "owner", None)
@@ -154,6 +160,11 @@ class CoreShare:
                 self._running -= 1
                 self._left[waiter.owner] = (waiter.due(), time.monotonic())
                 self._gate.notify_all()
+
+    def wanted_before(self, due: float) -> bool:
+        """Whether a step waiting for a core is due before ``due``: a long step that can stop part-way gives
+        way (``ordered`` only; read without the lock, so a hint)."""
+        return self.ordered and any(waiter.due() < due for waiter in list(self._waiting))
 
     def _may_run(self, waiter: _Waiter) -> bool:
         """Whether ``waiter`` takes a core now: it is the first in line (the one due soonest, then the first

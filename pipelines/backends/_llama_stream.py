@@ -7,12 +7,14 @@ step on the threads ``pipelines.cpu`` chooses.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pipelines import cpu
 from pipelines.interfaces import Cancel
@@ -21,6 +23,8 @@ from ._decode import text_pieces
 from ._generation import REPETITION_PENALTY, TOP_K, TOP_P, Generation, shared_prefix
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class ContextPool(Protocol):
@@ -184,17 +188,16 @@ class LlamaCppStream(Generation):
         last = context.detokenize([tokens[-1]], special=True)
         return context.detokenize([picks[-1]], special=True).startswith(last)
 
-    def run_on_share(self, context: Any, step: Callable[[], None]) -> None:
+    def run_on_share(self, context: Any, step: Callable[[], T]) -> T:
         """One step (a prompt's evaluation) on the threads :mod:`pipelines.cpu` chooses."""
         share = cpu.current()
         with share.core():
             if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
-                step()
-                return
+                return step()
             threads = share.lm_threads()
             context._ctx.set_n_threads(threads, threads)
             try:
-                step()
+                return step()
             finally:
                 context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
 
@@ -452,3 +455,56 @@ def _whole_words(run: bytes, before: bytes) -> bytes:
         if previous and _word_byte(previous[0]):
             end -= 1
     return run[:end]
+
+
+# Between the steps of an evaluation llama.cpp asks its abort callback, ``bool (*)(void *data)``, whether to stop.
+# The C library's strlen, given a two-byte buffer, is such a callback that runs no Python: 0 (go on) until the
+# first byte is set, then 1 (stop). A Python callback would take the GIL at every step, on llama.cpp's thread.
+STOP_POLL_S = 0.005
+
+
+def _abort_callbacks() -> tuple[Any, Any]:
+    import llama_cpp
+
+    strlen = ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value
+    return llama_cpp.ggml_abort_callback(strlen), llama_cpp.ggml_abort_callback(0)
+
+
+@contextlib.contextmanager
+def interruptible(context: Any, stop: Callable[[], bool]) -> Iterator[Callable[[list[int]], bool]]:
+    """Evaluations of ``context`` that end within milliseconds once ``stop()`` says so, or once a step due
+    sooner waits for a core (``cpu.CoreShare.wanted_before``), not at the end of their batch: the function
+    yielded evaluates tokens and says whether all were read; where it was stopped the context holds what it
+    held before. A thread looks every ``STOP_POLL_S``. For reading ahead, whose batches may then be long."""
+    import llama_cpp
+
+    stopping, none = _abort_callbacks()
+    flag = ctypes.create_string_buffer(2)
+    share, due = cpu.current(), cpu.urgency()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(STOP_POLL_S):
+            if stop() or share.wanted_before(due()):
+                flag[0] = b"x"
+
+    def evaluate(tokens: list[int]) -> bool:
+        flag[0] = b"\0"
+        try:
+            context.eval(tokens)
+        except RuntimeError:
+            if flag[0] == b"\0":
+                raise  # not stopped: a failure of its own
+            context._ctx.kv_cache_seq_rm(-1, context.n_tokens, -1)  # llama.cpp drops the stopped batch too
+            return False
+        return True
+
+    llama_cpp.llama_set_abort_callback(context.ctx, stopping, ctypes.cast(flag, ctypes.c_void_p))
+    watcher = threading.Thread(target=watch, name="read-ahead-stop", daemon=True)
+    watcher.start()
+    try:
+        yield evaluate
+    finally:
+        done.set()
+        watcher.join()
+        llama_cpp.llama_set_abort_callback(context.ctx, none, None)

@@ -28,7 +28,7 @@ from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.tool_calls import CALL_OPEN, CALL_SEPARATOR, plain_messages, tool_schema
 
 from ._assembled import assembled
-from ._llama_stream import LlamaCppStream, byte_tokens
+from ._llama_stream import LlamaCppStream, byte_tokens, interruptible
 from ._llama_tools import (
     TEXT_FIRST,
     AutoCallStream,
@@ -103,13 +103,14 @@ ANSWER_FROM_RESULTS = {
     "role": "system",
     "content": "The results are above. Now answer the user in words, using them; do not call a function again.",
 }
-# Reading ahead evaluates a few tokens at a time, so that an answer that comes meanwhile waits for one chunk at
-# most: READ_AHEAD_TOKENS first, then as many as take about READ_AHEAD_S (at most twice the last chunk, and the
-# context's batch). An evaluation of four tokens costs nearly what one of forty does (each reads all the
-# weights once), so a long prompt read four at a time (new instructions: the whole history again) went at a
-# few tens of tokens a second.
+# Reading ahead evaluates the prompt in chunks: READ_AHEAD_TOKENS first, then as many as take about READ_AHEAD_S
+# (at most twice the last chunk, and the context's batch). A chunk stops part-way, within milliseconds, when the
+# answer comes or a step due sooner waits for a core (``_llama_stream.interruptible``), so chunks may be long: a
+# chunk of four tokens costs a third of what one of thirty-two does (each reads all the weights once), and
+# chunks of about 50 ms read new instructions (the whole history again) at 60-100 tokens a second on two
+# cores, against about 200 in chunks of a quarter of a second.
 READ_AHEAD_TOKENS = 4
-READ_AHEAD_S = 0.05
+READ_AHEAD_S = 0.25
 MIN_CALL_TOKENS = 16  # calls in parallel: another is not begun with fewer tokens left than this
 
 
@@ -505,17 +506,20 @@ class LlamaCppLM:
         stream = LlamaCppStream(self, ids, 0, 0.0, None, None, prefix)
         context = self.acquire(prefix)
         read = 0
+        stopped = stop or (lambda: False)
         try:
             cached = stream._reuse(context)
             started = time.perf_counter()
             at, size = cached, READ_AHEAD_TOKENS
-            while at < len(ids) and not (stop is not None and stop()):
-                chunk = ids[at : at + size]
-                began = time.perf_counter()
-                stream.run_on_share(context, functools.partial(context.eval, chunk))
-                size = next_chunk(len(chunk), time.perf_counter() - began, context.n_batch)
-                at += len(chunk)
-                read += len(chunk)
+            with interruptible(context, stopped) as evaluate:
+                while at < len(ids) and not stopped():
+                    chunk = ids[at : at + size]
+                    began = time.perf_counter()
+                    if not stream.run_on_share(context, functools.partial(evaluate, chunk)):
+                        continue  # stopped part-way: to end, or to give the core to a step due sooner first
+                    size = next_chunk(len(chunk), time.perf_counter() - began, context.n_batch)
+                    at += len(chunk)
+                    read += len(chunk)
             logger.debug(
                 "read ahead: %d of %d tokens (%d cached) in %.0f ms",
                 read,

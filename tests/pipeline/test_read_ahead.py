@@ -3,6 +3,7 @@ ends only its last words are left to read (``UserWordsSoFar``, ``LmStage._read_a
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -245,11 +246,51 @@ def test_reading_ahead_stops_a_few_tokens_after_the_turn_ends_and_keeps_what_it_
     held = list(context._input_ids)  # an earlier test's prompt: its system part is shared
     cached = next((i for i, (a, b) in enumerate(zip(held, ids)) if a != b), min(len(held), len(ids)))
     prefix = smol.new_prefix_cache()
-    read = smol.prefill(so_far, prefix=prefix, stop=lambda: asked.append(1) or len(asked) > 2)
+    reader = threading.current_thread()  # the turn is seen to end between two chunks (the reader looks then)
+
+    def stop() -> bool:
+        return threading.current_thread() is reader and (asked.append(1) or len(asked) > 2)
+
+    read = smol.prefill(so_far, prefix=prefix, stop=stop)
     # Two chunks, then the turn ended: the first of READ_AHEAD_TOKENS, the second at most twice that.
     assert 2 * READ_AHEAD_TOKENS <= read <= 3 * READ_AHEAD_TOKENS
     assert cached + read < len(ids)
     assert smol.prefill(so_far, prefix=prefix) == len(ids) - cached - read  # the rest, not all again
+
+
+def test_a_chunk_read_ahead_stops_part_way_when_told_and_the_context_keeps_what_it_held_before_it(smol):
+    """Real llama.cpp: ``interruptible`` ends an evaluation between its steps once ``stop()`` says so (looked
+    at by its own thread while llama.cpp computes); the context then holds the tokens it held before the
+    stopped batch, and reads on from there to the logits of a context that read the same batches unstopped."""
+    import numpy as np
+
+    from pipelines.backends._llama_stream import interruptible
+
+    ids = smol._tokens("The quick brown fox jumps over the lazy dog. " * 60)[:400]
+    (context,) = [smol.acquire(None)]
+    try:
+        context.reset()
+        context.eval(ids[:100])
+        with interruptible(context, lambda: True) as evaluate:
+            assert not evaluate(ids[100:356])  # stopped at once: the watcher looks within milliseconds
+        assert context.n_tokens == 100
+        with interruptible(context, lambda: False) as evaluate:
+            assert evaluate(ids[100:300])
+        context.eval(ids[300:301])
+        logits = np.ctypeslib.as_array(llama_logits(context), shape=(context.n_vocab(),)).copy()
+        context.reset()  # the same batches, none stopped
+        for start, end in ((0, 100), (100, 300), (300, 301)):
+            context.eval(ids[start:end])
+        fresh = np.ctypeslib.as_array(llama_logits(context), shape=(context.n_vocab(),))
+        assert np.array_equal(logits, fresh)
+    finally:
+        smol.release(context, None)
+
+
+def llama_logits(context):
+    import llama_cpp
+
+    return llama_cpp.llama_get_logits_ith(context.ctx, -1)
 
 
 def test_the_vad_marks_the_turn_ending_when_it_speculates_and_clears_it_when_speech_goes_on():
