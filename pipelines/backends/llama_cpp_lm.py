@@ -106,9 +106,9 @@ ANSWER_FROM_RESULTS = {
 # Reading ahead evaluates the prompt in chunks: READ_AHEAD_TOKENS first, then as many as take about READ_AHEAD_S
 # (at most twice the last chunk, and the context's batch). A chunk stops part-way, within milliseconds, when the
 # answer comes or a step due sooner waits for a core (``_llama_stream.interruptible``), so chunks may be long: a
-# chunk of four tokens costs a third of what one of thirty-two does (each reads all the weights once), and
+# chunk of four tokens costs a quarter of what one of thirty-two does (each reads all the weights once), and
 # chunks of about 50 ms read new instructions (the whole history again) at 60-100 tokens a second on two
-# cores, against about 200 in chunks of a quarter of a second.
+# cores, against about 170 in chunks of a quarter of a second (docs/benchmarks.md, "Reading ahead").
 READ_AHEAD_TOKENS = 4
 READ_AHEAD_S = 0.25
 MIN_CALL_TOKENS = 16  # calls in parallel: another is not begun with fewer tokens left than this
@@ -467,8 +467,9 @@ class LlamaCppLM:
     ) -> int:
         """Evaluates the prompts the next generation over ``messages`` starts from into the conversation's
         contexts (``prefix``), so that it reads only the rest (``LlamaCppStream._reuse``); the tokens evaluated.
-        Read ahead while the user speaks (the turn so far) and between turns, a few tokens at a time until
-        ``stop()`` says so: what was read by then stays in the cache.
+        Read ahead while the user speaks (the turn so far) and between turns, in chunks, until ``stop()`` says
+        so (within milliseconds, part-way through a chunk: ``interruptible``): what was read by then stays in
+        the cache.
 
         With tools offered, as ``generate_stream`` reads them for ``auto``: the current turn alone on the
         context that decides whether to call (first: the decision comes first; after results in a later turn

@@ -156,7 +156,7 @@ class LmStage(Stage):
     def _read_ahead(self, msg: UserWordsSoFar) -> None:
         """Evaluates the prompt the turn's answer will have, with the words so far, into the conversation's
         cache (an engine that keeps one, ``prefill``): when the turn ends only its last words are left to read.
-        It stops, a few tokens at most later, once the turn ends (``turn_ending``): the answer goes first. The
+        It stops within milliseconds once the turn ends (``turn_ending``): the answer goes first. The
         turn's item is in the history only while the prompt is built."""
         prefill = getattr(self.model, "prefill", None)
         if prefill is None or self._prefix is None or not msg.text or self.context.turn_ending.is_set():
@@ -186,7 +186,7 @@ class LmStage(Stage):
         """Reads the prompt the next answer starts from (the instructions, the tools, the conversation) into the
         conversation's cache while this thread has nothing else to do: new instructions when they come, not
         when the next turn ends; a turn that called a function while the client runs it, so that the answer
-        after the result reads little more than the result. Stops within a few tokens once a message waits
+        after the result reads little more than the result. Stops within milliseconds once a message waits
         for this thread (``Stage.waiting``), at a background urgency for the cores (``pipelines.cpu``)."""
         prefill = getattr(self.model, "prefill", None)
         if prefill is None or self._prefix is None or self.waiting():

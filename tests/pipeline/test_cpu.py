@@ -185,6 +185,34 @@ def test_steps_run_one_per_core_and_a_free_core_goes_to_the_step_due_soonest():
     assert share.steps_waited == 3
 
 
+def test_a_long_step_is_told_to_give_way_only_to_a_waiting_step_due_before_it():
+    """``wanted_before``: what reading ahead's watcher asks (``_llama_stream.interruptible``) while its chunk holds
+    the only core: another step waiting, due sooner, is a reason to stop part-way; one due later is not."""
+    share = CoreShare(cores=1, share=1, ordered=True)
+
+    def waiting(due: float) -> threading.Thread:
+        def step() -> None:
+            with cpu.serving(lambda: due), share.core():
+                pass
+
+        thread = threading.Thread(target=step)
+        thread.start()
+        return thread
+
+    with cpu.serving(lambda: 20.0), share.core():
+        assert cpu.urgency()() == 20.0
+        assert not share.wanted_before(20.0)  # nobody waits
+        later = waiting(30.0)
+        queued(share, 1)
+        assert not share.wanted_before(20.0)
+        sooner = waiting(10.0)
+        queued(share, 2)
+        assert share.wanted_before(20.0)
+    for thread in (later, sooner):
+        thread.join(timeout=10)
+    assert not CoreShare(cores=1, share=1).wanted_before(float("inf"))  # without the order nobody waits
+
+
 def test_a_step_inside_another_of_the_same_thread_runs_at_once():
     share = CoreShare(cores=1, share=1, ordered=True)
     with share.core(), share.core() as waited:
