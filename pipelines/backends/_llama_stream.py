@@ -251,8 +251,6 @@ class _ByteTokens:
     where some printable ASCII byte has no token of its own (text is then never written ahead)."""
 
     def __init__(self, context: Any) -> None:
-        import ctypes
-
         import llama_cpp
 
         vocab = context._model.vocab
@@ -324,8 +322,6 @@ class GreedyUnderGrammar:
         self._tokens.close()  # its grammar sampler is freed now, not when the generator is collected
 
     def _generate(self, context: Any, feed: list[int], grammar: str) -> Generator[int, None, None]:
-        import ctypes
-
         import llama_cpp
         import numpy as np
 
@@ -403,8 +399,6 @@ class GreedyUnderGrammar:
 def _forced_bytes(probe: Any, bytes_: _ByteTokens, before: bytes) -> tuple[bytes, bool]:
     """The bytes the grammar of ``probe`` allows one at a time from here (accepting them), and whether it may
     then end with nothing but whitespace left."""
-    import ctypes
-
     import llama_cpp
     import numpy as np
 
@@ -463,7 +457,9 @@ def _whole_words(run: bytes, before: bytes) -> bytes:
 STOP_POLL_S = 0.005
 
 
+@functools.cache
 def _abort_callbacks() -> tuple[Any, Any]:
+    """(strlen as llama.cpp's abort callback, no callback): made once, and kept while llama.cpp may call it."""
     import llama_cpp
 
     strlen = ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value

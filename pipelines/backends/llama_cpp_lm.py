@@ -474,12 +474,15 @@ class LlamaCppLM:
         With tools offered, as ``generate_stream`` reads them for ``auto``: the current turn alone on the
         context that decides whether to call (first: the decision comes first; after results in a later turn
         the answer comes from it too), and after results in a first turn the answer's prompt with
-        ``ANSWER_FROM_RESULTS``. With a model for answers, the answer's prompt goes to its context."""
+        ``ANSWER_FROM_RESULTS``. With a model for answers, the answer's prompt goes to its context. After an
+        answer (the last message the assistant's, with no calls), only the conversation's context: the turn that
+        decides next is not said yet."""
         if prefix is None:
             return 0
         read = 0
         separate = self.answers is not self
-        if tools:
+        answered = bool(messages) and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls")
+        if tools and not answered:  # once the turn is answered, the next decision is on a turn not yet said
             turn = current_turn(messages)
             later = len(turn) < len(messages)
             if later:  # the decision, and after results the answer too (generate_stream: from_the_turn)

@@ -458,8 +458,10 @@ class LmStage(Stage):
             yield ToolsPending(generation=gen, response_id=req.response_id, calls=hosted, turn=turn)
             return
         yield self._end(run, status, reason, error_code)
-        if status == "completed" and output.calls and not (req.out_of_band or req.extra_input is not None):
-            self._read_next_answer(gen)  # the client runs the calls: their turn is read meanwhile
+        if status == "completed" and req.tools and not (req.out_of_band or req.extra_input is not None):
+            # The client runs the calls: their turn is read meanwhile. Or the answer came from the turn's own
+            # context (after results): the conversation's reads it now, not when the next request comes.
+            self._read_next_answer(gen)
 
     def _end(self, run: _Run, status: str, reason: str | None, error_code: str | None = None) -> ResponseEnd:
         input_tokens, output_tokens, cached_tokens = run.tokens

@@ -585,15 +585,18 @@ def test_the_default_model_calls_a_tool_in_a_later_turn_after_an_earlier_call_an
     assert text.strip() and not calls(text) and text.strip()[0] not in "<{[(`", text
 
 
-def test_after_a_result_in_a_later_turn_the_answer_comes_from_the_turns_own_context(qwen):
+def test_after_a_result_in_a_later_turn_the_answer_comes_from_the_turns_own_context(monkeypatch):
     """Real llama.cpp, the default model: an earlier turn, then a call and its result; the decision and the
-    answer both read the turn's context, so the answer reads little more than the note before it."""
+    answer both read the turn's context, so the answer reads little more than the note before it. Once the
+    answer is given, reading ahead puts it in the conversation's context, and the next turn's answer reads
+    little more than its question."""
     earlier = [
         {"role": "system", "content": DEFAULT_INSTRUCTIONS},
         {"role": "user", "content": "Hello there."},
         {"role": "assistant", "content": "Hello! How can I help you today?"},
     ]
     conversation = earlier + WEATHER_ASKED[1:]
+    qwen = LlamaCppLM(threads=2, n_ctx=1024, max_contexts=2)  # as a server's unit has: two contexts
     prefix = qwen.new_prefix_cache()
     qwen.prefill(conversation, [WEATHER], prefix)
     stream = qwen.generate_stream(conversation, 48, 0.0, prefix=prefix, tools=[WEATHER])
@@ -601,6 +604,19 @@ def test_after_a_result_in_a_later_turn_the_answer_comes_from_the_turns_own_cont
     assert calls(text) == [] and ("sunny" in text.lower() or "21" in text), text
     assert stream.input_tokens - stream.cached_tokens < 40  # the note and the answer's header, not the turn
     assert prefix.context is not None and prefix.turn is not None and prefix.turn.context is not None
+
+    # The answer came from the turn's context; the conversation's reads it once it is given (LmStage reads
+    # ahead after a response), and leaves the turn's context alone: the next turn is not said yet.
+    answered = conversation + [{"role": "assistant", "content": text}]
+    read_into = []
+    monkeypatch.setattr(qwen, "_read", lambda *args, read=qwen._read: read_into.append(args[2]) or read(*args))
+    assert qwen.prefill(answered, [WEATHER], prefix) > 0
+    assert read_into == [prefix]
+    asked = answered + [{"role": "user", "content": "Thank you. What should I wear, then?"}]
+    stream = qwen.generate_stream(asked, 24, 0.0, prefix=prefix, tools=[WEATHER])
+    reply = "".join(stream)
+    assert reply.strip() and calls(reply) == [], reply
+    assert stream.input_tokens - stream.cached_tokens < 30  # the question and the answer's header
 
 
 def test_a_chosen_call_must_be_made_of_what_was_said_or_the_answer_is_given_in_words():
