@@ -15,6 +15,9 @@ pool of the largest count, without and with the shared schedulers (LM
 continuous batching, batched STT, TTS first sentences first), and reports
 first-audio p50/p90 per concurrency, the LM's output tokens/s over each phase
 and the server's RSS; it rewrites the batching section and docs/batching.png.
+
+``--compare 'ENV=VALUE ...'`` puts the defaults beside other settings, a server each, their turns interleaved
+(prints only); ``--talkers 2`` has two sessions on each server ask their questions at once.
 """
 
 from __future__ import annotations
@@ -155,47 +158,55 @@ async def run_latency(server: LiveServer, sessions: int, turns: int) -> list[dic
     return [r for r in await all_sessions(server, sessions, turns) if not r.get("timeout")]
 
 
-async def compare_turns(urls: dict[str, str], turns: int) -> dict[str, list[dict]]:
-    """One session on each server; each question goes to every server in turn, the order alternating,
-    so that the machine's drifting load falls on all alike."""
-    sockets = {name: await opened(url) for name, url in urls.items()}
+async def compare_turns(urls: dict[str, str], turns: int, talkers: int = 1) -> dict[str, list[dict]]:
+    """``talkers`` sessions on each server; each question goes to every server in turn, the order alternating,
+    so that the machine's drifting load falls on all alike. With more than one talker, a server's sessions
+    ask their questions at once (each its own question), as people talking to it at the same time."""
+    sockets = {name: [await opened(url) for _ in range(talkers)] for name, url in urls.items()}
     results: dict[str, list[dict]] = {name: [] for name in urls}
     try:
         for n in range(turns):
             names = list(sockets) if n % 2 == 0 else list(reversed(sockets))
             for name in names:
-                if (result := await one_turn(sockets[name], QUESTIONS[n % len(QUESTIONS)])) is not None:
-                    results[name].append(result)
+                asked = [
+                    one_turn(ws, QUESTIONS[(n + 3 * talker) % len(QUESTIONS)])
+                    for talker, ws in enumerate(sockets[name])
+                ]
+                results[name] += [result for result in await asyncio.gather(*asked) if result is not None]
     finally:
-        for ws in sockets.values():
-            await ws.close()
+        for opened_here in sockets.values():
+            for ws in opened_here:
+                await ws.close()
     return results
 
 
-def compare(variants: list[str], turns: int) -> None:
-    """``--compare``: the defaults against each ENV=VALUE variant, one server (pool of 1) each, in one run."""
+def compare(variants: list[str], turns: int, talkers: int = 1) -> None:
+    """``--compare``: the defaults against each ENV=VALUE variant, one server each (a unit per talker), in one
+    run."""
     configs = {"defaults": {}} | {text: dict(pair.split("=", 1) for pair in shlex.split(text)) for text in variants}
-    results, load_before, load_after = compare_configs(configs, turns)
+    results, load_before, load_after = compare_configs(configs, turns, talkers)
     print(
-        f"`python bench/voice_latency.py --compare ... --turns {turns}` on {dt.date.today().isoformat()}, "
-        f"{psutil.cpu_count()} CPUs, load average {load_before:.1f} before / {load_after:.1f} after; "
-        "1 session per configuration, turns interleaved.\n"
+        f"`python bench/voice_latency.py --compare ... --turns {turns} --talkers {talkers}` on "
+        f"{dt.date.today().isoformat()}, {psutil.cpu_count()} CPUs, load average {load_before:.1f} before / "
+        f"{load_after:.1f} after; {talkers} session(s) per configuration, turns interleaved.\n"
     )
     print("\n".join(compare_table(results)))
 
 
-def compare_configs(configs: dict[str, dict[str, str]], turns: int) -> tuple[dict[str, list[dict]], float, float]:
-    """Each configuration (a name and its environment) on its own server (pool of 1), their turns interleaved;
-    the turns per configuration and the load average before and after."""
+def compare_configs(
+    configs: dict[str, dict[str, str]], turns: int, talkers: int = 1
+) -> tuple[dict[str, list[dict]], float, float]:
+    """Each configuration (a name and its environment) on its own server (a unit per talker), their turns
+    interleaved; the turns per configuration and the load average before and after."""
     servers = {}
     try:
         for name, env in configs.items():
             work = Path(tempfile.mkdtemp(prefix="s2s-voice-compare-"))
             servers[name] = LiveServer(
-                work, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1", "S2S_LOG_LEVEL": "warning", **env}
+                work, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": str(talkers), "S2S_LOG_LEVEL": "warning", **env}
             ).start(ready_timeout=900)
         load_before = os.getloadavg()[0]
-        results = asyncio.run(compare_turns({name: server.ws for name, server in servers.items()}, turns))
+        results = asyncio.run(compare_turns({name: server.ws for name, server in servers.items()}, turns, talkers))
         load_after = os.getloadavg()[0]
     finally:
         for server in servers.values():
@@ -430,13 +441,14 @@ def main() -> None:
         metavar="'ENV=VALUE ...'",
         help="compare the defaults with these settings, turn by turn in one run (prints only)",
     )
+    parser.add_argument("--talkers", type=int, default=1, help="with --compare: sessions talking at once")
     args = parser.parse_args()
     args.sessions = session_counts(args.sessions)
     if args.batching:
         batching(args.sessions, max(args.sessions), args.turns, not args.no_write, args.lm_backend)
         return
     if args.compare:
-        compare(args.compare, args.turns)
+        compare(args.compare, args.turns, args.talkers)
         return
 
     work = Path(tempfile.mkdtemp(prefix="s2s-voice-bench-"))
