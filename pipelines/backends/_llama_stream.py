@@ -467,24 +467,30 @@ def _abort_callbacks() -> tuple[Any, Any]:
 
 
 @contextlib.contextmanager
-def interruptible(context: Any, stop: Callable[[], bool]) -> Iterator[Callable[[list[int]], bool]]:
-    """Evaluations of ``context`` that end within milliseconds once ``stop()`` says so, or once a step due
-    sooner waits for a core (``cpu.CoreShare.wanted_before``), not at the end of their batch: the function
-    yielded evaluates tokens and says whether all were read; where it was stopped the context holds what it
-    held before. A thread looks every ``STOP_POLL_S``. For reading ahead, whose batches may then be long."""
+def interruptible(context: Any, stop: Callable[[], bool]) -> Iterator[Callable[[list[int], bool], bool]]:
+    """Evaluations of ``context`` that end within milliseconds once ``stop()`` says so, or, where the batch
+    is to give way, once a step due sooner waits for a core (``cpu.CoreShare.wanted_before``), not at the end
+    of the batch. The function yielded, ``evaluate(tokens, give_way)``, says whether all were read; where it
+    was stopped the context holds what it held before. A thread looks every ``STOP_POLL_S``. For reading ahead,
+    whose batches may then be long."""
     import llama_cpp
 
     stopping, none = _abort_callbacks()
     flag = ctypes.create_string_buffer(2)
     share, due = cpu.current(), cpu.urgency()
+    giving_way = threading.Event()
     done = threading.Event()
 
     def watch() -> None:
         while not done.wait(STOP_POLL_S):
-            if stop() or share.wanted_before(due()):
+            if stop() or (giving_way.is_set() and share.wanted_before(due())):
                 flag[0] = b"x"
 
-    def evaluate(tokens: list[int]) -> bool:
+    def evaluate(tokens: list[int], give_way: bool) -> bool:
+        if give_way:
+            giving_way.set()
+        else:
+            giving_way.clear()
         flag[0] = b"\0"
         try:
             context.eval(tokens)

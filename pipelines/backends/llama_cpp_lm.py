@@ -105,12 +105,15 @@ ANSWER_FROM_RESULTS = {
 }
 # Reading ahead evaluates the prompt in chunks: READ_AHEAD_TOKENS first, then as many as take about READ_AHEAD_S
 # (at most twice the last chunk, and the context's batch). A chunk stops part-way, within milliseconds, when the
-# answer comes or a step due sooner waits for a core (``_llama_stream.interruptible``), so chunks may be long: a
-# chunk of four tokens costs a quarter of what one of thirty-two does (each reads all the weights once), and
-# chunks of about 50 ms read new instructions (the whole history again) at 60-100 tokens a second on two
-# cores, against about 170 in chunks of a quarter of a second (docs/benchmarks.md, "Reading ahead").
+# answer comes (``_llama_stream.interruptible``), so chunks may be long: a chunk of four tokens costs a quarter
+# of what one of thirty-two does (each reads all the weights once), and chunks of about 50 ms read new
+# instructions (the whole history again) at 60-100 tokens a second on two cores, against about 170 in chunks of
+# a quarter of a second (docs/benchmarks.md, "Reading ahead"). A chunk longer than READ_AHEAD_SHORT_S also
+# stops when a step due sooner waits for a core (another session's first words, this one's speech), and the
+# next is half as long: on busy cores reading ahead goes on in short chunks, which such a step waits for.
 READ_AHEAD_TOKENS = 4
 READ_AHEAD_S = 0.25
+READ_AHEAD_SHORT_S = 0.05
 MIN_CALL_TOKENS = 16  # calls in parallel: another is not begun with fewer tokens left than this
 
 
@@ -515,13 +518,18 @@ class LlamaCppLM:
             cached = stream._reuse(context)
             started = time.perf_counter()
             at, size = cached, READ_AHEAD_TOKENS
+            token_s = 0.0  # a token's share of the last chunk's time
             with interruptible(context, stopped) as evaluate:
                 while at < len(ids) and not stopped():
                     chunk = ids[at : at + size]
+                    long = token_s * len(chunk) > READ_AHEAD_SHORT_S  # a step due sooner would wait long for it
                     began = time.perf_counter()
-                    if not stream.run_on_share(context, functools.partial(evaluate, chunk)):
-                        continue  # stopped part-way: to end, or to give the core to a step due sooner first
-                    size = next_chunk(len(chunk), time.perf_counter() - began, context.n_batch)
+                    if not stream.run_on_share(context, functools.partial(evaluate, chunk, long)):
+                        size = max(READ_AHEAD_TOKENS, size // 2)  # gave way (the cores are busy), or stopped
+                        continue
+                    spent = time.perf_counter() - began
+                    token_s = spent / len(chunk)
+                    size = next_chunk(len(chunk), spent, context.n_batch)
                     at += len(chunk)
                     read += len(chunk)
             logger.debug(

@@ -258,12 +258,14 @@ def test_reading_ahead_stops_a_few_tokens_after_the_turn_ends_and_keeps_what_it_
     assert smol.prefill(so_far, prefix=prefix) == len(ids) - cached - read  # the rest, not all again
 
 
-def test_a_chunk_read_ahead_stops_part_way_when_told_and_the_context_keeps_what_it_held_before_it(smol):
+def test_a_chunk_read_ahead_stops_part_way_when_told_and_the_context_keeps_what_it_held_before_it(smol, monkeypatch):
     """Real llama.cpp: ``interruptible`` ends an evaluation between its steps once ``stop()`` says so (looked
     at by its own thread while llama.cpp computes); the context then holds the tokens it held before the
-    stopped batch, and reads on from there to the logits of a context that read the same batches unstopped."""
+    stopped batch, and reads on from there to the logits of a context that read the same batches unstopped.
+    A batch that gives way stops when a step due sooner waits for a core; one that does not is read whole."""
     import numpy as np
 
+    from pipelines import cpu
     from pipelines.backends._llama_stream import interruptible
 
     ids = smol._tokens("The quick brown fox jumps over the lazy dog. " * 60)[:400]
@@ -272,12 +274,17 @@ def test_a_chunk_read_ahead_stops_part_way_when_told_and_the_context_keeps_what_
         context.reset()
         context.eval(ids[:100])
         with interruptible(context, lambda: True) as evaluate:
-            assert not evaluate(ids[100:356])  # stopped at once: the watcher looks within milliseconds
+            assert not evaluate(ids[100:356], False)  # stopped at once: the watcher looks within milliseconds
         assert context.n_tokens == 100
         with interruptible(context, lambda: False) as evaluate:
-            assert evaluate(ids[100:300])
+            assert evaluate(ids[100:300], True)  # nothing waits for a core: read whole
         context.eval(ids[300:301])
         logits = np.ctypeslib.as_array(llama_logits(context), shape=(context.n_vocab(),)).copy()
+        monkeypatch.setattr(cpu.current(), "wanted_before", lambda due: True)  # a step due sooner always waits
+        with interruptible(context, lambda: False) as evaluate:
+            assert not evaluate(ids[301:400], True)  # a long chunk gives way
+            assert context.n_tokens == 301
+            assert evaluate(ids[301:305], False)  # a short one does not
         context.reset()  # the same batches, none stopped
         for start, end in ((0, 100), (100, 300), (300, 301)):
             context.eval(ids[start:end])
