@@ -77,8 +77,8 @@ class _Waiter:
 
     __slots__ = ("urgency", "arrival", "owner")
 
-    def __init__(self, urgency: Callable[[], float] | None, arrival: int, owner: int) -> None:
-        self.urgency: Callable[[], float] = _constant(time.monotonic()) if urgency is None else urgency
+    def __init__(self, urgency: Callable[[], float], arrival: int, owner: int) -> None:
+        self.urgency = urgency
         self.arrival, self.owner = arrival, owner
 
     def due(self) -> float:
@@ -136,7 +136,7 @@ class CoreShare:
         if not self.ordered or getattr(_thread, "holding", False):
             yield 0.0
             return
-        waiter = _Waiter(getattr(_thread, "urgency", None), next(self._arrivals), _owner())
+        waiter = _Waiter(urgency(), next(self._arrivals), _owner())
         started = time.monotonic()
         with self._gate:
             self._waiting.append(waiter)

@@ -252,25 +252,21 @@ class _ByteTokens:
 
     def __init__(self, context: Any) -> None:
         import llama_cpp
+        import numpy as np
 
         vocab = context._model.vocab
-        byte_of: dict[int, int] = {}
-        seen: set[int] = set()
+        token_of: dict[int, int] = {}
         piece = ctypes.create_string_buffer(8)
         for token in range(context.n_vocab()):
             if llama_cpp.llama_vocab_is_control(vocab, token) or llama_cpp.llama_vocab_is_eog(vocab, token):
                 continue
-            if llama_cpp.llama_token_to_piece(vocab, token, piece, len(piece), 0, False) != 1:
-                continue
-            byte = piece.raw[0]
-            if byte not in seen:
-                byte_of[token] = byte
-                seen.add(byte)
+            if llama_cpp.llama_token_to_piece(vocab, token, piece, len(piece), 0, False) == 1:
+                token_of.setdefault(piece.raw[0], token)
         end = llama_cpp.llama_vocab_eot(vocab)
         self.end = end if end >= 0 else llama_cpp.llama_vocab_eos(vocab)
-        self.byte_of = byte_of
-        self.token_of = {byte: token for token, byte in byte_of.items()}
-        self.ids = [*byte_of, self.end]
+        self.token_of = token_of
+        self.byte_of = {token: byte for byte, token in token_of.items()}
+        self.ids = np.asarray([*self.byte_of, self.end], dtype=np.int32)
         self.complete = self.end >= 0 and all(byte in self.token_of for byte in [*range(0x20, 0x7F), 0x0A])
 
 
@@ -405,7 +401,7 @@ def _forced_bytes(probe: Any, bytes_: _ByteTokens, before: bytes) -> tuple[bytes
     size = len(bytes_.ids)
     candidates = (llama_cpp.llama_token_data * size)()
     table = np.ctypeslib.as_array(candidates)
-    table["id"] = np.asarray(bytes_.ids, dtype=np.int32)
+    table["id"] = bytes_.ids
     run = bytearray()
     last = before[-1] if before else None
     while len(run) < MAX_FORCED_BYTES:

@@ -484,8 +484,8 @@ class LlamaCppLM:
             return 0
         read = 0
         separate = self.answers is not self
-        answered = bool(messages) and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls")
-        if tools and not answered:  # once the turn is answered, the next decision is on a turn not yet said
+        turn_over = bool(messages) and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls")
+        if tools and not turn_over:  # once the turn is answered, the next decision is on a turn not yet said
             turn = current_turn(messages)
             later = len(turn) < len(messages)
             if later:  # the decision, and after results the answer too (generate_stream: from_the_turn)
