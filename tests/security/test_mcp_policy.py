@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx2 as httpx
 import pytest
 
 from realtime.protocol.mcp.config import McpPolicy, normalize_url, parse_server
@@ -107,7 +108,68 @@ def test_a_server_url_is_compared_and_requested_as_normalised():
     entry = {"type": "mcp", "server_label": "s", "server_url": "HTTP://127.0.0.1:9100/mcp/%7euser/%41pi?q=%61"}
     assert parse_server(entry, "t", ADMIN_POLICY).url == "http://127.0.0.1:9100/mcp/~user/Api?q=a"
     assert normalize_url("http://127.0.0.1:9100/mcp/a%2fb") is None
-    assert normalize_url("http://127.0.0.1:9100/mcp/%c3%a9") == "http://127.0.0.1:9100/mcp/%C3%A9"
+    assert normalize_url("http://127.0.0.1:9100/mcp/%c3%a9") is None  # non-ASCII, even a plain letter
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/mcp/..;/internal-admin",  # Tomcat and Spring drop the ';' parameter: /mcp/../internal-admin
+        "/mcp/..;x=1/internal-admin",
+        "/mcp;jsessionid=1/../internal-admin",
+        "/mcp/%2e%2e%3b/internal-admin",
+        "/mcp/%2e%2e%3B/internal-admin",
+        "/mcp/%252e%252e/internal-admin",  # a server or proxy that decodes twice
+        "/mcp/%25252e%25252e/internal-admin",
+        "/mcp/%25%32%65%25%32%65/internal-admin",
+        "/mcp%252f..%252finternal-admin",
+        "/mcp/%255c..%255cinternal-admin",
+        "/mcp/%253b/internal-admin",
+        "/mcp/%c0%ae%c0%ae/internal-admin",  # overlong UTF-8 for '.', read as a dot by lenient decoders
+        "/mcp/%c0%af..%c0%afinternal-admin",
+        "/mcp/%e0%80%ae%e0%80%ae/internal-admin",
+        "/mcp/\u2025/internal-admin",  # '‥', NFKC '..'
+        "/mcp/\uff0e\uff0e/internal-admin",  # fullwidth full stops
+        "/mcp/\ufe52\ufe52/internal-admin",
+        "/mcp/..\uff0finternal-admin",  # fullwidth solidus
+        "/mcp/..\u2215internal-admin",  # division slash, best-fit mapped to '/'
+        "/mcp/%e2%80%a5/internal-admin",
+        "/mcp/%ef%bc%8e%ef%bc%8e%ef%bc%8finternal-admin",
+        "/mcp/%u002e%u002e/internal-admin",  # IIS's %u escapes
+        "/mcp/%25u002e%25u002e/internal-admin",
+        "/mcp/..%00/internal-admin",
+        "/mcp/..%20/internal-admin",  # Windows drops trailing dots and spaces
+        "/mcp/.../internal-admin",
+        "/mcp/%zz",
+        "/mcp/%2",
+        "/mcp/%2525252561",  # five layers of encoding: more than any server should decode
+    ],
+)
+def test_a_path_that_some_server_resolves_elsewhere_is_refused_as_written_and_as_httpx_sends_it(path):
+    url = "http://127.0.0.1:9100" + path
+    entry = {"type": "mcp", "server_label": "s", "server_url": url}
+    assert normalize_url(url) is None and not ADMIN_POLICY.allows(url)
+    assert not ADMIN_POLICY.allows(str(httpx.URL(url)))  # what the client's transport checks
+    with pytest.raises(EventError) as refused:
+        parse_server(entry, "session.tools[0]", ADMIN_POLICY)
+    assert refused.value.code == "invalid_value" and refused.value.param == "session.tools[0].server_url"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/mcp",
+        "/mcp/",
+        "/mcp/v1.2/tools",
+        "/mcp/.well-known/x",
+        "/mcp/a..b",
+        "/mcp/%7euser",
+        "/mcp/a%20b",
+        "/mcp/%25252561",  # four layers of encoding of 'a': the most a path may carry
+    ],
+)
+def test_a_path_that_only_resolves_to_itself_is_still_allowed(path):
+    assert ADMIN_POLICY.allows("http://127.0.0.1:9100" + path)
 
 
 @pytest.mark.parametrize(
@@ -131,3 +193,36 @@ def test_a_tool_may_not_set_a_header_that_frames_or_routes_the_request(name, val
     with pytest.raises(EventError) as refused:
         parse_server(entry, "session.tools[0]", ADMIN_POLICY)
     assert refused.value.code == "invalid_value" and refused.value.param == f"session.tools[0].headers.{name}"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "X-Forwarded-Host",
+        "x-forwarded-host",
+        "X_Forwarded_Host",  # CGI and WSGI servers read it as X-Forwarded-Host
+        "Forwarded",
+        "X-Forwarded-For",
+        "X-Forwarded-Proto",
+        "X-Forwarded-Port",
+        "X-Forwarded-Prefix",
+        "X-Real-IP",
+        "X-Original-URL",
+        "X-Original-Host",
+        "X-Rewrite-URL",
+        "X-Host",
+        "True-Client-IP",
+        "X-Client-IP",
+        "Via",
+        "X-HTTP-Method-Override",
+    ],
+)
+def test_a_tool_may_not_set_a_header_a_proxy_sets_refused_as_host_is(name):
+    entry = {"type": "mcp", "server_label": "s", "server_url": "http://127.0.0.1:9100/mcp", "headers": {name: "x"}}
+    with pytest.raises(EventError) as refused:
+        parse_server(entry, "session.tools[0]", ADMIN_POLICY)
+    with pytest.raises(EventError) as host:
+        parse_server({**entry, "headers": {"Host": "x"}}, "session.tools[0]", ADMIN_POLICY)
+    assert refused.value.code == host.value.code == "invalid_value"
+    assert refused.value.param == f"session.tools[0].headers.{name}"
+    assert refused.value.message == host.value.message.replace("Host", name)

@@ -1,7 +1,7 @@
 """MCP tools as a session or a response offers them: the server's policy, and the validated tool entries.
 
 Import-cheap on purpose (settings build :class:`McpPolicy` from the environment): the client
-that talks to MCP servers is ``realtime/mcp_client.py``.
+that talks to MCP servers is ``realtime/protocol/mcp/client.py``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_to_bytes, urlsplit, urlunsplit
 
 from pipelines.config import FunctionTool
 from realtime.protocol.wire import EventError, check_type
@@ -68,8 +68,13 @@ class McpPolicy:
 
 UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
-# Request headers a tool may not set: they frame or route the request (a Host reaches another virtual host behind
-# a proxy) or belong to one hop (RFC 9110 s7.6.1).
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+# How many layers of percent-encoding a path segment may carry (``%252e`` is two); one more is refused.
+MAX_DECODINGS = 4
+# Request headers a tool may not set. Some frame the request or belong to one hop (RFC 9110 s7.6.1); the others
+# route it or speak for a proxy in front of the MCP server: Host, X-Forwarded-Host or Forwarded reach another virtual
+# host, X-Original-URL or X-Rewrite-URL another path, X-Forwarded-For or X-Real-IP claim another client's address.
+# Names are compared lower-cased with '_' read as '-', as CGI and WSGI servers read them.
 REFUSED_HEADERS = frozenset(
     {
         "host",
@@ -85,16 +90,35 @@ REFUSED_HEADERS = frozenset(
         "trailers",
         "upgrade",
         "expect",
+        "forwarded",
+        "via",
+        "x-host",
+        "x-real-ip",
+        "x-client-ip",
+        "client-ip",
+        "true-client-ip",
+        "x-cluster-client-ip",
+        "cf-connecting-ip",
+        "fastly-client-ip",
+        "x-originating-ip",
+        "x-remote-ip",
+        "x-remote-addr",
+        "x-rewrite-url",
+        "x-http-method-override",
+        "x-http-method",
+        "x-method-override",
+        "proxy",
     }
 )
+REFUSED_HEADER_PREFIXES = ("x-forwarded-", "x-original-", "x-envoy-")
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
 def normalize_url(url: str) -> str | None:
     """``url`` as it will be requested: an http(s) URL without credentials, its percent-encoded unreserved
     characters decoded and other escapes upper-cased (RFC 3986 s6.2.2); None when it is not one, or when its path
-    holds a dot segment (``.`` or ``..``, written or encoded), an encoded slash or a backslash: the receiving
-    server would resolve those to another path than the one the allow-list saw."""
+    is not :func:`safe_path`: the receiving server would resolve it to another path than the one the allow-list
+    saw."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -102,7 +126,7 @@ def normalize_url(url: str) -> str | None:
         return None
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname or parts.username or parts.password:
         return None
-    if any(ord(char) < 0x21 or ord(char) == 0x7F for char in url):
+    if any(ord(char) < 0x21 or ord(char) == 0x7F for char in url) or not safe_path(parts.path):
         return None
 
     def unescape(match: re.Match[str]) -> str:
@@ -110,15 +134,37 @@ def normalize_url(url: str) -> str | None:
         return char if char in UNRESERVED else "%" + match.group(1).upper()
 
     path = _PERCENT.sub(unescape, parts.path)
-    if "\\" in path or "%2F" in path or "%5C" in path:
-        return None
-    if any(segment in (".", "..") for segment in path.split("/")):
-        return None
     host = parts.hostname.lower()
     netloc = f"[{host}]" if ":" in host else host
     if port is not None:
         netloc += f":{port}"
     return urlunsplit((parts.scheme.lower(), netloc, path, _PERCENT.sub(unescape, parts.query), ""))
+
+
+def safe_path(path: str) -> bool:
+    """Whether every server resolves ``path`` to itself. Each segment, and what it decodes to, layer after layer
+    (at most :data:`MAX_DECODINGS`), must be printable ASCII with valid escapes and hold no slash, backslash or
+    ``;`` (a path parameter: Tomcat reads ``..;`` as ``..``) nor be dots alone. Non-ASCII is refused written or
+    encoded: overlong UTF-8 (``%c0%ae``) and look-alikes (``‥``, ``／``) become dots and slashes on some servers."""
+    if not path.isascii():
+        return False
+    for segment in path.split("/"):
+        for _ in range(MAX_DECODINGS + 1):
+            if (
+                any(char in "/\\;" or not " " <= char <= "~" for char in segment)
+                or _BAD_ESCAPE.search(segment)
+                or (segment and not segment.strip(". "))
+            ):
+                return False
+            decoded = unquote_to_bytes(segment)
+            if not decoded.isascii():
+                return False
+            if decoded == segment.encode():
+                break
+            segment = decoded.decode("ascii")
+        else:
+            return False
+    return True
 
 
 def _default_port(scheme: str) -> int:
@@ -205,8 +251,8 @@ def parse_server(entry: dict[str, Any], param: str, policy: McpPolicy) -> McpSer
     if normal is None:
         raise EventError(
             "invalid_value",
-            f"'{param}.server_url' must be an http(s) URL without credentials, dot segments ('.', '..', written "
-            "or percent-encoded), encoded slashes or backslashes.",
+            f"'{param}.server_url' must be an http(s) URL without credentials, and its path without dot segments "
+            "('.', '..'), encoded slashes, backslashes, ';' or non-ASCII characters, written or percent-encoded.",
             f"{param}.server_url",
         )
     if not policy.allows(normal):
@@ -237,15 +283,18 @@ def parse_server(entry: dict[str, Any], param: str, policy: McpPolicy) -> McpSer
 
 def check_header(name: Any, value: Any, param: str) -> None:
     """A header a tool may send: a token for a name, one line of text for a value, and none that frames or
-    routes the request (:data:`REFUSED_HEADERS`); raises :class:`EventError` with ``param``."""
+    routes the request or that a proxy sets (:data:`REFUSED_HEADERS`, :data:`REFUSED_HEADER_PREFIXES`); raises
+    :class:`EventError` with ``param``."""
     if not isinstance(value, str):
         raise EventError("invalid_type", f"'{param}' must be a string.", param)
     if not isinstance(name, str) or not _TOKEN.match(name) or any(char in value for char in "\r\n\x00"):
         raise EventError("invalid_value", f"'{param}' is not a valid HTTP header (name or value).", param)
-    if name.lower() in REFUSED_HEADERS:
+    key = name.lower().replace("_", "-")
+    if key in REFUSED_HEADERS or key.startswith(REFUSED_HEADER_PREFIXES):
         raise EventError(
             "invalid_value",
-            f"'{param}': the {name} header cannot be set by a tool (it frames or routes the request).",
+            f"'{param}': the {name} header cannot be set by a tool (it frames or routes the request, "
+            "or is a proxy's to set).",
             param,
         )
 
