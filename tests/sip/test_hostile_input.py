@@ -183,8 +183,32 @@ def hostile_messages() -> list[bytes]:
         bytes(range(256)) * 4,
         b"\x00" * 1200,
         b"OPTIONS sip:x SIP/2.0\r\n" + b"Via: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bKrep\r\n" * 300 + b"\r\n",
+        # Issue 49: requests that named a call they do not belong to, and media that cannot be unicast to.
+        invite("f15", GOOD_SDP.replace("c=IN IP4 127.0.0.1", "c=IN IP6 ::1")),
+        invite("f16", GOOD_SDP.replace("c=IN IP4 127.0.0.1", "c=IN IP6 fe80::1")),
+        invite("f17", GOOD_SDP.replace("127.0.0.1\r\nt=", "255.255.255.255\r\nt=")),
+        invite("f18", GOOD_SDP.replace("127.0.0.1\r\nt=", "224.0.0.1\r\nt=")),
+        invite("f19", GOOD_SDP).replace(b"Call-ID: f19\r\n", b"Call-ID: \r\n"),
+        invite("f20", GOOD_SDP, To="<sip:agent@127.0.0.1>;tag=nosuchdialog"),  # a re-INVITE of no dialog
+        invite("f21", GOOD_SDP, Via="SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bKf21other;rport"),  # f21 twice
+        invite("f21", GOOD_SDP),
+        cancel("z9hG4bKf21", "f15"),  # on f21's transaction, naming another call
+        cancel("z9hG4bKnosuch", "f21"),
+        (
+            b"BYE sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bKf22\r\n"
+            b"From: <sip:mallory@127.0.0.1>;tag=f21\r\nTo: <sip:agent@127.0.0.1>;tag=guess\r\nCall-ID: f21\r\n"
+            b"CSeq: 2 BYE\r\nContent-Length: 0\r\n\r\n"
+        ),
     ]
     return malformed_messages(60) + extra
+
+
+def cancel(branch: str, call_id: str) -> bytes:
+    return (
+        f"CANCEL sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5999;branch={branch};rport\r\n"
+        f"From: <sip:mallory@127.0.0.1>;tag={call_id}\r\nTo: <sip:agent@127.0.0.1>\r\nCall-ID: {call_id}\r\n"
+        "CSeq: 1 CANCEL\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+    ).encode()
 
 
 def test_a_corpus_of_hostile_messages_over_udp_and_tcp_leaves_the_listener_answering_a_real_call(server, phones):

@@ -1,19 +1,22 @@
-"""The SIP gate's parts on their own: digest checks, nonces, the SRTP policy and keys, the settings that feed them."""
+"""The SIP gate's parts on their own: digest checks, nonces, the SRTP policy and keys, the settings that feed them,
+the offer's audio address, RTP latching and the refusals' log."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import hashlib
+import logging
 import os
 import random
 import socket
 import struct
 
 import pytest
+from aiosipua import parse_sdp
 from django.core.exceptions import ImproperlyConfigured
 
-from realtime.transports.sip import config
+from realtime.transports.sip import config, guard
 from realtime.transports.sip.auth import NONCE_TTL_S, DigestAuth, parse_digest
 from realtime.transports.sip.media import GuardedRTPSession
 from realtime.transports.sip.srtp import Crypto, SrtpContext, Unacceptable, choose, parse_crypto
@@ -321,3 +324,87 @@ async def test_an_srtp_session_protects_what_it_sends_and_plays_only_what_authen
             assert clear is not None and clear[12:] == b"\xff" * 160  # silence in μ-law, once decrypted
         finally:
             await session.close()
+
+
+async def test_rtp_is_latched_to_the_first_packets_port_and_another_port_of_the_same_host_is_dropped():
+    heard: list[bytes] = []
+    session = await GuardedRTPSession.create(
+        local_addr=("127.0.0.1", 0), remote_addr=("127.0.0.1", 9), payload_type=0, jitter_prefetch=0, symmetric_rtp=True
+    )
+    session.allowed_hosts = frozenset({"127.0.0.1"})
+    session.on_audio = lambda pcm, _ts: heard.append(pcm)
+    port = session._rtp_transport._transport.get_extra_info("sockname")[1]
+    try:
+        with (
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as caller,
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other,
+        ):
+            caller.bind(("127.0.0.1", 0))
+            other.bind(("127.0.0.1", 0))
+            for seq in range(5):
+                caller.sendto(rtp(seq), ("127.0.0.1", port))
+            await asyncio.sleep(0.2)
+            assert session._remote_addr == caller.getsockname() and len(heard) >= 4
+            for seq in range(5, 10):  # the caller's host, another port: before, the media followed it
+                other.sendto(rtp(seq, ssrc=8), ("127.0.0.1", port))
+            await asyncio.sleep(0.2)
+            assert session._remote_addr == caller.getsockname() and session.refused == 5
+            assert session.rtp_source == caller.getsockname()
+    finally:
+        await session.close()
+
+
+# --- what the SIP side takes from the network ---------------------------------------------------
+
+
+def offer_with(connection: str) -> object:
+    return parse_sdp(
+        f"v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN {connection}\r\nt=0 0\r\n"
+        "m=audio 4000 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("connection", "family", "caller", "problem"),
+    [
+        ("IP4 198.51.100.7", 4, "198.51.100.7", None),
+        ("IP4 10.0.0.5", 4, "203.0.113.1", None),  # a phone behind NAT: its private address, latched later
+        ("IP4 127.0.0.1", 4, "127.0.0.1", None),
+        ("IP4 127.0.0.1", 4, "203.0.113.1", "is a loopback address"),  # RTP to the server's own ports
+        ("IP6 ::1", 4, "127.0.0.1", "is not IPv4"),
+        ("IP6 fe80::1", 4, "127.0.0.1", "is not IPv4"),
+        ("IP6 fe80::1", 6, "2001:db8::1", "is not a unicast address"),
+        ("IP6 2001:db8::7", 6, "2001:db8::1", None),
+        ("IP4 255.255.255.255", 4, "127.0.0.1", "is not a unicast address"),
+        ("IP4 224.0.0.1", 4, "127.0.0.1", "is not a unicast address"),
+        ("IP4 169.254.10.1", 4, "127.0.0.1", "is not a unicast address"),
+        ("IP4 0.0.0.0", 4, "127.0.0.1", "cannot be sent to"),
+    ],
+)
+def test_an_offers_audio_address_must_be_one_unicast_host_of_the_listeners_family(connection, family, caller, problem):
+    found = guard.offer_problem(offer_with(connection), family, caller)
+    assert (found is None) if problem is None else (found is not None and problem in found), found
+
+
+def test_refusals_are_logged_once_per_peer_and_status_a_minute_with_how_many_were_not(caplog):
+    clock = Clock()
+    log = guard.RefusalLog("SIP", clock=clock)
+    with caplog.at_level(logging.INFO, logger="realtime.transports.sip.guard"):
+        assert log.refused("203.0.113.9", 403, "not a trusted address")
+        assert not any(log.refused("203.0.113.9", 403, "not a trusted address") for _ in range(499))
+        assert log.refused("203.0.113.9", 401, "no credentials")  # another status: a line of its own
+        assert log.refused("198.51.100.1", 403, "not a trusted address")  # another peer
+        clock.now += guard.REFUSAL_LOG_INTERVAL_S
+        assert log.refused("203.0.113.9", 403, "not a trusted address")
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 4 and log.count == 503
+    assert "499 from it not logged" in lines[-1] and "503 refused in all" in lines[-1]
+
+
+def test_refusals_from_many_peers_are_bounded_in_lines_and_in_memory(caplog):
+    clock = Clock()
+    log = guard.RefusalLog("SIP", clock=clock)
+    with caplog.at_level(logging.INFO, logger="realtime.transports.sip.guard"):
+        logged = sum(log.refused(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}", 403, "x") for i in range(20000))
+    assert logged == guard.REFUSAL_LINES_PER_INTERVAL == len(caplog.records)
+    assert len(log._peers) == guard.MAX_PEERS_REMEMBERED

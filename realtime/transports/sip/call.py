@@ -34,7 +34,7 @@ from realtime.node.runtime import Runtime
 from realtime.protocol.close_codes import CLOSE_NORMAL
 from realtime.protocol.events import server_event
 from realtime.transports.playout import PlaysFromQueue, ReplyQueue
-from realtime.transports.sip import control
+from realtime.transports.sip import control, uas
 from realtime.transports.sip.config import SipConfig
 from realtime.transports.sip.control import CallStateError
 from realtime.transports.sip.media import FRAME_SAMPLES, RATE, CallMedia, NoCommonCodec, NoPorts
@@ -224,7 +224,7 @@ class SipCall(PlaysFromQueue):
         for task in list(self._tasks):
             if task is not current:
                 task.cancel()
-        self.incoming._stop_retransmissions()
+        uas.stop_timers(self.incoming)
         self.playout.clear()
         await self.media.close()
 

@@ -47,6 +47,10 @@ class SipConfig:
     tcp_idle_s: float = 30.0
     tcp_max_per_address: int = 32
     tcp_max_connections: int = 256
+    # INVITEs that became calls (ringing or answered) held at once, from one address and in all: beyond, 503
+    # and nothing held. A trunk carries all its calls from one address, so the first is above the largest pool.
+    max_calls_per_address: int = 256
+    max_calls: int = 1024
 
     @property
     def enabled(self) -> bool:
@@ -61,6 +65,14 @@ class SipConfig:
     def media_ip(self) -> str:
         """The address the RTP sockets bind to (0.0.0.0 listens on every interface)."""
         return self.host
+
+    @property
+    def media_family(self) -> int:
+        """The IP version of the RTP sockets (4 or 6): an offer's audio address must be of it."""
+        try:
+            return ipaddress.ip_address(self.media_ip).version
+        except ValueError:
+            return 4
 
     @property
     def sdp_ip(self) -> str:

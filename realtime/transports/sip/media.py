@@ -2,7 +2,9 @@
 
 aiortp does the RTP: G.711 μ-law and A-law at 8 kHz, its jitter buffer (reordering, loss
 concealment) and RFC 4733 telephone events. This module guards the socket (only the caller's
-addresses are heard: RTP from a stranger is dropped and counted), converts 8 kHz to the
+hosts are heard, the SDP's and the signalling's, and of them only the address and port the first
+packet came from: symmetric RTP latches once, so RTP from a stranger, or from another port of the
+caller's host, is dropped and counted, never followed), converts 8 kHz to the
 session's ``audio/pcm`` with soxr, and plays the reply as one 20 ms frame per 20 ms of a
 drift-free clock (aiortp's ``MediaClock``), silence when there is nothing to say, so the
 caller's jitter buffer sees a steady stream and a reply never arrives in a burst. With
@@ -51,6 +53,10 @@ class GuardedRTPSession(RTPSession):
     """aiortp's RTP session that hears only the caller's addresses, and knows when it last did."""
 
     allowed_hosts: frozenset[str] = frozenset()  # none until the call sets them: nothing is heard
+    # Where the caller's RTP and RTCP come from: latched by the first packet from an allowed host that
+    # authenticates (the SDP's address, or its NAT mapping), then fixed; aiortp follows it once, to answer there.
+    rtp_source: tuple[str, int] | None = None
+    rtcp_source: tuple[str, int] | None = None
     heard_at: float = 0.0
     refused: int = 0
     # Set right after create(), before anything is sent (the first RTCP report waits seconds, RTP the playout).
@@ -91,16 +97,28 @@ class GuardedRTPSession(RTPSession):
             super()._handle_rtcp(clear, addr)
 
     def _heard(self, data: bytes, addr: tuple[str, int], rtcp: bool) -> bytes | None:
-        """The packet in clear if it is the caller's (and authenticates, with SRTP); None: dropped and counted."""
-        if addr[0] not in self.allowed_hosts:
-            self._refuse("RTP from a stranger (%s:%s)", addr)
+        """The packet in clear if it is the caller's (and authenticates, with SRTP); None: dropped and counted.
+        The first packet heard on each of RTP and RTCP latches its address and port; a later one from another
+        port is not the caller's stream (a second host behind the same NAT, or a spoofer) and is dropped."""
+        source = (str(addr[0]), int(addr[1]))
+        if source[0] not in self.allowed_hosts:
+            self._refuse("RTP from a stranger (%s:%s)", source)
+            return None
+        latched = self.rtcp_source if rtcp else self.rtp_source
+        if latched is not None and source != latched:
+            self._refuse("RTP from another port of the caller's host (%s:%s)", source)
             return None
         if self.srtp is not None:
             clear = self.srtp.unprotect(data, rtcp)
             if clear is None:
-                self._refuse("SRTP that does not authenticate from %s:%s", addr)
+                self._refuse("SRTP that does not authenticate from %s:%s", source)
                 return None
             data = clear
+        if latched is None:
+            if rtcp:
+                self.rtcp_source = source
+            else:
+                self.rtp_source = source
         self.heard_at = time.monotonic()
         return data
 
@@ -143,7 +161,7 @@ class CallMedia:
 
     async def open(self, offer: SdpMessage, signalling_host: str) -> SdpMessage:
         """Binds an RTP port pair and returns the SDP answer; raises :class:`NoCommonCodec` or :class:`NoPorts`."""
-        problem = guard.offer_problem(offer)
+        problem = guard.offer_problem(offer, self.config.media_family, signalling_host)
         if problem is not None:
             raise NoCommonCodec(problem)
         remote = offer.rtp_address

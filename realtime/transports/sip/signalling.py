@@ -1,15 +1,18 @@
 """The SIP listener of this process: aiosipua's user agent server on UDP, TCP and TLS, one :class:`SipCall` per INVITE.
 
 aiosipua parses and answers SIP (RFC 3261: transactions, dialogs, 100 Trying, 2xx
-retransmission until the ACK, CANCEL matching by branch, 400 for a request missing a
-mandatory header, 405 for an unknown method, 481 for a request of no dialog); this
-module decides what an INVITE becomes: a claimed unit and a ringing call, or ``486 Busy
-Here`` when the pool is full. Before anything is claimed, an INVITE passes the gate:
-a trusted source or valid digest credentials (:mod:`realtime.transports.sip.auth`, else
-``401``/``403``), and an offer the SRTP policy takes (else ``488``); a refused INVITE
-leaves nothing behind, not even aiosipua's dialog. The listener lives on the server's
-event loop, started and stopped by :class:`realtime.node.runtime.Runtime` like the
-process's other parts.
+retransmission until the ACK, 400 for a request missing a mandatory header, 405 for an
+unknown method, 481 for a request of no dialog); this module decides what reaches it and
+what an INVITE becomes: a claimed unit and a ringing call, or ``486 Busy Here`` when the
+pool is full. Every request is screened before aiosipua sees it: it may act only on the
+call it belongs to (:mod:`realtime.transports.sip.dialogs`: a CANCEL by its transaction, a
+BYE by both tags and the caller's host), and a new INVITE passes the gate before any state
+exists, known Call-ID or not: a trusted source or valid digest credentials
+(:mod:`realtime.transports.sip.auth`, else ``401``/``403``), an offer whose audio can be
+sent to and the SRTP policy takes (else ``488``), a Call-ID no call holds (else ``482``) and
+room in the bounded table of calls (else ``503``). A refused request is answered without a
+dialog and leaves nothing behind. The listener lives on the server's event loop, started and
+stopped by :class:`realtime.node.runtime.Runtime` like the process's other parts.
 """
 
 from __future__ import annotations
@@ -20,15 +23,16 @@ from functools import partial
 from typing import Any
 
 from aiortp.port_allocator import PortAllocator
-from aiosipua import IncomingCall, SipRequest, SipResponse, SipUAC, SipUAS
+from aiosipua import IncomingCall, SdpMessage, SipRequest, SipUAS, parse_sdp
 from aiosipua.transport import SipTransport, TcpSipTransport
 from django.conf import settings
 
 from realtime.node.runtime import Runtime
-from realtime.transports.sip import guard
+from realtime.transports.sip import guard, uas
 from realtime.transports.sip.auth import DigestAuth
 from realtime.transports.sip.call import SipCall
 from realtime.transports.sip.config import SipConfig
+from realtime.transports.sip.dialogs import Action, CallTable
 from realtime.transports.sip.sockets import (
     TRANSPORT_NAMES,
     TcpBounds,
@@ -58,19 +62,26 @@ class SipListener:
         self.config = config
         self.ports = PortAllocator(config.rtp_ports)
         self.auth = DigestAuth(config.users, config.trusted, config.realm, config.digest_algorithms)
-        self.refused = 0  # INVITEs refused at the gate (no or bad credentials, an offer the SRTP policy refuses)
+        self.refused = 0  # requests refused before aiosipua saw them (the gate, no such dialog, a duplicate, full)
         self.runtime: Runtime | None = None
         self._agents: list[SipUAS] = []
-        self._calls: dict[str, SipCall] = {}  # by SIP Call-ID
+        self._calls = CallTable(config.max_calls_per_address, config.max_calls)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.dropped = 0  # messages aiosipua parsed but could not handle
-        self.bad_requests = 0  # requests answered 400 for an impossible Via or Contact
+        self.bad_requests = 0  # requests answered 400 (an impossible Via or Contact, an empty Call-ID)
+        self._refusals = guard.RefusalLog("SIP")
         self.restarts = 0  # transports started again after their socket closed
         self._watchdog: asyncio.Task[None] | None = None
 
     @property
     def calls(self) -> dict[str, SipCall]:
-        return dict(self._calls)
+        return {call.sip_call_id: call for call in self._calls}
+
+    @property
+    def held(self) -> tuple[int, int]:
+        """What aiosipua holds on all transports: calls, and INVITE server transactions (a flood must not grow it)."""
+        calls = {id(call) for agent in self._agents for call in agent.active_calls.values()}
+        return len(calls), sum(uas.held(agent)[1] for agent in self._agents)
 
     async def start(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -92,17 +103,12 @@ class SipListener:
             tls = TlsTransport(local_addr=tls_address, ssl_context=context, **bounds)
             transports.append((tls, self.config.tls_contact))
         for transport, advertised in transports:
-            uac = SipUAC(transport, advertised_addr=advertised)
-            agent = SipUAS(transport, user_agent=USER_AGENT, uac=uac, advertised_addr=advertised)
+            agent = uas.make_agent(transport, advertised, USER_AGENT, self._agents[0] if self._agents else None)
             agent.on_invite = self._on_invite
-            agent.on_bye = lambda call, _request: self._caller_left(call.call_id, "the caller hung up (BYE)")
-            agent.on_cancel = lambda request, _addr: self._caller_left(request.call_id or "", "the caller cancelled")
-            agent.on_ack_timeout = lambda call: self._caller_left(call.call_id, "no ACK for the 200 OK")
+            agent.on_bye = lambda incoming, _request: self._ended_by_caller(incoming, "the caller hung up (BYE)")
+            agent.on_cancel = lambda request, _addr: self._cancelled(request)
+            agent.on_ack_timeout = lambda incoming: self._ended_by_caller(incoming, "no ACK for the 200 OK")
             agent.on_transfer_progress = self._transfer_progress
-            if self._agents:
-                # One user agent on every transport: the 200 OK's Contact names no transport, so a caller that
-                # called over TCP may send its BYE over UDP (RFC 3261's default); all find the call.
-                agent._calls = self._agents[0]._calls
             await agent.start()
             transport.on_message = partial(self._guarded, transport, transport.on_message)
             self._agents.append(agent)
@@ -120,7 +126,7 @@ class SipListener:
         """Closes the sockets (the runtime's drain has ended the calls already)."""
         if self._watchdog is not None:
             self._watchdog.cancel()
-        for call in list(self._calls.values()):
+        for call in list(self._calls):
             await call.finish("server_closed")
         for agent in self._agents:
             await agent.stop()
@@ -128,46 +134,10 @@ class SipListener:
         for task in list(self._tasks):
             task.cancel()
 
-    # --- requests ---------------------------------------------------------------------
-
-    def _guarded(self, transport: SipTransport, dispatch: Any, message: Any, addr: tuple[str, int]) -> None:
-        """aiosipua's handling of one message, after its ``Via`` and ``Contact`` are checked (a request that names
-        an impossible port is answered 400, back where it came from); one that breaks aiosipua (a CSeq it cannot
-        read) is dropped with a line counted, not a traceback for each of a flood."""
-        try:
-            if isinstance(message, SipRequest) and message.method != "ACK":
-                problem = guard.request_problem(message)
-                if problem is not None:
-                    self._bad_request(transport, message, addr, problem)
-                    return
-            dispatch(message, addr)
-        except Exception as exc:
-            self.dropped += 1
-            if self.dropped == 1 or self.dropped % 1000 == 0:
-                logger.warning(
-                    "SIP message from %s:%s dropped (%s: %s); %s so far", *addr, type(exc).__name__, exc, self.dropped
-                )
-
-    def _bad_request(self, transport: SipTransport, request: SipRequest, addr: tuple[str, int], why: str) -> None:
-        """A 400 for ``request``, sent to its source address (its ``Via`` cannot be trusted to route it)."""
-        self.bad_requests += 1
-        if self.bad_requests == 1 or self.bad_requests % 100 == 0:
-            logger.info("SIP %s from %s:%s refused (400 %s); %s so far", request.method, *addr, why, self.bad_requests)
-        response = SipResponse(status_code=400, reason_phrase=why)
-        for via in request.headers.get("via"):
-            response.headers.append("Via", via)
-        for name in ("from", "to", "call-id", "cseq"):
-            value = request.headers.get_first(name)
-            if value:
-                response.headers.set_single(name.title() if name != "call-id" else "Call-ID", value)
-        response.headers.set_single("User-Agent", USER_AGENT)
-        transport.send(response, addr)
-
     def _carries_call(self, transport: TcpSipTransport, addr: tuple[str, int]) -> bool:
         """Whether a connection carries a live call (it is not closed for idling)."""
         return any(
-            call.incoming.transport is transport and tuple(call.incoming.source_addr) == addr
-            for call in self._calls.values()
+            call.incoming.transport is transport and tuple(call.incoming.source_addr) == addr for call in self._calls
         )
 
     @property
@@ -196,83 +166,120 @@ class SipListener:
                     logger.exception("SIP: the %s listener could not be started again", name)
             await asyncio.sleep(WATCH_INTERVAL_S)
 
-    def _on_invite(self, incoming: IncomingCall) -> None:
-        agent = next(a for a in self._agents if a.transport is incoming.transport)
-        known = self._calls.get(incoming.call_id)
-        if known is not None:
-            # A retransmitted INVITE (the first is still being answered): aiosipua made a new dialog for it,
-            # with a tag of its own; the caller's ACK and BYE belong to the first one, which is put back.
-            agent._calls[incoming.call_id] = known.incoming
-            return
+    # --- requests, before aiosipua sees them ----------------------------------------------
+
+    def _guarded(self, transport: SipTransport, dispatch: Any, message: Any, addr: tuple[str, int]) -> None:
+        """aiosipua's handling of one message, once :meth:`_screened` lets it through; one that breaks aiosipua
+        (a CSeq it cannot read) is dropped with a line counted, not a traceback for each of a flood."""
         try:
-            admitted = self._admitted(agent, incoming)
+            if isinstance(message, SipRequest) and not self._screened(transport, message, addr):
+                return
+            dispatch(message, addr)
+        except Exception as exc:
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                logger.warning(
+                    "SIP message from %s:%s dropped (%s: %s); %s so far", *addr, type(exc).__name__, exc, self.dropped
+                )
+
+    def _screened(self, transport: SipTransport, request: SipRequest, addr: tuple[str, int]) -> bool:
+        """Whether aiosipua may handle ``request``; if not, it was answered here (or dropped), statelessly.
+
+        A request that cannot be answered as it says (an impossible ``Via`` or ``Contact`` port, an empty
+        ``Call-ID``) gets 400; one that names a call it does not belong to 481 (:class:`CallTable`); a new
+        INVITE goes through the gate, then must not repeat a held call's ``Call-ID`` (482) and must find room
+        (503). Nothing is created for a refused one."""
+        if request.method != "ACK":
+            problem = guard.request_problem(request)
+            if problem is not None:
+                self.bad_requests += 1
+                self._refuse(transport, request, addr, 400, problem)
+                return False
+        found = self._calls.match(request, addr, transport)
+        if found.action is Action.PASS:
+            return True
+        if found.action is Action.REFUSE:
+            self._refuse(transport, request, addr, found.status, found.reason)
+            return False
+        if found.action is Action.RETRANSMISSION:  # the 100 again while it rings; a 200 is retransmitted anyway
+            if found.call is not None and found.call.state == "ringing":
+                found.call.incoming.trying()
+            return False
+        if found.action is Action.DROP:
+            return False
+        try:
+            refusal = self._gate(request, addr)
         except Exception:  # a gate that breaks must still answer, and leave nothing behind
-            logger.exception("SIP INVITE %s: the gate failed", incoming.call_id)
-            self._refuse(agent, incoming, 500, "the gate failed")
-            return
-        if not admitted:
-            return
+            logger.exception("SIP INVITE %s: the gate failed", (request.call_id or "")[:100])
+            refusal = (500, "the gate failed", [])
+        if refusal is None and found.call is not None:
+            refusal = (482, "Loop Detected", [])  # another transaction with a held call's Call-ID (RFC 3261 s8.2.2.2)
+        if refusal is None and (full := self._calls.full_for(str(addr[0]))) is not None:
+            refusal = (503, f"Service Unavailable ({full})", [("Retry-After", "5")])
+        if refusal is not None:
+            status, why, headers = refusal
+            self._refuse(transport, request, addr, status, why, headers)
+            return False
+        return True
+
+    def _gate(self, request: SipRequest, addr: tuple[str, int]) -> tuple[int, str, list[tuple[str, str]]] | None:
+        """Who may ring, before anything exists: credentials (401 challenge, 403), then an offer that can be read
+        (400) and sent to (488), then the SRTP policy (488). None: let in."""
+        source_ip = str(addr[0])
+        verdict = self.auth.check(source_ip, "INVITE", request.headers.get("authorization"))
+        if not verdict.admitted:
+            challenge = self.auth.challenge(stale=verdict.stale) if verdict.status == 401 else []
+            return verdict.status, verdict.reason, [("WWW-Authenticate", value) for value in challenge]
+        offer: SdpMessage | None = None
+        if request.body and request.content_type == "application/sdp":
+            try:
+                offer = parse_sdp(request.text)
+            except Exception:
+                return 400, "Malformed SDP", []
+        problem = guard.offer_problem(offer, self.config.media_family, source_ip)
+        if problem is not None:
+            return 488, problem, []
+        if offer is not None and offer.audio is not None:
+            try:
+                choose(offer.audio.proto, offer.audio.attributes.get("crypto", []), self.config.srtp)
+            except Unacceptable as exc:
+                return 488, str(exc), []
+        if verdict.user:
+            logger.info("SIP INVITE %s from %s: authenticated as %r", request.call_id, source_ip, verdict.user)
+        return None
+
+    def _refuse(
+        self,
+        transport: SipTransport,
+        request: SipRequest,
+        addr: tuple[str, int],
+        status: int,
+        why: str,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
+        """A final answer to a request that never reached aiosipua, sent back where it came from; logged a line
+        per peer and status a minute (:class:`guard.RefusalLog`), so a flood of them costs no disk."""
+        self.refused += 1
+        self._refusals.refused(str(addr[0]), status, why, f"SIP {request.method[:20]}")
+        uas.answer(transport, request, addr, status, _REASONS.get(status, why), USER_AGENT, headers or [])
+
+    # --- calls ------------------------------------------------------------------------------
+
+    def _on_invite(self, incoming: IncomingCall) -> None:
+        """aiosipua made a dialog of an INVITE :meth:`_screened` let in: it becomes a call, in the table at once
+        (no ``await`` since the screen, so its bounds still hold)."""
         assert self.runtime is not None
+        agent = self._agent_of(incoming)
         assert agent.uac is not None
         call = SipCall(incoming, self.runtime, self.config, self.ports, agent.uac)
         call.on_closed = self.forget
-        self._calls[incoming.call_id] = call
+        self._calls.add(call, uas.branch_of(incoming.invite))
         self._spawn(self._answer(call), f"invite-{call.id}")
-
-    def _admitted(self, agent: SipUAS, incoming: IncomingCall) -> bool:
-        """The gate, before anything is claimed: credentials (401 challenge, 403), then the SRTP policy (488)."""
-        source_ip = incoming.source_addr[0]
-        verdict = self.auth.check(source_ip, incoming.invite.method, incoming.invite.headers.get("authorization"))
-        if not verdict.admitted:
-            challenge = self.auth.challenge(stale=verdict.stale) if verdict.status == 401 else []
-            self._refuse(agent, incoming, verdict.status, verdict.reason, challenge)
-            return False
-        problem = guard.offer_problem(incoming.sdp_offer)
-        if problem is not None:
-            self._refuse(agent, incoming, 488, problem)
-            return False
-        offer = incoming.sdp_offer.audio if incoming.sdp_offer is not None else None
-        if offer is not None:
-            try:
-                choose(offer.proto, offer.attributes.get("crypto", []), self.config.srtp)
-            except Unacceptable as exc:
-                self._refuse(agent, incoming, 488, str(exc))
-                return False
-        if verdict.user:
-            logger.info("SIP INVITE %s from %s: authenticated as %r", incoming.call_id, source_ip, verdict.user)
-        return True
-
-    def _refuse(
-        self, agent: SipUAS, incoming: IncomingCall, status: int, why: str, challenge: list[str] | None = None
-    ) -> None:
-        """A final answer to an INVITE that never became a call; aiosipua forgets it at once (no ACK awaited),
-        so a flood of refused INVITEs holds no memory. Logged on the first and every 100th."""
-        response = incoming.dialog.create_response(incoming.invite, status)
-        for value in challenge or []:
-            response.headers.append("WWW-Authenticate", value)
-        if agent.user_agent:
-            response.headers.set_single("User-Agent", agent.user_agent)
-        incoming.dialog.terminate()
-        if agent._calls.get(incoming.call_id) is incoming:
-            del agent._calls[incoming.call_id]
-        agent._remove_invite_transaction(incoming.invite)
-        self.refused += 1
-        if status != 401 or why != "no credentials" or self.refused % 100 == 1:
-            logger.info(
-                "SIP INVITE from %s:%s refused (%s): %s; %s refused so far",
-                *incoming.source_addr,
-                status,
-                why,
-                self.refused,
-            )
-        assert incoming.transport is not None
-        incoming.transport.send_reply(response)
 
     async def _answer(self, call: SipCall) -> None:
         """Claims and rings; then the default session answers, or the webhook is told and the operator does."""
         try:
             if not await call.ring():
-                self._calls.pop(call.sip_call_id, None)
                 return
             if not self.config.webhook_url:
                 await call.accept(self.config.session or None)
@@ -293,19 +300,47 @@ class SipListener:
             if call.state == "ended":  # refused before it rang
                 self.forget(call)
 
-    def _caller_left(self, sip_call_id: str, why: str) -> None:
-        call = self._calls.pop(sip_call_id, None)
-        if call is not None:
+    def _cancelled(self, request: SipRequest) -> None:
+        """aiosipua answered a CANCEL (200, and 487 to the INVITE): the call of the INVITE transaction it matched,
+        which :meth:`_screened` checked is the CANCEL's own, ends; never a call the CANCEL merely names."""
+        call = self._calls.of_branch(uas.branch_of(request))
+        if call is not None and call.sip_call_id == request.call_id:
+            self._caller_left(call, "the caller cancelled")
+
+    def _ended_by_caller(self, incoming: IncomingCall, why: str) -> None:
+        """A BYE or a missing ACK on ``incoming``'s dialog: its call ends (if it is still the one held)."""
+        call = self._calls.get(incoming.call_id)
+        if call is not None and call.incoming is incoming:
+            self._caller_left(call, why)
+
+    def _caller_left(self, call: SipCall, why: str) -> None:
+        if self._calls.remove(call):
             call.caller_left(why)
 
     def _transfer_progress(self, sip_call_id: str, status: int, reason: str) -> None:
         call = self._calls.get(sip_call_id)
-        logger.info("SIP call %s: transfer %s %s", call.id if call else sip_call_id, status, reason)
+        logger.info("SIP call %s: transfer %s %s", call.id if call else sip_call_id[:100], status, reason)
 
     def forget(self, call: SipCall) -> None:
-        self._calls.pop(call.sip_call_id, None)
+        """The call is over: out of the table, and aiosipua's dialog and INVITE transaction of it dropped."""
+        branch = self._calls.branch(call) or uas.branch_of(call.incoming.invite)
+        self._calls.remove(call)
+        uas.release(self._agent_of(call.incoming), call.incoming, branch)
+
+    def _agent_of(self, incoming: IncomingCall) -> SipUAS:
+        return next(agent for agent in self._agents if agent.transport is incoming.transport)
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+_REASONS = {  # a status's phrase (the log line says why); others (400, 503) carry the reason itself
+    401: "Unauthorized",
+    403: "Forbidden",
+    481: "Call/Transaction Does Not Exist",
+    482: "Loop Detected",
+    488: "Not Acceptable Here",
+    500: "Server Internal Error",
+}
