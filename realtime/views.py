@@ -104,15 +104,15 @@ async def session_timings(request: HttpRequest, session_id: str, caller: Caller)
     The Realtime events carry no timings, so the page reads its own session's breakdown
     (STT, LM first token, TTS first audio, end of speech to first audio) here, the same
     figures the admin and ``/metrics`` show. Only numbers and ids, never text or audio.
-    Allowed to whom the owner rule allows (the session's credential, its API key, staff); to
-    anyone else the session does not exist (404, as an unknown id).
+    Allowed to whom the owner rule lets read it (the session's credential, its API key, a user with the
+    admin's read permission); to anyone else the session does not exist (404, as an unknown id).
     """
     return await sync_to_async(_timings)(session_id, caller)
 
 
 def _timings(session_id: str, caller: Caller) -> JsonResponse:
     row = RealtimeSession.objects.filter(id=session_id).only("id", "owner_credential", "owner_key").first()
-    if row is None or (settings.S2S_AUTH_REQUIRED and not Owner.of_record(row).allows(caller)):
+    if row is None or (settings.S2S_AUTH_REQUIRED and not Owner.of_record(row).reads(caller)):
         return _api_error(404, "session_not_found", f"No session with id '{session_id[:100]}' that you may read.")
     rows = ResponseRecord.objects.filter(session_id=session_id).order_by("finished_at")
     responses = [

@@ -3,14 +3,18 @@
 A session remembers its :class:`Owner`: the hash of the key or ``ek_`` secret that opened it (or
 accepted its call) and the API key behind that credential (the key itself, or the key that minted
 the secret). Every way in asks :meth:`Owner.allows` for a :class:`Caller`: following a call
-(``/v1/realtime?call_id=``), hanging up, ``accept``/``reject``/``refer``, a session's timings.
-Allowed are the same credential, its API key or any client secret that key minted, and a signed-in
-staff user; to anyone else the session does not exist (404, or ``error`` + close 1008, worded as
-for an unknown id). A session opened with authentication off is open to anyone.
+(``/v1/realtime?call_id=``), hanging up, ``accept``/``reject``/``refer``; :meth:`Owner.reads` for a
+session's timings. Allowed are the same credential and the API key behind it, and a signed-in user with
+the admin's permission (``realtime.end_live_session`` to control, ``realtime.view_realtimesession`` to
+read; ``is_staff`` alone is not enough, and the cookie needs a CSRF token); to anyone else the session
+does not exist (404, or ``error`` + close 1008, worded as for an unknown id). A client secret reaches
+only the session it opened (and that session's call), never another session of its key. A session
+opened with authentication off is open to anyone.
 
 A phone call comes in over the trunk, not with a credential: it is owned by the API key
 ``S2S_SIP_OWNER_KEY`` names (else by staff alone). A ringing call announced to the webhook, with no
-owner key set, may be answered (accepted, rejected or hung up) by any API key; the key that accepts it owns it.
+owner key set, may be answered (accepted, rejected or hung up) by any API key (not a client secret); the key that
+accepts it owns it.
 
 Identifying a caller never spends a client secret. The question crosses processes as a small dict
 (:meth:`Caller.as_message`), so the node that holds a call decides.
@@ -26,30 +30,51 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
 
 from realtime.access import auth
 from realtime.access.auth import Principal
 from realtime.models import ApiKey, ClientSecret
 
+# The admin's permissions a signed-in user needs on the API: to end or control any live session, and to read any
+# session's records (what the admin's own end route and session pages ask).
+CONTROL_PERMISSION = "realtime.end_live_session"
+READ_PERMISSION = "realtime.view_realtimesession"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})  # RFC 9110's safe methods: no CSRF check, as Django's
+
 
 @dataclass(frozen=True)
 class Caller:
-    """Who asks: the hash of their bearer token ("" none), their API key's id, staff or not."""
+    """Who asks: the hash of their bearer token ("" none), their API key's id (the key, or the key that minted the
+    secret), whether that token is a client secret, and what a signed-in user's permissions let them do."""
 
     credential: str = ""
     api_key_id: int | None = None
-    staff: bool = False
+    secret: bool = False  # the credential is an ``ek_`` client secret: it reaches the session it opened, no other
+    staff: bool = False  # signed in with CONTROL_PERMISSION: ends and controls any live session
+    reader: bool = False  # signed in with READ_PERMISSION: reads any session's records
 
     def as_message(self) -> dict[str, Any]:
-        return {"credential": self.credential, "api_key_id": self.api_key_id, "staff": self.staff}
+        return {
+            "credential": self.credential,
+            "api_key_id": self.api_key_id,
+            "secret": self.secret,
+            "staff": self.staff,
+            "reader": self.reader,
+        }
 
     @classmethod
     def from_message(cls, message: Any) -> Caller:
         if not isinstance(message, dict):
             return cls()
         key = message.get("api_key_id")
-        staff = message.get("staff") is True
-        return cls(str(message.get("credential") or ""), key if isinstance(key, int) else None, staff)
+        return cls(
+            str(message.get("credential") or ""),
+            key if isinstance(key, int) and not isinstance(key, bool) else None,
+            message.get("secret") is not False,  # a message that does not say is taken as the narrower secret
+            message.get("staff") is True,
+            message.get("reader") is True,
+        )
 
 
 # The call controls any API key may send a ringing call announced to the webhook (no owner key set): it answers
@@ -74,18 +99,25 @@ class Owner:
         return cls(auth.hash_token(token) if token else "", principal.api_key_id)
 
     def allows(self, caller: Caller) -> bool:
-        """The owner rule: the same credential, its API key (or a secret it minted), staff; anyone when open."""
-        if self.open or caller.staff:
-            return True
-        if caller.credential and caller.credential == self.credential:
-            return True
-        return caller.api_key_id is not None and caller.api_key_id == self.api_key_id
+        """The owner rule: the same credential, its API key (not another secret of that key), a signed-in user
+        who may control live sessions; anyone when open."""
+        return self.open or caller.staff or self._owned_by(caller)
+
+    def reads(self, caller: Caller) -> bool:
+        """Whether ``caller`` may read what is kept of the session (its timings): the owner rule, with a
+        signed-in user's read permission in place of the control permission."""
+        return self.open or caller.reader or self._owned_by(caller)
 
     def permits(self, caller: Caller, action: str) -> bool:
-        """:meth:`allows`, and for the controls of a ringing call (:data:`ANSWERING`) any API key while the call is
-        answerable (announced to the webhook, no owner key set)."""
-        answering = action in ANSWERING and self.answerable and caller.api_key_id is not None
+        """:meth:`allows`, and for the controls of a ringing call (:data:`ANSWERING`) any API key (a key, not a
+        client secret) while the call is answerable (announced to the webhook, no owner key set)."""
+        answering = action in ANSWERING and self.answerable and caller.api_key_id is not None and not caller.secret
         return answering or self.allows(caller)
+
+    def _owned_by(self, caller: Caller) -> bool:
+        if caller.credential and caller.credential == self.credential:
+            return True
+        return not caller.secret and caller.api_key_id is not None and caller.api_key_id == self.api_key_id
 
     def record_fields(self) -> dict[str, Any]:
         """What a session's record keeps of its owner (``RealtimeSession.owner_*``)."""
@@ -127,7 +159,7 @@ def _caller_for_token(token: str) -> Caller:
         secret = ClientSecret.objects.filter(secret_hash=digest).values("api_key_id", "api_key__revoked_at").first()
         if secret is None or secret["api_key__revoked_at"] is not None:
             raise auth.AuthError("invalid_api_key", "The client secret is unknown.")
-        return Caller(digest, secret["api_key_id"])
+        return Caller(digest, secret["api_key_id"], secret=True)
     return Caller(digest, auth.verify_api_key(token).api_key_id)
 
 
@@ -151,9 +183,24 @@ async def identify_scope(scope: dict[str, Any]) -> Caller:
     return await identify_token(auth.scope_token(scope))
 
 
+async def still_identified(scope: dict[str, Any], caller: Caller) -> bool:
+    """Whether a WebSocket's credential still names ``caller``: asked again once a follower has joined its key's
+    group, so that a key revoked between the first look and the join cannot leave the follower on the call."""
+    if caller.api_key_id is None:
+        return True
+    try:
+        return await identify_scope(scope) == caller
+    except auth.AuthError:
+        return False
+
+
 async def identify(request: HttpRequest) -> Caller:
     """The caller of an HTTP request: the Origin checked first (a foreign page reaches no session, with or
-    without authentication), then a bearer token or a staff sign-in; raises :class:`auth.AuthError`."""
+    without authentication), then a bearer token or a staff sign-in; raises :class:`auth.AuthError`.
+
+    A staff sign-in is a cookie, which a browser sends along on any page's request: a request that changes
+    something needs Django's CSRF token with it (else 403 ``csrf_failed``), and the user's permissions say what
+    they may do (:data:`CONTROL_PERMISSION`, :data:`READ_PERMISSION`); a staff user with neither is a stranger."""
     scope = getattr(request, "scope", None) or {  # ASGI, or a WSGI request (the test client) as its headers
         "headers": [(name.lower().encode("latin1"), value.encode("latin1")) for name, value in request.headers.items()],
         "scheme": request.scheme,
@@ -164,8 +211,18 @@ async def identify(request: HttpRequest) -> Caller:
     if not token:
         user = await request.auser()
         if user.is_active and user.is_staff:
-            return Caller(staff=True)
+            if request.method not in SAFE_METHODS and await sync_to_async(_csrf_rejected)(request):
+                raise auth.AuthError(
+                    "csrf_failed", "CSRF check failed: send the X-CSRFToken header.", reason="CSRF check failed"
+                )
+            control, read = await user.ahas_perm(CONTROL_PERMISSION), await user.ahas_perm(READ_PERMISSION)
+            return Caller(staff=control, reader=read)
     return await identify_token(token)
+
+
+def _csrf_rejected(request: HttpRequest) -> bool:
+    """Whether Django's CSRF check refuses ``request`` (the check alone: no view to run, none to exempt)."""
+    return CsrfViewMiddleware(lambda _request: HttpResponse()).process_view(request, None, (), {}) is not None  # type: ignore[arg-type]
 
 
 # --- the routes that reach a session ------------------------------------------------------

@@ -8,13 +8,13 @@ from typing import Any, ClassVar, cast
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import (
     FileResponse,
     Http404,
     HttpRequest,
     HttpResponse,
+    HttpResponseForbidden,
     HttpResponseNotAllowed,
     HttpResponseRedirect,
     JsonResponse,
@@ -198,8 +198,8 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         """POST, from a live session's page: ends it wherever it runs, then back to its page, which says so."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        if not self.has_end_live_session_permission(request):
-            raise PermissionDenied
+        if not self.has_end_live_session_permission(request):  # a 403, not PermissionDenied: no traceback logged
+            return HttpResponseForbidden("You may not end live sessions.", content_type="text/plain")
         session_id = unquote(session_id)  # as the page names it (admin_urlquote)
         live = RealtimeSession.objects.filter(id=session_id, end_reason=EndReason.ACTIVE).exists()
         if live:

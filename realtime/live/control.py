@@ -38,6 +38,8 @@ class SessionControl:
             self, reason: str, close_code: int | None, error: EventError | None = None, close_reason: str = ""
         ) -> None: ...
 
+        async def key_revoked(self, api_key_id: int | None) -> None: ...
+
     async def going_away(self) -> None:
         await self.end(
             EndReason.SERVER_CLOSED,
@@ -104,6 +106,12 @@ class SessionControl:
     # The session's mailbox (realtime.live.mailbox): message type -> what it does.
     MAILBOX: dict[str, Callable[[SessionControl, dict[str, Any]], Awaitable[None]]] = {
         cluster.END_SESSION: lambda core, message: core.end_by_admin(),
-        cluster.KEY_REVOKED: lambda core, message: core.end_revoked(),
+        cluster.KEY_REVOKED: lambda core, message: core.key_revoked(_key_id(message)),
         cluster.CALL_CONTROL: lambda core, message: core._control_by(message),
     }
+
+
+def _key_id(message: dict[str, Any]) -> int | None:
+    """The API key a :data:`cluster.KEY_REVOKED` message names (None: it names none, so it is the session's)."""
+    key = message.get("api_key_id")
+    return key if isinstance(key, int) and not isinstance(key, bool) else None

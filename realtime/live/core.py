@@ -26,7 +26,7 @@ from django.utils import timezone
 from pipelines import audio, messages as m
 from pipelines.pool import Lease
 from realtime.access import auth
-from realtime.access.owner import Owner
+from realtime.access.owner import Caller, Owner
 from realtime.audit import records
 from realtime.live.control import SessionControl
 from realtime.live.followers import FOLLOWER_SKIPS, Followers
@@ -103,7 +103,7 @@ async def open_session(runtime: Runtime, transport: Transport, request: OpenRequ
         token = auth.scope_token(request.scope) if request.scope is not None else None
         core.owner = request.owner or Owner.of(token, principal)
         core.call_id = request.call_id
-        await core.mailbox.open(groups(core.id, principal, request.call_id))
+        await core.mailbox.open(groups(core.id, core.owner.api_key_id, request.call_id))
         await core.start()
     except BaseException as exc:
         if principal is not None:  # its session never started: a spent secret may open another
@@ -170,7 +170,7 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
         self.owner = Owner()  # who may reach the session (realtime.access.owner)
         self.call_id: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._followers: set[Transport] = set()  # event-only transports attached to the session (?call_id=)
+        self._followers: dict[Transport, Caller] = {}  # event-only transports on the session (?call_id=), as who
         self._turn_timeout: asyncio.Task[None] | None = None
         self._turn_timeout_due: float | None = None
         # The settings a client secret was minted with, or a call offered with (validated then); one that
@@ -303,7 +303,7 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
                 )
             if close_reason and close_code is not None:
                 await self.transport.close(close_code, close_reason)
-            followers, self._followers = self._followers, set()
+            followers, self._followers = list(self._followers), {}
             for follower in followers:
                 await follower.close(CLOSE_NORMAL, "The call ended")
         finally:

@@ -22,7 +22,7 @@ from realtime.node.runtime import Runtime
 logger = logging.getLogger(__name__)
 
 SESSION_LIMIT_REASON = "All session slots are in use"
-AUTH_STATUS = {"invalid_api_key": 401, "invalid_origin": 403}
+AUTH_STATUS = {"invalid_api_key": 401, "invalid_origin": 403, "csrf_failed": 403}
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,12 @@ def model_of(*configs: dict[str, Any] | None) -> str:
     return settings.S2S_DEFAULT_MODEL
 
 
-def groups(session_id: str, principal: auth.Principal, call_id: str | None) -> list[str]:
+def groups(session_id: str, api_key_id: int | None, call_id: str | None) -> list[str]:
+    """The channel-layer groups a session's mailbox joins: its own, its owner's API key's (the key that opened it,
+    minted its secret, or owns its phone call: revoking the key ends it), its call's."""
     groups = [cluster.session_group(session_id)]
-    if principal.api_key_id is not None:
-        groups.append(cluster.key_group(principal.api_key_id))
+    if api_key_id is not None:
+        groups.append(cluster.key_group(api_key_id))
     if call_id is not None:
         groups.append(cluster.call_group(call_id))
     return groups

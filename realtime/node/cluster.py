@@ -61,14 +61,15 @@ def call_group(call_id: str) -> str:
 
 
 def end_key_sessions(api_key_id: int) -> None:
-    """Ends every live session of a revoked or deleted key, wherever it runs; never raises (a key is revoked
-    in the database whether or not the channel layer answers)."""
+    """Ends every live session of a revoked or deleted key and closes every follower that came with it (or a
+    secret it minted), wherever they run; never raises (a key is revoked in the database whether or not the
+    channel layer answers)."""
     layer = get_channel_layer()
     if layer is None:
         logger.error("API key %s revoked, but no channel layer is configured to end its live sessions", api_key_id)
         return
     try:
-        async_to_sync(layer.group_send)(key_group(api_key_id), {"type": KEY_REVOKED})
+        async_to_sync(layer.group_send)(key_group(api_key_id), {"type": KEY_REVOKED, "api_key_id": api_key_id})
     except Exception:
         logger.exception("API key %s revoked, but its live sessions could not be told", api_key_id)
 

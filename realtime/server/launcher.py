@@ -111,6 +111,10 @@ class CloseCodeWebSocketProtocol(ws_protocol.WebSocketProtocol):
         return True
 
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
+        if not hasattr(self, "server"):
+            # autobahn refused the handshake before daphne saw it (400 for an Origin it cannot read, or one sent
+            # twice): no application ran and there is nothing to tell; daphne's own onClose would raise here.
+            return
         super().onClose(wasClean, CLOSE_POLICY if self.send_overflow else code, reason)
 
     def onCloseHandshakeTimeout(self) -> None:

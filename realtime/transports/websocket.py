@@ -96,7 +96,13 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_POLICY, reason="No such call")
             return
         self.following = core
-        core.follow(self)
+        await core.follow(self, caller)
+        if not await owner.still_identified(self.scope, caller):  # revoked while it was joining its key's group
+            core.unfollow(self)
+            self.following = None
+            await self.send_event(ServerEvent.of(error_event("invalid_api_key", "The API key was revoked.")))
+            await self.close(code=CLOSE_POLICY, reason="API key revoked")
+            return
         await self.send_event(ServerEvent.of(server_event("session.created", session=render.as_ga(core.session))))
 
     async def disconnect(self, code: int) -> None:

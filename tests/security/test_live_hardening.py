@@ -159,3 +159,40 @@ def test_serve_on_a_public_address_without_a_secret_key_refuses_to_start(tmp_pat
     )
     assert result.returncode != 0
     assert "Refusing to serve on 0.0.0.0: DJANGO_SECRET_KEY is not set" in result.stderr
+
+
+def handshake(port: int, origin_lines: bytes) -> bytes:
+    """A raw WebSocket upgrade with ``origin_lines`` among its headers: what the server answers first."""
+    request = (
+        b"GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" % port + origin_lines + b"\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize(
+    "origin_lines",
+    [
+        b"Origin: \r\n",
+        b"Origin: http://127.0.0.1:1x\r\n",
+        b"Origin: http://[::1\r\n",
+    ],
+    ids=["empty", "bad-port", "bad-host"],
+)
+def test_a_malformed_origin_is_a_quiet_400(server, origin_lines):
+    """Before: 400, then about 30 lines of "CRITICAL twisted: Unhandled Error" (daphne's onClose without its
+    server) for each such handshake."""
+    for _ in range(3):
+        assert handshake(server.port, origin_lines).startswith(b"HTTP/1.1 400")
+    status, _ = server.get("/healthz")
+    assert status == 200
+    log = server.full_log()
+    assert "CRITICAL" not in log and "Traceback" not in log and "Unhandled Error" not in log, log[-3000:]
