@@ -46,10 +46,15 @@ class Match:
     action: Action
     call: SipCall | None = None  # the call it belongs to; for NEW, the call whose Call-ID it repeats
     status: int = 0
-    reason: str = ""
+    reason: str = ""  # why (logged; the phrase sent for 400 and 503)
+    headers: tuple[tuple[str, str], ...] = ()  # of the refusal (a 401's challenge)
 
 
-NO_DIALOG = Match(Action.REFUSE, status=481, reason="Call/Transaction Does Not Exist")
+def refusal(status: int, reason: str, headers: tuple[tuple[str, str], ...] = ()) -> Match:
+    return Match(Action.REFUSE, status=status, reason=reason, headers=headers)
+
+
+NO_DIALOG = refusal(481, "Call/Transaction Does Not Exist")
 
 
 def tags(request: SipRequest) -> tuple[str, str]:

@@ -32,7 +32,7 @@ from realtime.transports.sip import guard, uas
 from realtime.transports.sip.auth import DigestAuth
 from realtime.transports.sip.call import SipCall
 from realtime.transports.sip.config import SipConfig
-from realtime.transports.sip.dialogs import Action, CallTable
+from realtime.transports.sip.dialogs import Action, CallTable, Match, refusal
 from realtime.transports.sip.sockets import (
     TRANSPORT_NAMES,
     TcpBounds,
@@ -79,9 +79,10 @@ class SipListener:
 
     @property
     def held(self) -> tuple[int, int]:
-        """What aiosipua holds on all transports: calls, and INVITE server transactions (a flood must not grow it)."""
-        calls = {id(call) for agent in self._agents for call in agent.active_calls.values()}
-        return len(calls), sum(uas.held(agent)[1] for agent in self._agents)
+        """What aiosipua holds: calls (one table, which its agents share) and INVITE server transactions (one table
+        per agent); refused requests must grow neither."""
+        counts = [uas.held(agent) for agent in self._agents]
+        return (counts[0][0] if counts else 0), sum(transactions for _, transactions in counts)
 
     async def start(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -196,54 +197,46 @@ class SipListener:
                 self._refuse(transport, request, addr, 400, problem)
                 return False
         found = self._calls.match(request, addr, transport)
-        if found.action is Action.PASS:
-            return True
-        if found.action is Action.REFUSE:
-            self._refuse(transport, request, addr, found.status, found.reason)
-            return False
         if found.action is Action.RETRANSMISSION:  # the 100 again while it rings; a 200 is retransmitted anyway
             if found.call is not None and found.call.state == "ringing":
                 found.call.incoming.trying()
             return False
-        if found.action is Action.DROP:
-            return False
-        try:
-            refusal = self._gate(request, addr)
-        except Exception:  # a gate that breaks must still answer, and leave nothing behind
-            logger.exception("SIP INVITE %s: the gate failed", (request.call_id or "")[:100])
-            refusal = (500, "the gate failed", [])
-        if refusal is None and found.call is not None:
-            refusal = (482, "Loop Detected", [])  # another transaction with a held call's Call-ID (RFC 3261 s8.2.2.2)
-        if refusal is None and (full := self._calls.full_for(str(addr[0]))) is not None:
-            refusal = (503, f"Service Unavailable ({full})", [("Retry-After", "5")])
-        if refusal is not None:
-            status, why, headers = refusal
-            self._refuse(transport, request, addr, status, why, headers)
-            return False
-        return True
+        if found.action is Action.NEW:
+            try:
+                found = self._gate(request, addr) or found
+            except Exception:  # a gate that breaks must still answer, and leave nothing behind
+                logger.exception("SIP INVITE %s: the gate failed", (request.call_id or "")[:100])
+                found = refusal(500, "the gate failed")
+        if found.action is Action.NEW and found.call is not None:  # a held call's Call-ID (RFC 3261 s8.2.2.2)
+            found = refusal(482, "another transaction with a held call's Call-ID")
+        if found.action is Action.NEW and (full := self._calls.full_for(str(addr[0]))) is not None:
+            found = refusal(503, f"Service Unavailable ({full})", (("Retry-After", "5"),))
+        if found.action is Action.REFUSE:
+            self._refuse(transport, request, addr, found.status, found.reason, found.headers)
+        return found.action in (Action.PASS, Action.NEW)
 
-    def _gate(self, request: SipRequest, addr: tuple[str, int]) -> tuple[int, str, list[tuple[str, str]]] | None:
+    def _gate(self, request: SipRequest, addr: tuple[str, int]) -> Match | None:
         """Who may ring, before anything exists: credentials (401 challenge, 403), then an offer that can be read
         (400) and sent to (488), then the SRTP policy (488). None: let in."""
         source_ip = str(addr[0])
         verdict = self.auth.check(source_ip, "INVITE", request.headers.get("authorization"))
         if not verdict.admitted:
             challenge = self.auth.challenge(stale=verdict.stale) if verdict.status == 401 else []
-            return verdict.status, verdict.reason, [("WWW-Authenticate", value) for value in challenge]
+            return refusal(verdict.status, verdict.reason, tuple(("WWW-Authenticate", value) for value in challenge))
         offer: SdpMessage | None = None
         if request.body and request.content_type == "application/sdp":
             try:
                 offer = parse_sdp(request.text)
             except Exception:
-                return 400, "Malformed SDP", []
+                return refusal(400, "Malformed SDP")
         problem = guard.offer_problem(offer, self.config.media_family, source_ip)
         if problem is not None:
-            return 488, problem, []
+            return refusal(488, problem)
         if offer is not None and offer.audio is not None:
             try:
                 choose(offer.audio.proto, offer.audio.attributes.get("crypto", []), self.config.srtp)
             except Unacceptable as exc:
-                return 488, str(exc), []
+                return refusal(488, str(exc))
         if verdict.user:
             logger.info("SIP INVITE %s from %s: authenticated as %r", request.call_id, source_ip, verdict.user)
         return None
@@ -255,13 +248,13 @@ class SipListener:
         addr: tuple[str, int],
         status: int,
         why: str,
-        headers: list[tuple[str, str]] | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> None:
         """A final answer to a request that never reached aiosipua, sent back where it came from; logged a line
         per peer and status a minute (:class:`guard.RefusalLog`), so a flood of them costs no disk."""
         self.refused += 1
         self._refusals.refused(str(addr[0]), status, why, f"SIP {request.method[:20]}")
-        uas.answer(transport, request, addr, status, _REASONS.get(status, why), USER_AGENT, headers or [])
+        uas.answer(transport, request, addr, status, _REASONS.get(status, why), USER_AGENT, headers)
 
     # --- calls ------------------------------------------------------------------------------
 
