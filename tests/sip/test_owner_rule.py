@@ -250,7 +250,7 @@ async def test_an_untrusted_invite_reusing_a_ringing_call_id_is_403_and_its_canc
 async def test_a_duplicate_call_id_from_a_trusted_source_is_482_and_a_retransmission_is_absorbed(sip, webhook):
     setup = await sip(**ringing(webhook))
     caller, other = await setup.phone(), await setup.phone()
-    await rings(caller, "dup-1", "z9hG4bKd1")
+    answer = await rings(caller, "dup-1", "z9hG4bKd1")
     call = setup.listener.calls["dup-1"]
     other.send(other.invite("dup-1", "z9hG4bKd2"))
     assert (await other.final()).status_code == 482
@@ -258,6 +258,9 @@ async def test_a_duplicate_call_id_from_a_trusted_source_is_482_and_a_retransmis
     assert (await caller.next()).status_code == 100
     caller.send(caller.invite("dup-1", "z9hG4bKd3"))  # the same caller, another transaction
     assert (await caller.final()).status_code == 482
+    early = caller.request("INVITE", "dup-1", "z9hG4bKd4", to_tag=to_tag(answer), body=sdp("127.0.0.1", 4000))
+    caller.send(early)  # a re-INVITE in the early dialog: aiosipua took it for a new call
+    assert (await caller.final()).status_code == 491
     assert setup.listener.calls == {"dup-1": call} and call.state == "ringing"
     assert setup.listener.held == (1, 1)
 

@@ -13,10 +13,11 @@ import socket
 import struct
 
 import pytest
-from aiosipua import parse_sdp
+from aiosipua import SipMessage, parse_sdp
+from aiosipua.transaction import TransactionLayer
 from django.core.exceptions import ImproperlyConfigured
 
-from realtime.transports.sip import config, guard
+from realtime.transports.sip import config, guard, uas
 from realtime.transports.sip.auth import NONCE_TTL_S, DigestAuth, parse_digest
 from realtime.transports.sip.media import GuardedRTPSession
 from realtime.transports.sip.srtp import Crypto, SrtpContext, Unacceptable, choose, parse_crypto
@@ -408,3 +409,16 @@ def test_refusals_from_many_peers_are_bounded_in_lines_and_in_memory(caplog):
         logged = sum(log.refused(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}", 403, "x") for i in range(20000))
     assert logged == guard.REFUSAL_LINES_PER_INTERVAL == len(caplog.records)
     assert len(log._peers) == guard.MAX_PEERS_REMEMBERED
+
+
+def test_a_new_transaction_does_not_scan_the_others(monkeypatch):
+    scans: list[int] = []
+    monkeypatch.setattr(TransactionLayer, "_prune_expired", lambda layer: scans.append(len(layer._server)))
+    layer = uas.Transactions()
+    for index in range(1000):  # aiosipua scanned all of them for each new one: a flood cost O(n) per INVITE
+        request = SipMessage.parse(
+            f"INVITE sip:a@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bK{index}\r\n"
+            f"From: <sip:b@127.0.0.1>;tag=1\r\nTo: <sip:a@127.0.0.1>\r\nCall-ID: c{index}\r\nCSeq: 1 INVITE\r\n\r\n"
+        )
+        layer.create_server(request)
+    assert scans == [0] and layer.get_server("z9hG4bK999", "INVITE") is not None

@@ -6,7 +6,8 @@ A request acts only on the dialog or transaction it belongs to (RFC 3261 s9.2, s
   same source on the same transport, with the same ``Call-ID`` and From tag, and still ringing (after the
   final answer the transaction is over: 481);
 - ``BYE``, a re-INVITE, ``ACK`` and every other in-dialog request by ``Call-ID`` and both tags, from the
-  caller's host (its port may differ: a BYE may come over another transport or connection);
+  caller's host (its port may differ: a BYE may come over another transport or connection); a re-INVITE
+  only once the call is answered (491 before);
 - an INVITE without a To tag for a known ``Call-ID`` is the call's retransmission only if it is the same
   transaction (branch and source); otherwise it is a new INVITE, gated like any other, then refused as a
   duplicate (482) without touching the call.
@@ -149,6 +150,8 @@ class CallTable:
         dialog = entry.call.incoming.dialog
         if (from_tag, to_tag) != (dialog.remote_tag, dialog.local_tag) or str(addr[0]) != entry.host:
             return Match(Action.DROP) if method == "ACK" else NO_DIALOG
+        if method == "INVITE" and entry.call.state != "active":  # aiosipua would take it for a second call
+            return refusal(491, "a re-INVITE before the call was answered")
         return Match(Action.PASS, entry.call)
 
     def _cancel(self, request: SipRequest, addr: tuple[str, int], transport: Any) -> Match:

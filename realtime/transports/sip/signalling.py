@@ -334,6 +334,7 @@ _REASONS = {  # a status's phrase (the log line says why); others (400, 503) car
     403: "Forbidden",
     481: "Call/Transaction Does Not Exist",
     482: "Loop Detected",
+    491: "Request Pending",
     488: "Not Acceptable Here",
     500: "Server Internal Error",
 }
