@@ -243,6 +243,7 @@ class PoolConfig:
     size: int = 2
     profile: str = "real"  # real | loopback
     release_timeout_s: float = 5.0
+    claim_wait_s: float = 0.5  # a claim that finds no free unit waits this long for one that is draining
     queue_size: int = 1000
     engines: EngineConfig = field(default_factory=EngineConfig)
 

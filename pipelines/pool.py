@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pipelines.unit import PipelineUnit, Sink, UnitSnapshot, UnitState
 
@@ -23,7 +24,7 @@ class Lease:
     session_id: str
 
 
-def _settle(future: concurrent.futures.Future[bool], outcome: bool | BaseException) -> None:
+def _settle(future: concurrent.futures.Future[Any], outcome: object) -> None:
     """Resolves a release's future, unless its waiter gave up on it (a cancelled task cancels the future it
     awaited): the unit is free all the same, and nobody is left to tell."""
     try:
@@ -48,6 +49,7 @@ class PipelinePool:
         self._lock = threading.Lock()
         self._warm = threading.Event()
         self._closing = False
+        self._freeing: list[concurrent.futures.Future[None]] = []  # waiters for a draining unit (see freeing())
         self.rejections = 0
         self.started_at = time.time()
 
@@ -91,8 +93,9 @@ class PipelinePool:
 
     # --- sessions ---------------------------------------------------------
 
-    def claim(self, sink: Sink, session_id: str) -> Lease | None:
-        """Takes a free unit for a session, or returns None when all are in use."""
+    def claim(self, sink: Sink, session_id: str, count_refusal: bool = True) -> Lease | None:
+        """Takes a free unit for a session, or returns None when all are in use (counted in ``rejections``
+        unless ``count_refusal`` is false: a claim that will be tried again, :meth:`refused` counts its end)."""
         with self._lock:
             if not self.admitting:
                 return None
@@ -102,8 +105,42 @@ class PipelinePool:
                 elif unit.state is UnitState.IDLE:
                     generation = unit.begin(sink, session_id)
                     return Lease(unit, generation, session_id)
-            self.rejections += 1
+            if count_refusal:
+                self.rejections += 1
             return None
+
+    def refused(self) -> None:
+        """Counts a claim that gave up (one tried with ``count_refusal=False``, then waited in vain)."""
+        with self._lock:
+            self.rejections += 1
+
+    def freeing(self) -> concurrent.futures.Future[None] | None:
+        """A future resolved once a unit is free: at once if one is, else when a unit that is draining now (its
+        session just ended) is given back. None when no unit is free or draining: a pool that is really full
+        stays full, and its refusal should not wait."""
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        with self._lock:
+            if any(unit.state is UnitState.IDLE for unit in self.units):
+                future.set_result(None)
+                return future
+            if not any(unit.state is UnitState.DRAINING for unit in self.units):
+                return None
+            future.set_running_or_notify_cancel()
+            self._freeing.append(future)
+        return future
+
+    def full(self) -> bool:
+        """No unit free, and none about to be (draining): what a claim now would meet, waiting or not."""
+        with self._lock:
+            return not any(unit.state in (UnitState.IDLE, UnitState.DRAINING) for unit in self.units)
+
+    def _set_idle(self, unit: PipelineUnit) -> None:
+        """Marks ``unit`` free and tells whoever waits for one (:meth:`freeing`)."""
+        with self._lock:
+            unit.set_state(UnitState.IDLE)
+            waiting, self._freeing = self._freeing, []
+        for future in waiting:
+            _settle(future, None)
 
     def release(self, lease: Lease) -> concurrent.futures.Future[bool]:
         """Ends the lease's session on a thread; the future resolves once the unit is free again.
@@ -114,6 +151,8 @@ class PipelinePool:
         """
         future: concurrent.futures.Future[bool] = concurrent.futures.Future()
         future.set_running_or_notify_cancel()
+        with self._lock:  # draining from now, not from when the thread starts: a claim now waits for it (freeing)
+            lease.unit.set_state(UnitState.DRAINING, lease.session_id)
 
         def run() -> None:
             try:
@@ -128,8 +167,7 @@ class PipelinePool:
                     logger.exception("unit %s: rebuild failed; it stays quarantined", lease.unit.index)
                     _settle(future, exc)
                     return
-            with self._lock:
-                lease.unit.set_state(UnitState.IDLE)
+            self._set_idle(lease.unit)
             _settle(future, clean)
 
         threading.Thread(target=run, name=f"release-unit{lease.unit.index}", daemon=True).start()
@@ -145,8 +183,7 @@ class PipelinePool:
             except Exception:
                 logger.exception("unit %s: rebuild failed; it stays quarantined", unit.index)
                 return
-            with self._lock:
-                unit.set_state(UnitState.IDLE)
+            self._set_idle(unit)
 
         threading.Thread(target=run, name=f"rebuild-unit{unit.index}", daemon=True).start()
 

@@ -160,6 +160,7 @@ S2S_POOL = PoolConfig(
     size=envint("S2S_POOL_SIZE", _pool.size, minimum=1, maximum=256),
     profile=envchoice("S2S_PIPELINE", _pool.profile, ("real", "loopback")),
     release_timeout_s=envfloat("S2S_RELEASE_TIMEOUT_S", _pool.release_timeout_s, minimum=0.1),
+    claim_wait_s=envfloat("S2S_CLAIM_WAIT_S", _pool.claim_wait_s, minimum=0.0, maximum=10.0),
     engines=EngineConfig(
         device=envchoice("S2S_DEVICE", _engine.device, ("auto", "cpu", "cuda")),
         vad_model=envstr("S2S_VAD_MODEL", "") or _engine.vad_model,

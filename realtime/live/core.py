@@ -13,6 +13,7 @@ session, whoever decides it, goes through :meth:`SessionCore.end`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -34,7 +35,6 @@ from realtime.live.guards import SessionGuards, session_limits
 from realtime.live.handlers import ClientEventHandlers
 from realtime.live.mailbox import Mailbox
 from realtime.live.opening import (
-    SESSION_LIMIT_REASON,
     Opening,
     OpenRequest,
     authenticate,
@@ -42,6 +42,7 @@ from realtime.live.opening import (
     groups,
     model_of,
     principal_name,
+    session_limit,
 )
 from realtime.live.outbox import Outbox
 from realtime.live.transport import (
@@ -99,7 +100,7 @@ async def open_session(runtime: Runtime, transport: Transport, request: OpenRequ
             session_config=principal.session_config or None,
             call_config=call_config,
         )
-        core = SessionCore._claim(runtime, transport, opening)
+        core = await SessionCore._claim_soon(runtime, transport, opening)
         token = auth.scope_token(request.scope) if request.scope is not None else None
         core.owner = request.owner or Owner.of(token, principal)
         core.call_id = request.call_id
@@ -194,7 +195,29 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
     # --- start ------------------------------------------------------------------------
 
     @classmethod
-    def _claim(cls, runtime: Runtime, transport: Transport, opening: Opening) -> SessionCore:
+    async def _claim_soon(cls, runtime: Runtime, transport: Transport, opening: Opening) -> SessionCore:
+        """:meth:`_claim`, waiting up to ``S2S_CLAIM_WAIT_S`` while a unit drains: a client that reconnects at
+        once (a browser's Disconnect and Connect, a retry after a blip) finds the unit its last session is giving
+        back, rather than a refusal. A pool with no unit draining refuses at once. Each try is atomic."""
+        deadline = time.monotonic() + settings.S2S_POOL.claim_wait_s
+        while True:
+            try:
+                return cls._claim(runtime, transport, opening, count_refusal=False)
+            except Refusal as refusal:
+                pool = runtime.pool
+                if refusal.code != "session_limit_reached" or pool is None:
+                    raise
+                freeing, remaining = pool.freeing(), deadline - time.monotonic()
+                if freeing is None or remaining <= 0:
+                    pool.refused()
+                    raise
+            with contextlib.suppress(TimeoutError):  # then one more try: the unit may have come back just now
+                await asyncio.wait_for(asyncio.wrap_future(freeing), remaining)
+
+    @classmethod
+    def _claim(
+        cls, runtime: Runtime, transport: Transport, opening: Opening, count_refusal: bool = True
+    ) -> SessionCore:
         """Claims a unit for a new session (the part of :func:`open_session` that may not await); raises
         :class:`Refusal` when none can be had.
 
@@ -210,7 +233,7 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
             )
             raise Refusal("server_not_ready", message, CLOSE_TRY_AGAIN, "Server is warming up", "server_error")
         outbox = Outbox(settings.S2S_SEND_BUFFER_EVENTS, asyncio.get_running_loop())
-        lease = pool.claim(outbox.sink, opening.session_id)
+        lease = pool.claim(outbox.sink, opening.session_id, count_refusal)
         if lease is None and not pool.admitting:
             raise Refusal(
                 "server_shutting_down",
@@ -220,9 +243,7 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
                 "server_error",
             )
         if lease is None:
-            raise Refusal(
-                "session_limit_reached", SESSION_LIMIT_REASON, CLOSE_POLICY, SESSION_LIMIT_REASON, http_status=429
-            )
+            raise session_limit()
         try:
             port = Port(lease.generation, lease.unit.submit, lease.unit.cancel)
             return cls(runtime, transport, opening, lease, port, outbox)

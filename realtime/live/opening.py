@@ -18,10 +18,18 @@ from realtime.live.transport import Refusal
 from realtime.models import TransportKind
 from realtime.node import cluster
 from realtime.node.runtime import Runtime
+from realtime.protocol.close_codes import CLOSE_POLICY
 
 logger = logging.getLogger(__name__)
 
 SESSION_LIMIT_REASON = "All session slots are in use"
+
+
+def session_limit() -> Refusal:
+    """The refusal of a full pool (no unit free, none draining): 1008 on a socket, 429 over HTTP, 486 on SIP."""
+    return Refusal("session_limit_reached", SESSION_LIMIT_REASON, CLOSE_POLICY, SESSION_LIMIT_REASON, http_status=429)
+
+
 AUTH_STATUS = {"invalid_api_key": 401, "invalid_origin": 403, "csrf_failed": 403}
 
 

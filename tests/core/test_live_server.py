@@ -255,3 +255,36 @@ async def test_the_openai_sdks_beta_client_runs_a_beta_transcription_session(ser
     assert kinds[:2] == ["session.created", "transcription_session.updated"]
     assert seen[1]["session"]["input_audio_transcription"] == {"model": "gpt-4o-mini-transcribe", "prompt": "Tones."}
     assert "conversation.item.created" in kinds and not [k for k in kinds if k.startswith("response.")]
+
+
+@pytest.fixture(scope="module")
+def pool_of_one(tmp_path_factory) -> Iterator[LiveServer]:
+    """A server with one unit and a long wait for a draining one (S2S_CLAIM_WAIT_S=5): a refusal that comes at
+    once then shows that nothing was waited for."""
+    live = LiveServer(tmp_path_factory.mktemp("pool-of-one"), env={"S2S_POOL_SIZE": "1", "S2S_CLAIM_WAIT_S": "5"})
+    yield live.start()
+    live.stop()
+
+
+async def test_a_client_that_closes_and_reconnects_at_once_20_times_on_a_pool_of_one_is_never_refused(pool_of_one):
+    """Before: the new connection met the unit while it drained (about 100-130 ms) and got 1008."""
+    await all_units_free(pool_of_one)
+    for attempt in range(20):
+        ws, client = await open_client(pool_of_one)
+        first = await client.recv(10)
+        assert first is not None and first["type"] == "session.created", (attempt, first)
+        await ws.close()  # and at once the next
+
+
+async def test_a_pool_that_is_really_full_still_refuses_at_once(pool_of_one):
+    await all_units_free(pool_of_one)
+    ws, client = await open_client(pool_of_one)
+    try:
+        assert (await client.recv(10))["type"] == "session.created"
+        started = time.monotonic()
+        refused_ws, refused = await open_client(pool_of_one)
+        assert (await refused.error(10))["code"] == "session_limit_reached"
+        assert time.monotonic() - started < 2.5  # not the 5 s a draining unit is waited for: none drains
+        await refused_ws.close()
+    finally:
+        await ws.close()

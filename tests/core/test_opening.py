@@ -101,8 +101,8 @@ async def test_a_refusal_from_the_transports_own_checks_claims_nothing_and_is_an
 async def test_output_a_unit_gives_before_the_session_object_exists_reaches_the_client(direct, loopback_pool):
     claim = loopback_pool.claim
 
-    def claim_and_speak(sink, session_id):
-        lease = claim(sink, session_id)
+    def claim_and_speak(sink, session_id, count_refusal=True):
+        lease = claim(sink, session_id, count_refusal)
         said = threading.Thread(target=sink, args=(m.SpeechStarted(0, "item_early", 0),))  # a stage thread
         said.start()
         said.join()

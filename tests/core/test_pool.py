@@ -324,3 +324,19 @@ def test_a_release_whose_waiter_was_cancelled_frees_the_unit_without_an_error_in
         assert pool.free_units() == 1 and died == []
     finally:
         pool.shutdown()
+
+
+def test_freeing_is_none_for_a_full_pool_and_resolves_when_a_draining_unit_comes_back():
+    pool = make_loopback_pool(1)
+    try:
+        assert pool.freeing().done()  # a unit is free: at once
+        lease = pool.claim(lambda out: None, "sess_a")
+        assert lease is not None and pool.full() and pool.freeing() is None  # busy, none draining: refuse at once
+        assert pool.claim(lambda out: None, "sess_b", count_refusal=False) is None and pool.rejections == 0
+        released = pool.release(lease)
+        waiting = pool.freeing()  # draining now, or already back
+        assert waiting is not None and not pool.full()
+        assert waiting.result(10) is None and released.result(10) is True
+        assert pool.claim(lambda out: None, "sess_b") is not None
+    finally:
+        pool.shutdown()

@@ -33,7 +33,7 @@ from django.views.decorators.http import require_http_methods
 from pipelines.ids import new_id
 from realtime.access.auth import Principal
 from realtime.access.rate import Limited
-from realtime.live.opening import SESSION_LIMIT_REASON, OpenRequest
+from realtime.live.opening import OpenRequest, session_limit
 from realtime.live.transport import Refusal
 from realtime.models import TransportKind
 from realtime.node import runtime
@@ -61,12 +61,11 @@ def too_many(limited: Limited) -> Refusal:
 
 
 def pool_full(rt: Runtime) -> Refusal | None:
-    """The refusal a claim would meet now, when the pool is up and has no free unit: checked before the
-    credentials and the body (the claim itself stays the one atomic check)."""
-    if rt.pool is not None and rt.pool.warm and rt.pool.free_units() == 0:
-        return Refusal(
-            "session_limit_reached", SESSION_LIMIT_REASON, CLOSE_POLICY, SESSION_LIMIT_REASON, http_status=429
-        )
+    """The refusal a claim would meet now, when the pool is up and has no unit free or draining (one that drains
+    is waited for, as a reconnect): checked before the credentials and the body (the claim itself stays the one
+    atomic check)."""
+    if rt.pool is not None and rt.pool.warm and rt.pool.full():
+        return session_limit()
     return None
 
 
