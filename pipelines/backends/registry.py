@@ -48,8 +48,8 @@ def not_installed(modules: tuple[str, ...]) -> list[str]:
 def torch_missing(choice: str, missing: list[str]) -> str:
     """The message for ``choice`` (``S2S_TTS_BACKEND=coqui``) without its PyTorch packages."""
     return (
-        f"{choice} runs on PyTorch, which is not installed here ({', '.join(missing)} missing): "
-        f"install it with `{TORCH_SETUP}` (requirements-torch.txt), or choose another engine"
+        f"{choice} needs PyTorch, which is not installed here ({', '.join(missing)} missing): "
+        f"install it with `{TORCH_SETUP}` (requirements-torch.txt)"
     )
 
 

@@ -51,7 +51,7 @@ def test_an_engine_on_torch_without_it_stops_with_the_command(
     with pytest.raises(ModelLoadError) as raised:
         registry.load(backends, kind, name, EngineConfig(), registry.Needs("cpu"))
     message = str(raised.value)
-    assert message.startswith(f"{choice} runs on PyTorch, which is not installed here (torch")
+    assert message.startswith(f"{choice} needs PyTorch, which is not installed here (torch")
     assert "`make setup-torch` (requirements-torch.txt)" in message
     # Stopped before the engine's module was imported: no ImportError from inside it.
     assert f"pipelines.backends.{module}" not in sys.modules
@@ -73,7 +73,7 @@ def test_every_engine_on_torch_chosen_is_named(fake_without_torch):
 
 
 def test_cuda_without_torch_names_the_command(fake_without_torch):
-    with pytest.raises(ModelLoadError, match=r"S2S_DEVICE=cuda runs on PyTorch.*`make setup-torch`"):
+    with pytest.raises(ModelLoadError, match=r"S2S_DEVICE=cuda needs PyTorch.*`make setup-torch`"):
         engines.resolve_device("cuda")
     assert engines.resolve_device("auto") == "cpu"
 
@@ -83,7 +83,7 @@ def test_make_runs_check_stops_with_the_message_and_no_traceback(fake_without_to
     main = runpy.run_path(str(CHECK_SCRIPT))["main"]
     assert main() == 1
     err = capsys.readouterr().err
-    assert err.startswith("S2S_TTS_BACKEND=coqui runs on PyTorch") and "make setup-torch" in err
+    assert err.startswith("S2S_TTS_BACKEND=coqui needs PyTorch") and "make setup-torch" in err
     assert "Traceback" not in err
 
     settings.S2S_POOL = replace(settings.S2S_POOL, engines=EngineConfig())
