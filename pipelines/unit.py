@@ -51,6 +51,8 @@ class UnitSnapshot(TypedDict):
     since: float
     sessions_served: int
     rebuilds: int
+    last_rebuild: str | None  # why the unit's threads were last rebuilt, in words
+    activity: str  # a busy unit: "answering" (a response or its audio under way) or "listening"; else ""
 
 
 def _has_mail(inbox: queue.Queue[Downstream]) -> bool:
@@ -201,6 +203,7 @@ class PipelineUnit:
         self.since = time.time()
         self.sessions_served = 0
         self.rebuilds = 0
+        self.last_rebuild: str | None = None
         self._wiring = _Wiring(self, build_stages(self.context), queue_size)
 
     # --- life cycle -------------------------------------------------------
@@ -294,6 +297,10 @@ class PipelineUnit:
     def rebuild(self) -> None:
         """Replaces every stage thread; the old ones finish their current message and stop."""
         old = self._wiring
+        dead = old.dead or [stage.name for stage, thread in zip(old.stages, old.threads) if not thread.is_alive()]
+        self.last_rebuild = (
+            f"stage thread died ({', '.join(dead)})" if dead else f"did not drain in {self._release_timeout_s:.1f} s"
+        )
         old.retire()
         self._wiring = _Wiring(self, self._build_stages(self.context), self._queue_size)
         self.rebuilds += 1
@@ -313,4 +320,8 @@ class PipelineUnit:
             "since": self.since,
             "sessions_served": self.sessions_served,
             "rebuilds": self.rebuilds,
+            "last_rebuild": self.last_rebuild,
+            "activity": ("answering" if self.context.assistant_speaking() else "listening")
+            if self.state is UnitState.BUSY
+            else "",
         }

@@ -8,7 +8,9 @@ from typing import Any, ClassVar, cast
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
-from django.db.models import QuerySet
+from django.db.models import DurationField, ExpressionWrapper, F, FloatField, QuerySet
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
 from django.http import (
     FileResponse,
     Http404,
@@ -55,6 +57,7 @@ CSV_FIELDS = (
     "client_addr",
     "user_agent",
     "model",
+    "transport",
     "started_at",
     "ended_at",
     "end_reason",
@@ -64,6 +67,29 @@ CSV_FIELDS = (
     "audio_in_seconds",
     "audio_out_seconds",
 )
+
+
+admin.site.site_header = "Speech-to-speech server"
+admin.site.site_title = "Speech-to-speech server"
+admin.site.index_title = "Sessions, slots and keys"
+NOBODY = "(none)"  # the "who" filter's value for sessions opened without a credential (authentication off)
+
+
+class PrincipalFilter(admin.SimpleListFilter):
+    """By who, every choice named: sessions opened without a credential are "nobody" rather than a blank link."""
+
+    title = "who"
+    parameter_name = "principal"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = RealtimeSession.objects.order_by("principal").values_list("principal", flat=True).distinct()
+        return [(name or NOBODY, name or "nobody (authentication off)") for name in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[RealtimeSession]) -> QuerySet[RealtimeSession]:
+        value = self.value()
+        if value is None:
+            return queryset
+        return queryset.filter(principal="" if value == NOBODY else value)
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -130,7 +156,7 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         "principal",
     )
     list_display_links = ("started",)
-    list_filter = ("started_at", "end_reason", "transport", "node", "principal")
+    list_filter = ("started_at", "end_reason", "transport", "node", PrincipalFilter)
     search_fields = ("id", "principal", "client_addr", "caller", "callee", "items__text")
     date_hierarchy = "started_at"
     readonly_fields = [f.name for f in RealtimeSession._meta.fields]
@@ -145,20 +171,24 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
     def started(self, obj: RealtimeSession) -> str:
         return timezone.localtime(obj.started_at).strftime("%Y-%m-%d %H:%M:%S")
 
-    @admin.display(description="duration")
+    @admin.display(description="duration", ordering="length")
     def duration(self, obj: RealtimeSession) -> str:
         return "live" if obj.duration_s is None else f"{obj.duration_s:.1f} s"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[RealtimeSession]:
         # The default manager's queryset is a SessionQuerySet; the admin's annotation says only QuerySet.
-        return cast(SessionQuerySet, super().get_queryset(request)).with_user_messages()
+        sessions = cast(SessionQuerySet, super().get_queryset(request)).with_user_messages()
+        return sessions.annotate(  # the columns sorted by the database: a live session (no end) sorts last
+            length=ExpressionWrapper(F("ended_at") - F("started_at"), output_field=DurationField()),
+            p50=Cast(KT("summary__latency_s__voice_to_voice__p50"), FloatField()),
+        )
 
     @admin.display(description="user messages", ordering="n_user_messages")
     def user_messages(self, obj: RealtimeSession) -> str:
         """Typed and spoken alike (``turns`` counts the spoken ones only)."""
         return str(obj.n_user_messages)
 
-    @admin.display(description="speech end to audio, p50")
+    @admin.display(description="speech end to audio, p50", ordering="p50")
     def voice_to_voice_p50(self, obj: RealtimeSession) -> str:
         p50 = ((obj.summary or {}).get("latency_s", {}).get("voice_to_voice") or {}).get("p50")
         return "–" if p50 is None else f"{p50 * 1000:.0f} ms"
@@ -262,6 +292,22 @@ class RefusalCountAdmin(ReadOnlyAdmin):
     date_hierarchy = "minute"
 
 
+def slot_board() -> list[dict[str, Any]]:
+    """Every node's slots (``cluster.board()``), each busy one with its session's transport and client as the
+    audit recorded them (the pool's snapshot knows neither)."""
+    nodes = cluster.board()
+    ids = {slot["session_id"] for node in nodes for slot in node["slots"] if slot.get("session_id")}
+    sessions = {session.id: session for session in RealtimeSession.objects.filter(id__in=ids)}
+    for node in nodes:
+        for slot in node["slots"]:
+            session = sessions.get(slot.get("session_id") or "")
+            if session is None or slot["state"] in ("idle", "gone"):
+                continue
+            slot["transport"] = session.get_transport_display()
+            slot["client"] = " · ".join(part for part in (session.principal, session.client_addr) if part) or "–"
+    return nodes
+
+
 @admin.register(Node)
 class NodeAdmin(ReadOnlyAdmin):
     """The slot board: every node's units, refreshed by short polling of the published snapshots."""
@@ -283,7 +329,7 @@ class NodeAdmin(ReadOnlyAdmin):
             **self.admin_site.each_context(request),
             "title": "Slot board",
             "opts": self.model._meta,
-            "nodes": cluster.board(),
+            "nodes": slot_board(),
             "board_url": reverse("admin:realtime_node_board"),
             "end_url": reverse("admin:realtime_node_end_session", args=["SESSION_ID"]),
             "sessions_url": reverse("admin:realtime_realtimesession_changelist"),
@@ -295,7 +341,7 @@ class NodeAdmin(ReadOnlyAdmin):
     def board_json(self, request: HttpRequest) -> JsonResponse:
         if not self.has_view_permission(request):
             return JsonResponse({"error": "permission denied"}, status=403)
-        return JsonResponse({"nodes": cluster.board()})
+        return JsonResponse({"nodes": slot_board()})
 
     def end_session_view(self, request: HttpRequest, session_id: str) -> HttpResponse:
         """POST: ends a live session wherever it runs (the channel layer carries the message)."""

@@ -14,7 +14,6 @@ export class Chat {
     const li = document.createElement("li");
     li.className = "divider";
     li.dataset.role = "divider";
-    li.setAttribute("role", "separator");
     li.textContent = text;
     this.list.append(li);
     this.scroll();

@@ -69,7 +69,7 @@ def test_a_session_through_the_page_and_the_admin_logs_no_warning(tmp_path, open
         session = f"{server.http}/admin/realtime/realtimesession/{quote(session_id)}/change/"
         # the session's summary (a Celery task, eager without a broker) is written after its end
         wait_for(
-            lambda: page.goto(session) and "Not summarized yet" not in page.inner_text("#summary"),
+            lambda: page.goto(session) and "so far" not in page.inner_text("#summary h2"),
             timeout=20,
             interval=0.5,
             what="the session's summary",
