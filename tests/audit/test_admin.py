@@ -31,6 +31,7 @@ from realtime.models import ConversationItem, EndReason, Node, RealtimeSession, 
 from realtime.node import cluster
 from realtime.protocol.client_events import InputAudioAppend
 from realtime.views import installed_voices
+from tests.conftest import make_loopback_pool
 from tests.support.services import with_database
 from tests.support.speech import tone
 
@@ -285,6 +286,32 @@ class TestSlotBoard:
         nodes = admin_client.get("/admin/realtime/node/board.json").json()["nodes"]
         busy = nodes[0]["slots"][0]
         assert busy["state"] == "busy" and busy["session_id"] == "sess_node-a_0" and 11 <= busy["for_s"] < 60
+
+    def test_a_busy_unit_shows_its_sessions_transport_client_and_activity_and_why_it_was_last_rebuilt(
+        self, admin_client
+    ):
+        self.publish_two_nodes()
+        node = Node.objects.get(name="node-a")
+        node.slots[0] |= {"activity": "answering", "rebuilds": 1, "last_rebuild": "did not drain in 5.0 s"}
+        node.save()
+        make_session("sess_node-a_0", transport="webrtc", end_reason=EndReason.ACTIVE, ended_at=None)
+        busy, idle = admin_client.get("/admin/realtime/node/board.json").json()["nodes"][0]["slots"]
+        assert busy["transport"] == "WebRTC" and busy["client"] == "key:ops · 10.0.0.7"
+        assert busy["activity"] == "answering" and busy["last_rebuild"] == "did not drain in 5.0 s"
+        assert "transport" not in idle and "client" not in idle
+
+    def test_a_units_snapshot_says_what_it_is_doing_and_why_it_was_last_rebuilt(self):
+        pool = make_loopback_pool(size=1)
+        try:
+            unit = pool.units[0]
+            assert unit.snapshot()["activity"] == "" and unit.snapshot()["last_rebuild"] is None
+            lease = pool.claim(lambda out: None, "sess_1")
+            assert lease is not None and unit.snapshot()["activity"] == "listening"
+            pool.release(lease).result(timeout=10)
+            unit.rebuild()
+            assert unit.snapshot()["rebuilds"] == 1 and unit.snapshot()["last_rebuild"].startswith("did not drain")
+        finally:
+            pool.shutdown()
 
     def test_ending_a_session_from_the_board_needs_the_permission(self, auditor, admin_client):
         make_session("sess_live", end_reason=EndReason.ACTIVE, ended_at=None)

@@ -1,8 +1,10 @@
 """The admin's figures and forms: counts a search cannot multiply, a stored prompt's next version filled in,
-and a live session's page that can end it."""
+a live session's page that can end it, the session list's filter, sorting and CSV, and the API keys' buttons."""
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from datetime import timedelta
 
@@ -12,6 +14,7 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from realtime.apps import AUDITORS_GROUP
+from realtime.auth_models import ApiKey
 from realtime.models import ConversationItem, EndReason, RealtimeSession
 from realtime.prompt_models import Prompt, PromptVersion
 
@@ -130,3 +133,89 @@ def test_a_live_session_page_ends_it_for_those_who_may_and_refreshes_while_live(
     assert not [record for record in caplog.records if record.exc_info]  # a 403, not a PermissionDenied traceback
     assert admin_client.get(f"{SESSIONS}{quote('sess_live')}/end/").status_code == 405
     assert len(ended) == 1
+
+
+# --- issue 50: the session list's filter, sorting and CSV; the keys' Copy and Revoke; the site's header -------
+
+
+def test_the_who_filter_names_every_choice_and_its_nobody_finds_the_sessions_opened_without_a_credential(
+    admin_client,
+):
+    session_with("sess_key", ["hi"], answers=1, principal="key:ops")
+    session_with("sess_open", ["hi"], answers=1, principal="")
+    page = admin_client.get(SESSIONS).content.decode()
+    assert 'href="?principal="' not in page  # an empty link, which axe-core calls link-name
+    assert re.search(r'href="\?principal=%28none%29"[^>]*>nobody \(authentication off\)</a>', page), page
+    page = admin_client.get(SESSIONS, {"principal": "(none)"}).content.decode()
+    assert "sess_open" in page and "sess_key" not in page
+    page = admin_client.get(SESSIONS, {"principal": "key:ops"}).content.decode()
+    assert "sess_key" in page and "sess_open" not in page
+
+
+def listed(page: str) -> list[str]:
+    return re.findall(r"/realtimesession/(sess\w+)/change/", page)
+
+
+def test_the_session_list_sorts_by_duration_and_by_p50(admin_client):
+    now = timezone.now()
+    for session_id, minutes, p50 in (("sessA", 3, 0.9), ("sessB", 1, 0.5), ("sessC", 2, None)):
+        summary = {"latency_s": {"voice_to_voice": {"p50": p50}}} if p50 is not None else None
+        RealtimeSession.objects.create(
+            id=session_id,
+            node="n",
+            started_at=now - timedelta(minutes=minutes),
+            ended_at=now,
+            end_reason=EndReason.CLIENT_CLOSED,
+            summary=summary,
+        )
+    page = admin_client.get(SESSIONS).content.decode()
+    assert re.search(r'<th scope="col" class="sortable column-duration', page), "duration cannot be sorted"
+    assert re.search(r'<th scope="col" class="sortable column-voice_to_voice_p50', page), "p50 cannot be sorted"
+    assert listed(admin_client.get(SESSIONS, {"o": "2"}).content.decode()) == ["sessB", "sessC", "sessA"]
+    by_p50 = listed(admin_client.get(SESSIONS, {"o": "-4"}).content.decode())
+    assert by_p50.index("sessA") < by_p50.index("sessB")
+
+
+def test_the_csv_says_how_each_session_was_carried(admin_client):
+    session_with("sess_rtc", ["hi"], answers=1, transport="webrtc")
+    response = admin_client.post(SESSIONS, {"action": "export_csv", "_selected_action": ["sess_rtc"]})
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert rows[0]["transport"] == "webrtc"
+
+
+def test_the_admin_wears_the_servers_own_header(admin_client):
+    page = admin_client.get("/admin/").content.decode()
+    assert "Django administration" not in page and "Speech-to-speech server" in page
+
+
+KEYS = "/admin/realtime/apikey/"
+
+
+def test_a_new_key_is_shown_once_with_a_copy_button(admin_client):
+    response = admin_client.post(f"{KEYS}add/", {"name": "ci"}, follow=True)
+    page = response.content.decode()
+    key = re.search(r'<code id="new-api-key">(sk-[^<]+)</code>', page)
+    assert key and 'class="button copy-key" data-copy="new-api-key"' in page
+    assert "realtime/keys.js" in page  # what makes the button copy
+    assert ApiKey.objects.get(name="ci").prefix == key.group(1)[:12]
+
+
+def test_revoke_is_a_button_that_saves_revoked_at_so_the_keys_sessions_end(admin_client, monkeypatch):
+    ended: list[int] = []
+    monkeypatch.setattr("realtime.node.cluster.end_key_sessions", ended.append)
+    key = ApiKey.objects.create(name="ops", prefix="sk-s2s-abcd", key_hash="x" * 64)
+    url = f"{KEYS}{key.pk}/change/"
+    page = admin_client.get(url).content.decode()
+    assert 'name="_revoke"' in page and 'name="revoked_at' not in page  # a button, not a date to type
+    assert admin_client.post(url, {"name": "ops", "revoked_at_0": "2000-01-01", "revoked_at_1": "00:00"}).status_code
+    assert ApiKey.objects.get(pk=key.pk).revoked_at is None and ended == []  # no date typed in
+    response = admin_client.post(url, {"name": "ops", "_revoke": "Revoke this key"})
+    assert response.status_code == 302
+    assert ApiKey.objects.get(pk=key.pk).revoked_at is not None
+    assert ended == [key.pk]  # realtime/access/revocation.py's post_save
+    assert 'name="_revoke"' not in admin_client.get(url).content.decode()
+
+    other = ApiKey.objects.create(name="ci", prefix="sk-s2s-efgh", key_hash="y" * 64)
+    admin_client.post(KEYS, {"action": "revoke", "_selected_action": [other.pk, key.pk]})
+    assert ApiKey.objects.get(pk=other.pk).revoked_at is not None
+    assert ended == [key.pk, other.pk]  # the list's action saves too; a key revoked already is left alone

@@ -1,11 +1,14 @@
 """The admin at 1280x800 and 390x844 in headless Chromium: every column of the session and API-key lists on the
-screen, the slot board without empty labels, a live session's page that refreshes and can end it, and counts
-that a search leaves alone. One live loopback server (FAKE stages) for the module."""
+screen, the slot board without empty labels, a live session's page that follows it and can end it, counts that a
+search leaves alone, and the live views changing in place (focus kept). One live loopback server (FAKE stages)."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 from django.contrib.admin.utils import quote
 
@@ -13,6 +16,7 @@ from tests.audit.clients import ws_connect, ws_receive_until, ws_text_turn
 from tests.browser.conftest import ARTIFACTS, BASE_ARGS, chromium_path
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer
+from tests.support.speech import pcm16_chunks, silence, tone
 
 pytestmark = pytest.mark.browser
 
@@ -161,6 +165,47 @@ def test_a_live_session_shows_on_the_board_without_empty_labels_and_its_page_end
         assert page.is_visible("#live")
     page.wait_for_function("() => document.getElementById('facts').innerText.includes('Client closed')")
     assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    all_free(server)
+    assert failed == []
+    page.close()
+
+
+def test_the_slot_board_and_a_live_sessions_page_change_in_place_and_keep_the_focus(server, browser):
+    """Issue 50: the board drew itself anew every refresh (focus fell to BODY), a unit said only busy or idle, and
+    a live session's page reloaded itself with "Not summarized yet" until the end."""
+    failed: list[str] = []
+    page = operator(browser, server, "1280", failed)
+    with ws_connect(server.ws) as ws:
+        held = ws_receive_until(ws, "session.created")["session"]["id"]
+        page.goto(f"{server.http}/admin/realtime/node/")
+        row = page.locator(f"tr:has(td.session:has-text('{held}'))")
+        row.locator("button.end-session").focus()
+        page.evaluate("window.notReloaded = true")
+        time.sleep(3)  # six refreshes
+        assert page.evaluate("window.notReloaded === true")
+        focused = page.evaluate("document.activeElement.className + ' ' + document.activeElement.textContent")
+        assert focused == "button end-session End session", f"the focus went to {focused}"
+        assert row.locator("td.transport").inner_text() == "WebSocket"
+        assert row.locator("td.client").inner_text() == "127.0.0.1"
+        assert row.locator("td.activity").inner_text() == "listening"
+        assert row.locator("td.rebuilds").inner_text() == "0"
+
+        page.goto(f"{server.http}/admin/realtime/realtimesession/{quote(held)}/change/")
+        page.evaluate("window.notReloaded = true")
+        page.focus("#end-session")
+        for chunk in pcm16_chunks(np.concatenate([tone(0.6), silence(0.9)])):  # a spoken turn, answered
+            ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": chunk}))
+        ws_receive_until(ws, "response.done", timeout=15)
+        first = "#summary tbody tr:first-child"
+        page.wait_for_function(f"() => document.querySelector('{first} td:nth-child(2)').innerText === '1'")
+        assert page.locator(f"{first} td").nth(2).inner_text().endswith(" ms")  # its p50, while live
+        assert "so far" in page.inner_text("#summary h2")
+        page.wait_for_selector("#transcript tr.assistant")
+        page.wait_for_selector("#chart svg rect.bar")
+        assert page.evaluate("window.notReloaded === true"), "the page was reloaded"
+        assert page.evaluate("document.activeElement.id") == "end-session"
+    page.wait_for_function("() => document.getElementById('facts').innerText.includes('Client closed')")
+    assert page.locator("#live").count() == 0 and page.evaluate("window.notReloaded === true")
     all_free(server)
     assert failed == []
     page.close()
