@@ -22,6 +22,7 @@ from realtime.models import RealtimeSession, ResponseRecord, Stage
 from realtime.node import channel_layer, runtime
 from realtime.protocol.session import render as session_render
 from realtime.protocol.session.config import SessionConfig
+from realtime.protocol.session.keys import NOISE_REDUCTION_TYPES
 
 REALTIME_PATH = "/v1/realtime"
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
@@ -54,9 +55,17 @@ def index(request: HttpRequest) -> HttpResponse:
         "ice_servers": json.dumps(list(settings.S2S_ICE_SERVERS)),
         "slots_url": SLOTS_PATH,
         "session_defaults": session_defaults(),
+        "noise_reductions": [(kind, NOISE_REDUCTION_WORDS.get(kind, kind)) for kind in NOISE_REDUCTION_TYPES],
         "models": settings.S2S_POOL.describe(),
     }
     return render(request, "realtime/index.html", context)
+
+
+# The page's words for each ``audio.input.noise_reduction`` type the protocol takes.
+NOISE_REDUCTION_WORDS = {
+    "near_field": "Near field (a headset, or a phone held close)",
+    "far_field": "Far field (a laptop's or a room's microphone)",
+}
 
 
 def session_defaults() -> dict[str, object]:

@@ -7,8 +7,8 @@ import { EventLog } from "./eventlog.js";
 import { CaptureClock, breakdownText, fetchTiming } from "./latency.js";
 import { RealtimeClient, fetchClientSecret, realtimeUrl } from "./realtime-client.js";
 import {
-  forgetSettings, restoreSettings, saveSettings, savedSettings, settingsSession, settingsStatus, showEcho, showPushToTalk,
-  showSettings, showSpeed, showTurnOptions, turnDetection,
+  forgetSettings, restoreConnection, restoreSettings, saveConnection, saveSettings, savedSettings, settingsSession,
+  settingsStatus, showEcho, showPending, showPushToTalk, showSettings, showSpeed, showTurnOptions, turnDetection,
 } from "./settings.js";
 import { WebRTCClient, webrtcSupported } from "./webrtc-client.js";
 
@@ -20,8 +20,9 @@ const chat = new Chat($("chat"), () => {
 const eventLog = new EventLog($("events"), $("event-count"));
 const DEFAULTS = JSON.parse($("session-defaults").textContent); // the session a new connection gets
 
-const BUSY = "All slots are busy";
 const RETRY_S = 5;
+const BUSY = `All slots are busy. Trying again every ${RETRY_S} s.`; // said once: the countdown is not a live region
+const APPLY_AFTER_MS = 400; // a change in the settings is sent once the person has stopped changing them
 const SENDING_LATER = "Connecting to send your message…";
 const MIN_TURN_SAMPLES = 2400; // 100 ms: the least audio the server accepts in a commit
 const LABELS = {
@@ -80,6 +81,8 @@ let settingsDirty = false;
 let pendingText = null; // {text, typed}: an example prompt chosen, or a message typed, before connecting
 let sessions = 0; // sessions opened since the page loaded: the chat marks where each new one starts
 let retry = null; // {timer, left} while a full pool is retried
+let microphoneWanted = true; // false: connected to send a typed message or an example, until the person asks
+let applyTimer = null; // a settings change waiting to be sent
 
 function setState(state, text) {
   stats.state = state;
@@ -87,10 +90,11 @@ function setState(state, text) {
   let label = text || LABELS[state];
   if (state === "listening" && stats.microphone !== "on") label = "Ready: type a message";
   if (state === "listening" && stats.microphone === "on" && stats.muted) label = "Listening (microphone muted)";
-  $("status-text").textContent = label;
+  if ($("status-text").textContent !== label) $("status-text").textContent = label; // a live region: said once
   $("transport").hidden = !link || !root.dataset.transport; // how a connection runs, only while there is one
   $("connect").textContent = link ? "Disconnect" : state === "busy" ? "Try again now" : "Connect";
   $("stop-retry").hidden = state !== "busy";
+  $("retry-in").hidden = state !== "busy";
 }
 
 function showAlert(message) {
@@ -128,10 +132,12 @@ function setSpeaking(who, speaking) {
 // --- connecting and the full pool -------------------------------------------------------
 
 // fromRetry: the page tries again after a full pool (the one message about it stays up).
-async function connect(fromRetry = false) {
+// microphone: false when a typed message or an example connects: the microphone opens only when asked.
+async function connect(fromRetry = false, microphone = true) {
   if (!fromRetry) {
     stopRetry();
     clearAlert();
+    microphoneWanted = microphone;
   }
   notice("");
   if (root.dataset.signInUrl) {
@@ -167,7 +173,7 @@ async function connect(fromRetry = false) {
     },
   });
   const current = link;
-  setState("connecting");
+  if (!fromRetry) setState("connecting"); // a retry leaves the full pool's one message as it is
   context.resume().catch(() => {});
   const slots = await slotStatus();
   if (link !== current) return; // disconnected while waiting
@@ -228,16 +234,35 @@ function setTransport(kind) {
   root.dataset.transport = kind;
   $("transport").textContent = kind === "webrtc" ? "via WebRTC" : "via WebSocket";
   $("transport").hidden = false;
+  showConnection();
+}
+
+function webrtcOffered() {
+  return webrtcSupported() && !!root.dataset.callsUrl;
 }
 
 function wantWebRTC() {
-  return webrtcSupported() && !!root.dataset.callsUrl && new URLSearchParams(window.location.search).get("transport") !== "websocket";
+  return webrtcOffered() && $("connection").value === "webrtc";
+}
+
+// Under the connection's choice: what this session runs over, and whether a change waits for the next Connect.
+function showConnection() {
+  const chosen = $("connection").value;
+  const help = $("connection-help");
+  if (link && stats.transport && stats.transport !== chosen) {
+    help.textContent = `Not applied yet: this session runs over ${stats.transport === "webrtc" ? "WebRTC" : "a WebSocket"}; `
+      + "the next Connect takes your choice.";
+    help.dataset.pending = "true";
+  } else {
+    help.textContent = "Taken when you connect.";
+    help.dataset.pending = "false";
+  }
 }
 
 // True when the call is up, or when the page has already said why it cannot connect; false: use the WebSocket.
 async function connectWebRTC(current, secret) {
   if (!wantWebRTC()) {
-    stats.fallback = webrtcSupported() ? "asked for the WebSocket" : "this browser has no WebRTC";
+    stats.fallback = webrtcOffered() ? "asked for the WebSocket" : "this browser has no WebRTC";
     return false;
   }
   const client = new WebRTCClient(root.dataset.callsUrl, secret, {
@@ -249,7 +274,7 @@ async function connectWebRTC(current, secret) {
   current.client = client;
   setTransport("webrtc");
   try {
-    await client.start($("microphone-select").value || null);
+    await client.start($("microphone-select").value || null, microphoneWanted);
     return true;
   } catch (error) {
     client.close();
@@ -371,19 +396,23 @@ function teardown() {
   old.context.close().catch(() => {});
   stats.microphone = "off";
   root.dataset.microphone = "off";
+  $("microphone-on").hidden = true;
   showEcho(null);
+  showConnection();
   $("level").value = 0;
   $("microphone-select").disabled = true;
 }
 
-// Every slot is taken: said once, then the page tries again by itself with a countdown.
+// Every slot is taken: said once, politely, in the status line; then the page tries again by itself, with a
+// countdown beside Stop trying that no screen reader reads out each second.
 function busy() {
   if (!retry) {
-    showAlert(`${BUSY}. Trying again in ${RETRY_S} s…`);
+    stats.errors.push(BUSY);
     retry = { timer: null, left: RETRY_S };
   } else {
     retry.left = RETRY_S;
   }
+  setState("busy");
   const tick = () => {
     if (!retry) return;
     if (retry.left <= 0) {
@@ -392,8 +421,7 @@ function busy() {
       connect(true).catch(() => {});
       return;
     }
-    $("alert").textContent = `${BUSY}. Trying again in ${retry.left} s…`;
-    setState("busy", `${BUSY}, retrying in ${retry.left} s`);
+    $("retry-in").textContent = `next try in ${retry.left} s`;
     retry.left -= 1;
     retry.timer = setTimeout(tick, 1000);
   };
@@ -539,7 +567,8 @@ const HANDLERS = {
     showEcho(event.session);
     if (settingsDirty || stats.pushToTalk || savedSettings()) sendSettings(); // what this person set, again
     else showSettings(event.session);
-    if (link.client.kind === "webrtc") useCallMicrophone(link);
+    if (!microphoneWanted) $("microphone-on").hidden = false; // typed: the microphone waits to be asked for
+    else if (link.client.kind === "webrtc") useCallMicrophone(link);
     else startMicrophone(link);
     if (pendingText) {
       const { text, typed } = pendingText;
@@ -550,6 +579,7 @@ const HANDLERS = {
   },
   "session.updated": (event) => {
     settingsDirty = false;
+    showPending(false);
     showSettings(event.session);
     showEcho(event.session);
     settingsStatus("Settings applied.", true);
@@ -690,7 +720,7 @@ function onError(error) {
 function sendText(text, typed = false) {
   if (!connected()) {
     pendingText = { text, typed };
-    if (!link && !retry) connect();
+    if (!link && !retry) connect(false, false);
     if (link || retry) notice(SENDING_LATER); // not when connect() could not even start (sign in first)
     return false;
   }
@@ -736,12 +766,16 @@ function resetSettings() {
     sendSettings();
   } else {
     settingsDirty = false;
+    clearTimeout(applyTimer);
+    showPending(false);
     settingsStatus("Back to the server's defaults.", true);
   }
 }
 
 function sendSettings() {
+  clearTimeout(applyTimer);
   const { session, problem } = settingsSession(stats.pushToTalk);
+  showPending(true); // until the server's session.updated says it runs them
   if (problem) return settingsStatus(problem);
   if (send({ type: "session.update", session })) {
     settingsStatus("Applying…");
@@ -749,6 +783,28 @@ function sendSettings() {
     settingsDirty = true;
     settingsStatus("The settings will be applied when you connect.");
   }
+}
+
+// Apply, or a change in the form: kept in this browser and sent to the session now (when there is one).
+function applySettings() {
+  settingsDirty = true;
+  if (!settingsSession(stats.pushToTalk).problem) saveSettings();
+  sendSettings();
+}
+
+// The microphone a typed message did not open, asked for now.
+async function turnMicrophoneOn() {
+  const current = link;
+  if (!current || !connected()) return;
+  microphoneWanted = true;
+  $("microphone-on").hidden = true;
+  if (current.client.kind !== "webrtc") return startMicrophone(current, $("microphone-select").value || null);
+  try {
+    await current.client.addMicrophone($("microphone-select").value || null);
+  } catch (error) {
+    current.client.microphoneError = error;
+  }
+  if (link === current) useCallMicrophone(current);
 }
 
 // --- wiring -------------------------------------------------------------------------
@@ -766,18 +822,26 @@ $("composer").addEventListener("submit", (event) => {
 });
 $("settings-form").addEventListener("submit", (event) => {
   event.preventDefault();
-  settingsDirty = true;
-  if (!settingsSession(stats.pushToTalk).problem) saveSettings();
-  sendSettings();
+  applySettings();
 });
 $("reset-settings").addEventListener("click", resetSettings);
 $("speed").addEventListener("input", showSpeed);
-for (const id of ["instructions", "voice", "speed", "silence", "turn-detection", "eagerness", "max-tokens"]) {
+const SETTINGS = ["instructions", "voice", "speed", "silence", "threshold", "prefix-padding", "turn-detection", "eagerness",
+  "noise-reduction", "max-tokens"];
+for (const id of SETTINGS) {
+  $(id).addEventListener("input", () => showPending(true)); // typing: not applied until the change is done
   $(id).addEventListener("change", () => {
     settingsDirty = true;
+    clearTimeout(applyTimer);
+    applyTimer = setTimeout(applySettings, APPLY_AFTER_MS);
   });
 }
 $("turn-detection").addEventListener("change", showTurnOptions);
+$("connection").addEventListener("change", () => {
+  saveConnection();
+  showConnection();
+});
+$("microphone-on").addEventListener("click", turnMicrophoneOn);
 for (const button of document.querySelectorAll(".example")) {
   button.addEventListener("click", () => sendText(button.textContent.trim()));
 }
@@ -803,6 +867,7 @@ $("microphone-select").addEventListener("change", (event) => {
 });
 window.addEventListener("pagehide", () => disconnect());
 restoreSettings(DEFAULTS); // the server's defaults, and over them what this browser kept
+restoreConnection(webrtcOffered());
 showTurnOptions();
 setState("disconnected");
 root.dataset.ready = "true";

@@ -6,6 +6,16 @@
 const CONNECT_TIMEOUT_MS = 10000;
 const HANG_UP_WAIT_MS = 2000;
 
+// The microphone as the call sends it: the browser's echo cancellation, noise suppression and gain control.
+function constraints(deviceId) {
+  return {
+    audio: {
+      channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true,
+      ...(deviceId ? { deviceId: { exact: deviceId } } : {}),
+    },
+  };
+}
+
 export function webrtcSupported() {
   return typeof RTCPeerConnection === "function" && !!(navigator.mediaDevices && navigator.mediaDevices.getUserMedia);
 }
@@ -63,20 +73,21 @@ export class WebRTCClient {
     };
   }
 
-  // Opens the microphone, offers, applies the answer and waits for the data channel. Rejects with a
-  // CallError (status 429: every slot is busy; 401/403: credentials; 0: no WebRTC path to the server).
-  async start(deviceId = null) {
-    try {
-      this.microphone = await navigator.mediaDevices.getUserMedia({
-        audio: {
-          channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true,
-          ...(deviceId ? { deviceId: { exact: deviceId } } : {}),
-        },
-      });
-      for (const track of this.microphone.getAudioTracks()) this.pc.addTrack(track, this.microphone);
-    } catch (error) {
-      this.microphoneError = error;
-      this.pc.addTransceiver("audio", { direction: "recvonly" }); // typing only: still hear the answers
+  // Opens the microphone (unless `microphone` is false: typing only, until addMicrophone()), offers, applies the
+  // answer and waits for the data channel. Rejects with a CallError (status 429: every slot is busy;
+  // 401/403: credentials; 0: no WebRTC path to the server).
+  async start(deviceId = null, microphone = true) {
+    if (!microphone) {
+      this.microphoneError = null;
+      this.pc.addTransceiver("audio", { direction: "sendrecv" }); // no track yet: addMicrophone() gives it one
+    } else {
+      try {
+        this.microphone = await navigator.mediaDevices.getUserMedia(constraints(deviceId));
+        for (const track of this.microphone.getAudioTracks()) this.pc.addTrack(track, this.microphone);
+      } catch (error) {
+        this.microphoneError = error;
+        this.pc.addTransceiver("audio", { direction: "recvonly" }); // typing only: still hear the answers
+      }
     }
     const offer = await this.pc.createOffer();
     await this.pc.setLocalDescription(offer);
@@ -125,14 +136,20 @@ export class WebRTCClient {
     for (const track of this.microphone ? this.microphone.getAudioTracks() : []) track.enabled = !muted;
   }
 
+  // A call started without the microphone: opens it now and sends it on the call's audio sender (nothing
+  // renegotiated). Rejects as getUserMedia does; the call goes on, typing only.
+  async addMicrophone(deviceId = null) {
+    const transceiver = this.pc.getTransceivers().find((candidate) => candidate.receiver.track.kind === "audio");
+    const stream = await navigator.mediaDevices.getUserMedia(constraints(deviceId));
+    await transceiver.sender.replaceTrack(stream.getAudioTracks()[0]);
+    this.microphone = stream;
+  }
+
   // Switches to another microphone on the same call (the sender's track is replaced, nothing renegotiated).
   async useMicrophone(deviceId) {
     const sender = this.pc.getSenders().find((candidate) => candidate.track && candidate.track.kind === "audio");
     if (!sender || !this.microphone) return;
-    const stream = await navigator.mediaDevices.getUserMedia({
-      audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true,
-               deviceId: { exact: deviceId } },
-    });
+    const stream = await navigator.mediaDevices.getUserMedia(constraints(deviceId));
     const muted = !sender.track.enabled;
     await sender.replaceTrack(stream.getAudioTracks()[0]);
     for (const track of this.microphone.getTracks()) track.stop();

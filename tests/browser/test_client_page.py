@@ -93,8 +93,18 @@ def test_it_shows_the_busy_state_when_every_slot_is_taken_and_connects_on_retry(
         page = client.page
         page.click("#connect")
         client.wait_for("window.s2sStats.state === 'busy'", 15)
-        assert page.inner_text("#alert").startswith("All slots are busy. Trying again in")
-        assert page.inner_text("#status-text").startswith("All slots are busy, retrying in")
+        assert page.is_hidden("#alert")  # one message, in the status line
+        assert page.inner_text("#status-text") == "All slots are busy. Trying again every 5 s."
+        assert page.inner_text("#retry-in").startswith("next try in")
+        # said once, politely: over a countdown and a retry nothing in a live region changes, and the countdown
+        # is in none (a role=alert changing each second was read out each second)
+        page.evaluate("""() => { window.liveChanges = 0;
+          const observer = new MutationObserver(() => { window.liveChanges += 1; });
+          for (const live of document.querySelectorAll('[aria-live], [role=alert], [role=status]'))
+            observer.observe(live, {subtree: true, childList: true, characterData: true}); }""")
+        client.wait_for("window.s2sStats.retries >= 1 && window.s2sStats.state === 'busy'", 15)
+        assert page.evaluate("window.liveChanges") == 0
+        assert page.evaluate("document.getElementById('retry-in').closest('[aria-live], [role]') === null")
         assert page.inner_text("#connect") == "Try again now"  # without waiting for the countdown
         assert "error" not in client.stats()["events"]  # the page asked /v1/realtime/slots: no offer was refused
     finally:

@@ -1,5 +1,6 @@
-"""The client page keeps what a person set, offers every setting the server has, and marks each new session,
-at 1280x800 and 390x844, in headless Chromium against a live loopback server (FAKE stages)."""
+"""The client page keeps what a person set, offers every setting the server has (applied at once while connected),
+opens the microphone only when asked, and marks each new session, at 1280x800 and 390x844, in headless Chromium
+against a live loopback server (FAKE stages)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from pipelines.config import DEFAULT_INSTRUCTIONS, SPEED_RANGE
+from realtime.protocol.session.keys import NOISE_REDUCTION_TYPES
 from tests.browser.conftest import ARTIFACTS, write_microphone_wav
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer
@@ -82,7 +84,8 @@ def test_settings_applied_in_a_call_stay_for_the_next_sessions_and_reloads_until
     client.wait_for("(window.s2sStats.events['session.updated'] || 0) >= 2", 10)
     again = updates(frames)[-1]
     assert again["instructions"] == BANANA and again["audio"]["output"]["speed"] == 1.25
-    assert again["audio"]["input"]["turn_detection"] == {"type": "server_vad", "silence_duration_ms": 700}
+    detection = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 700}
+    assert again["audio"]["input"]["turn_detection"] == detection and again["audio"]["input"]["noise_reduction"] is None
     assert "700 ms pause" in page.inner_text("#settings-echo")
     disconnect(client)
 
@@ -226,5 +229,81 @@ def test_the_focus_ring_stands_out_from_the_page_and_the_microphone_name_is_whol
     assert fits["text"] <= fits["room"], f"{fits['name']!r} is cut: {fits['text']:.0f} px in {fits['room']:.0f}"
     shot(page, "microphone-picker", size)
     disconnect(client)
+    assert client.errors == []
+    all_free(server)
+
+
+@pytest.mark.parametrize("transport", ["webrtc", "websocket"])
+def test_typing_before_connect_leaves_the_microphone_closed_until_asked(server, open_page, tmp_path, transport):
+    """Issue 50: a message typed before Connect opened the microphone too, which then cut the typed answer off."""
+    wav = tmp_path / "talk.wav"
+    write_microphone_wav(wav, ["What is the capital of France?"], lead_s=0.3, tail_s=2.0)
+    client = open_page(f"{server.http}/?transport={transport}", microphone=wav, viewport=SIZES["1280"])
+    page = client.page
+    page.fill("#message", "a typed question")
+    page.press("#message", "Enter")
+    client.wait_for("window.s2sStats.playedSamples > 0 && window.s2sStats.state === 'listening'", 20)
+    stats = client.stats()
+    assert stats["transport"] == transport and stats["microphone"] == "off" and stats["sentSamples"] == 0
+    assert stats["truncations"] == [] and page.locator("#chat li[data-status]").count() == 0  # answered whole
+    assert page.inner_text("#status-text") == "Ready: type a message"
+    assert page.is_visible("#microphone-on")
+    page.click("#microphone-on")  # asked: now it opens
+    client.wait_for("window.s2sStats.microphone === 'on'", 10)
+    assert page.is_hidden("#microphone-on")
+    if transport == "websocket":
+        client.wait_for("window.s2sStats.sentSamples > 0", 10)
+    disconnect(client)
+    assert client.errors == []
+    all_free(server)
+
+
+def test_every_tuning_is_offered_and_a_change_applies_at_once_while_connected_or_is_marked_unapplied(server, open_page):
+    """Issue 50: a setting did nothing until Apply, with no sign of it; noise reduction, the VAD's threshold and
+    padding and the connection were not offered."""
+    client = open_page(server.http + "/", viewport=SIZES["1280"])
+    page = client.page
+    frames = sent_events(page)
+    page.click("#settings summary")
+    noise = page.eval_on_selector_all("#noise-reduction option", "options => options.map((o) => o.value)")
+    assert noise == ["", *NOISE_REDUCTION_TYPES]
+    assert page.input_value("#threshold") == "0.5" and page.input_value("#prefix-padding") == "300"
+    assert page.input_value("#connection") == "webrtc" and page.input_value("#eagerness") == "auto"
+
+    page.select_option("#noise-reduction", "far_field")  # not connected: marked, kept for the session to come
+    client.wait_for("document.getElementById('settings-status').textContent.includes('when you connect')", 5)
+    assert page.is_visible("#settings-pending")
+    page.select_option("#connection", "websocket")
+    connect(client)
+    assert client.stats()["transport"] == "websocket"
+    client.wait_for("(window.s2sStats.events['session.updated'] || 0) >= 1", 10)
+    assert page.get_attribute("#settings-echo", "data-noise-reduction") == "far_field"
+    assert page.is_hidden("#settings-pending")
+
+    page.locator("#speed").fill("0.75")  # no Apply pressed: the change alone goes out
+    client.wait_for("document.getElementById('settings-echo').dataset.speed === '0.75'", 10)
+    page.fill("#threshold", "0.7")
+    assert page.is_visible("#settings-pending")  # typed, not yet sent
+    page.fill("#prefix-padding", "200")
+    page.press("#prefix-padding", "Enter")  # Enter submits the form: applied now
+    client.wait_for("document.getElementById('settings-echo').textContent.includes('200 ms kept before speech')", 10)
+    detection = updates(frames)[-1]["audio"]["input"]["turn_detection"]
+    assert detection == {"type": "server_vad", "threshold": 0.7, "prefix_padding_ms": 200, "silence_duration_ms": 500}
+    assert "threshold 0.7" in page.inner_text("#settings-echo") and page.is_hidden("#settings-pending")
+    page.select_option("#turn-detection", "semantic_vad")
+    page.select_option("#eagerness", "low")
+    client.wait_for("document.getElementById('settings-echo').textContent.includes('low eagerness')", 10)
+
+    page.select_option("#connection", "webrtc")  # cannot change under a live session: said so
+    help_text = page.locator("#connection-help")
+    assert help_text.get_attribute("data-pending") == "true" and "Not applied yet" in help_text.inner_text()
+    disconnect(client)
+    assert help_text.get_attribute("data-pending") == "false"
+    page.reload()  # kept: the connection and the settings
+    page.wait_for_function("() => document.getElementById('app').dataset.ready === 'true'")
+    assert page.input_value("#connection") == "webrtc" and page.input_value("#noise-reduction") == "far_field"
+    page.click("#settings summary")
+    page.click("#reset-settings")
+    assert page.input_value("#noise-reduction") == "" and page.is_hidden("#settings-pending")
     assert client.errors == []
     all_free(server)

@@ -120,7 +120,8 @@ def test_settings_list_the_installed_voices_offer_semantic_vad_fade_and_leave_th
     page.click("#settings-form button[type=submit]")
     client.wait_for("window.s2sStats.events['session.updated'] >= 2", 10)
     update = [f for f in frames if f["type"] == "session.update"][-1]
-    assert update["session"]["audio"]["input"]["turn_detection"] == {"type": "server_vad", "silence_duration_ms": 650}
+    detection = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 650}
+    assert update["session"]["audio"]["input"]["turn_detection"] == detection
     assert client.errors == []
 
 
@@ -133,14 +134,15 @@ def test_a_full_pool_is_said_once_and_retried_with_a_countdown_until_a_slot_free
         page = client.page
         page.click("#connect")
         client.wait_for("window.s2sStats.state === 'busy'", 15)
-        assert page.inner_text("#alert").startswith("All slots are busy. Trying again in")
-        assert "retrying in" in page.inner_text("#status-text")
+        said = page.inner_text("#status-text")
+        assert said == "All slots are busy. Trying again every 5 s." and page.is_hidden("#alert")
+        assert page.inner_text("#retry-in").startswith("next try in")
         shot(page, "busy-countdown")
         client.wait_for("window.s2sStats.retries >= 1 && window.s2sStats.state === 'busy'", 15)
         holder.close()
         client.wait_for("window.s2sStats.state === 'listening'", 30)
         stats = client.stats()
-        assert stats["errors"] == ["All slots are busy. Trying again in 5 s…"]  # said once, not per try
+        assert stats["errors"] == ["All slots are busy. Trying again every 5 s."]  # said once, not per try
         assert page.is_hidden("#alert")
         assert client.errors == [] and client.failed == []  # no call refused with 429 either
     finally:
