@@ -191,7 +191,9 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
     @admin.display(description="speech end to audio, p50", ordering="p50")
     def voice_to_voice_p50(self, obj: RealtimeSession) -> str:
         p50 = ((obj.summary or {}).get("latency_s", {}).get("voice_to_voice") or {}).get("p50")
-        return "–" if p50 is None else f"{p50 * 1000:.0f} ms"
+        if p50 is None:  # the server times a turn from the end of speech: a typed one has none
+            return "– (typed only)" if obj.turns == 0 and obj.n_user_messages else "–"
+        return f"{p50 * 1000:.0f} ms"
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view

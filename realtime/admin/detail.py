@@ -27,6 +27,7 @@ SPANS = {
 }
 WAITS = (("tts_order_wait_s", "of which waiting for a TTS slot"), ("core_wait_s", "threads waiting for a core"))
 CHART_W, CHART_H, CHART_PAD = 480, 200, 34  # the SVG scales to its column: its text stays readable at 480 wide
+TYPED = "– (typed: no end of speech to time from)"
 EMPTY_WORDS = {  # an item with no text, by what became of its response
     "cancelled": "(cancelled before it said anything)",
     "incomplete": "(cut short before it said anything)",
@@ -84,7 +85,8 @@ def facts(session: RealtimeSession, responses: list[ResponseRecord]) -> list[tup
 
 
 def summary_rows(summary: dict[str, Any] | None) -> list[dict[str, str]]:
-    """One row per stage with its percentiles in milliseconds."""
+    """One row per stage with its percentiles in milliseconds (the table's heading says the unit: the figures
+    alone fit a phone's 360 px)."""
     latency = (summary or {}).get("latency_s", {})
     rows = []
     for stage in Stage:
@@ -93,7 +95,7 @@ def summary_rows(summary: dict[str, Any] | None) -> list[dict[str, str]]:
             {
                 "label": stage.label,
                 "count": str(values.get("count", 0)),
-                **{q: ms(values.get(q)) for q in ("p50", "p90", "p99", "max")},
+                **{q: ms(values.get(q)).removesuffix(" ms") for q in ("p50", "p90", "p99", "max")},
             }
         )
     return rows
@@ -125,8 +127,15 @@ def turns(session: RealtimeSession, responses: list[ResponseRecord]) -> list[dic
 
 def timings(response: ResponseRecord) -> list[tuple[str, str]]:
     """A response's stage figures, then its turn's breakdown: the spans as they happened (they add up to the
-    last), and what the turn waited for."""
-    rows = [(stage.label, ms(getattr(response, stage.field))) for stage in Stage]
+    last), and what the turn waited for. A typed turn has no end of speech to time from: said so, not "–"."""
+    typed = response.voice_to_voice_s is None and response.stt_s is None
+    rows = [
+        (
+            stage.label,
+            TYPED if typed and stage in (Stage.VOICE_TO_VOICE, Stage.STT) else ms(getattr(response, stage.field)),
+        )
+        for stage in Stage
+    ]
     marks = response.breakdown or {}
     for name, span, at in spans(marks):
         rows.append((f"+ {SPANS.get(name, name)}", f"{ms(span)} (at {ms(at)})"))

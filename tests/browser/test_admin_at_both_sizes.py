@@ -209,3 +209,33 @@ def test_the_slot_board_and_a_live_sessions_page_change_in_place_and_keep_the_fo
     all_free(server)
     assert failed == []
     page.close()
+
+
+def test_on_a_360_px_phone_the_latency_table_fits_and_the_filters_come_before_the_cards(server, browser):
+    """Issue 50: the report's latency table took 381 px of a 360 px phone, the filters sat below every card,
+    and a typed turn's latency read "–" as if it had not been measured."""
+    failed: list[str] = []
+    page = browser.new_page(viewport={"width": 360, "height": 740})
+    page.set_default_timeout(15000)
+    page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
+    page.goto(f"{server.http}/admin/login/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
+
+    page.goto(f"{server.http}/admin/realtime/realtimesession/")
+    filters, first_card = page.locator("#changelist-filter").bounding_box(), page.locator("#result_list tbody tr")
+    assert filters["y"] < first_card.first.bounding_box()["y"], "the filters are below the cards"
+    assert page.evaluate("[...document.querySelectorAll('#changelist-filter details')].every((d) => !d.open)")
+    typed = page.locator("#result_list td.field-voice_to_voice_p50").first.inner_text()
+    assert typed.endswith("– (typed only)"), typed
+    page.locator("#result_list tbody tr").first.locator("a").first.click()
+    page.wait_for_selector("#summary table")
+    inner, shown = page.locator("#summary .table-scroll").evaluate("box => [box.scrollWidth, box.clientWidth]")
+    assert inner <= shown, f"the latency table is {inner} px in {shown}"
+    assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    assert "typed: no end of speech to time from" in page.inner_text("#transcript")
+    shot(page, "session-detail", "360")
+    assert failed == []
+    page.close()
