@@ -162,6 +162,9 @@ class EngineConfig:
     extra_voices: tuple[tuple[str, str], ...] = ()
     # Partial transcripts while the user speaks, every this many ms of speech (0: none).
     partial_every_ms: int = 1000
+    # The longest spoken turn: unbroken speech (or a TV, a fan) is committed and answered at this length, as if
+    # the speaker had paused, so that a turn always ends and its transcript never outgrows Whisper's window.
+    max_turn_s: float = 30.0
     # semantic_vad: the Smart Turn v3 ONNX file (None: the one in the pipecat-ai wheel), and the
     # silence after which it judges whether the turn is finished.
     smart_turn_model: str | None = None

@@ -86,6 +86,7 @@ class Engines:
     voices: dict[str, Synthesizer]
     max_new_tokens: int
     partial_every_ms: int
+    max_turn_s: float
     speculate_after_ms: int
     first_piece_words: int
     smart_turn_silence_ms: int
@@ -110,6 +111,7 @@ class Engines:
                 context,
                 self.vad,
                 partial_every_ms=self.partial_every_ms,
+                max_turn_ms=int(self.max_turn_s * 1000),
                 speculate_after_ms=self.speculate_after_ms,
                 semantic_speculate_after_ms=self.semantic_speculate_after_ms,
                 turn_model=self.turn,
@@ -227,6 +229,7 @@ def load_engines(config: EngineConfig, pool_size: int = 1, progress: Callable[[s
         voices=voices,
         max_new_tokens=config.lm_max_new_tokens,
         partial_every_ms=config.partial_every_ms,
+        max_turn_s=config.max_turn_s,
         speculate_after_ms=config.speculate_after_ms,
         semantic_speculate_after_ms=config.semantic_speculate_after_ms,
         first_piece_words=config.first_piece_words,

@@ -194,6 +194,7 @@ S2S_POOL = PoolConfig(
         denoiser=envchoice("S2S_DENOISER", _engine.denoiser, tuple(DENOISERS)),
         denoiser_library=envstr("S2S_DENOISER_LIBRARY", "") or _engine.denoiser_library,
         partial_every_ms=envint("S2S_PARTIAL_TRANSCRIPT_MS", _engine.partial_every_ms, minimum=0),
+        max_turn_s=envfloat("S2S_MAX_TURN_S", _engine.max_turn_s, minimum=1.0, maximum=600.0),
         speculate_after_ms=envint("S2S_SPECULATE_AFTER_MS", _engine.speculate_after_ms, minimum=0),
         semantic_speculate_after_ms=envint(
             "S2S_SEMANTIC_SPECULATE_AFTER_MS", _engine.semantic_speculate_after_ms, minimum=0
@@ -259,6 +260,8 @@ S2S_WS_HANDSHAKE_TIMEOUT_S = envint("S2S_WS_HANDSHAKE_TIMEOUT_S", 30, minimum=1)
 S2S_MAX_PENDING_PER_ADDRESS = envint("S2S_MAX_PENDING_PER_ADDRESS", 32, minimum=0)
 S2S_MAX_SESSION_SECONDS = envint("S2S_MAX_SESSION_SECONDS", 3600, minimum=1)
 S2S_IDLE_TIMEOUT_S = envint("S2S_IDLE_TIMEOUT_S", 600, minimum=0)  # 0: no idle limit
+# A response asked for that has not started after this long fails (response_timeout); 0: never.
+S2S_RESPONSE_START_TIMEOUT_S = envfloat("S2S_RESPONSE_START_TIMEOUT_S", 30.0, minimum=0.0)
 S2S_MAX_EVENTS_PER_SECOND = envint("S2S_MAX_EVENTS_PER_SECOND", 200, minimum=1)
 S2S_EVENTS_BURST = envint("S2S_EVENTS_BURST", 2 * S2S_MAX_EVENTS_PER_SECOND, minimum=1)
 S2S_MAX_INPUT_BUFFER_SECONDS = envint("S2S_MAX_INPUT_BUFFER_SECONDS", 900, minimum=1)

@@ -41,6 +41,20 @@ def _padded(features: np.ndarray, frames: int) -> np.ndarray:
     return np.pad(features, ((0, 0), (0, frames - features.shape[-1])))
 
 
+def quiet_cuts(audio: np.ndarray, most: int, quiet: int = SAMPLE_RATE // 10) -> list[np.ndarray]:
+    """``audio`` in pieces of at most ``most`` samples, each cut in the quietest ``quiet`` samples of the last
+    third of its stretch (a pause between words, where there is one), so that a word is rarely split."""
+    pieces = []
+    while audio.size > most:
+        tail = audio[most * 2 // 3 : most]
+        energy = np.convolve(tail * tail, np.ones(quiet, dtype=np.float32), mode="valid")
+        cut = most * 2 // 3 + int(np.argmin(energy)) + quiet // 2
+        pieces.append(audio[:cut])
+        audio = audio[cut:]
+    pieces.append(audio)
+    return pieces
+
+
 def looping(text: str, shortest: int = 3) -> bool:
     """Whether ``text`` ends by saying its last words again (``shortest`` or more words, twice in a row):
     a short window's way of failing ("What is the capital of France? What is the capital of France?")."""
@@ -114,7 +128,16 @@ class WhisperEngine:
             return ""
         if self.window_frames >= FULL_FRAMES:
             return self._full(audio, language, prompt)  # S2S_STT_WINDOW_S=30: faster-whisper as it is
-        return self.transcribe_batch([audio], language, prompt)[0]
+        if audio.size <= 2 * self.window_frames * HOP:
+            return self.transcribe_batch([audio], language, prompt)[0]
+        return self._in_pieces(audio, language, prompt)
+
+    def _in_pieces(self, audio: np.ndarray, language: str | None, prompt: str | None) -> str:
+        """A long stretch cut at its pauses into pieces no longer than the window, decoded as one batch. In one
+        long window, sound that repeats (a looping recording, a TV, music) makes Whisper loop, and faster-whisper's
+        fallback then costs seconds a try (docs/benchmarks.md, "Long turns"); the pieces take a fraction of that."""
+        pieces = quiet_cuts(audio, self.window_frames * HOP)
+        return " ".join(text for text in self.transcribe_batch(pieces, language, prompt) if text).strip()
 
     def _full(self, audio: np.ndarray, language: str | None, prompt: str | None) -> str:
         """faster-whisper's own transcription: the 30 s window, language detection, temperature fallback."""
@@ -192,6 +215,8 @@ class WhisperEngine:
                 if get_compression_ratio(text) > 2.4 or avg_logprob < -1.0 or looping(text):
                     if result.no_speech_prob > 0.6 and avg_logprob < -1.0:
                         texts[i] = ""  # silence, as faster-whisper would skip it
+                    elif audios[i].size > self.window_frames * HOP:
+                        texts[i] = self._in_pieces(audios[i], language, prompt)  # each piece fits the window
                     else:
                         texts[i] = self._full(audios[i], language, prompt)
                 else:

@@ -144,7 +144,11 @@ class SttStage(Stage):
             self._said = words[:stable]
 
     def _final(self, msg: Utterance) -> Iterator[StageOutput]:
-        """A finished turn, or a speculative one (``msg.turn``) whose output is held until confirmed."""
+        """A finished turn, or a speculative one (``msg.turn``) whose output is held until confirmed. A speculative
+        one the speaker already went on from is not transcribed: with speech that barely pauses, those queued
+        up, each longer than the last, and held everything behind them (a typed question's response)."""
+        if msg.turn and self.context.turn_abandoned(msg.turn):
+            return
         started = time.perf_counter()
         try:
             text, logprobs = self._transcribe_final(msg.samples)

@@ -95,6 +95,11 @@ class VadStage(Stage):
     unfinished words disagree with a finished sound: the turn ends after half the longest wait.
     Without a turn model (the loopback profile) a pause of ``check_after_ms`` ends the turn.
 
+    A turn that reaches ``max_turn_ms`` without a pause (a TV, a fan, someone who never stops) ends
+    there as if the speaker had paused: committed and answered, and the sound that goes on starts the
+    next turn. Without this, unbroken sound would hold the turn open for good, every partial and
+    speculative transcript of it longer than the last.
+
     While the assistant speaks, speech counts as a barge-in (``SpeechStarted``, which
     cancels the response) only once ``min_interrupt_ms`` of it has been heard; a shorter
     sound (a cough, a click, "mm-hmm") is dropped without a trace.
@@ -107,6 +112,7 @@ class VadStage(Stage):
         context: SessionContext,
         model: VadModel,
         partial_every_ms: int = ENGINE_DEFAULTS.partial_every_ms,
+        max_turn_ms: int = int(ENGINE_DEFAULTS.max_turn_s * 1000),
         speculate_after_ms: int = ENGINE_DEFAULTS.speculate_after_ms,
         semantic_speculate_after_ms: int | None = None,
         turn_model: TurnModel | None = None,
@@ -119,6 +125,7 @@ class VadStage(Stage):
         self.model = model
         self._input = InputAudio(denoiser)  # the denoiser is shared; each session gets its own state
         self.partial_every_ms = partial_every_ms
+        self.max_turn_ms = max_turn_ms
         self.speculate_after_ms = speculate_after_ms
         self.semantic_speculate_after_ms = (
             speculate_after_ms if semantic_speculate_after_ms is None else semantic_speculate_after_ms
@@ -219,7 +226,7 @@ class VadStage(Stage):
             self._silence_ms += FRAME_MS
         if self._gated:
             yield from self._gate(generation, speech)
-        elif self._turn_ended():
+        elif self._turn_ended() or self._too_long():
             yield from self._end_turn(generation)
         elif (after := self._speculate_after()) and not self._speculation and self._silence_ms >= after:
             # Start STT, LM and TTS now; their output is held until the turn ends.
@@ -299,6 +306,13 @@ class VadStage(Stage):
             logger.debug("dropped %d ms of speech heard while the assistant spoke", self._heard_ms)
             self._buffer = []
             self._stop_speaking()
+
+    def _too_long(self) -> bool:
+        """The turn has reached ``max_turn_ms`` (sound that never pauses): it ends here, as after a pause."""
+        if len(self._buffer) * FRAME_MS < self.max_turn_ms:
+            return False
+        logger.info("a spoken turn reached %d ms without a pause: committed and answered", self.max_turn_ms)
+        return True
 
     def _turn_ended(self) -> bool:
         detection = self.context.settings.turn_detection

@@ -305,7 +305,7 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
             if error is not None:
                 await self._send(error_event(error.code, error.message, error.param, None, error.error_type))
             current = asyncio.current_task()
-            for task in [*self._tasks, self._turn_timeout]:
+            for task in [*self._tasks, self._turn_timeout, self._response_deadline]:
                 if task is not None and task is not current:
                     task.cancel()
             try:
@@ -352,7 +352,7 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
             for reply in self.handle(event):
                 await self._send(reply)
             self.recorder.client_event(event, self.conversation)
-            self._schedule_turn_timeout()
+            self._schedule_timers()
             if audio_ms:
                 self.input_buffer.add(audio_ms, self._server_vad())
         except EventError as exc:
@@ -457,7 +457,7 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
             if isinstance(out, m.ToolsPending):
                 self.mcp.pending(out)
             self.recorder.output(out, self.conversation)
-            self._schedule_turn_timeout()
+            self._schedule_timers()
             for event in events:
                 await self._send(event)
                 if event["type"] == "response.created":

@@ -63,6 +63,8 @@ class SessionGuards:
     _session_started: float
     _turn_timeout: asyncio.Task[None] | None
     _turn_timeout_due: float | None
+    _response_deadline: asyncio.Task[None] | None = None  # the timer of the oldest pending response's start
+    _response_due: float | None = None
 
     if TYPE_CHECKING:
 
@@ -117,6 +119,34 @@ class SessionGuards:
     async def _end_by_limit(self, exc: EventError) -> None:
         logger.info("session %s: %s", self.id, exc.code)
         await self.end(EndReason.SERVER_CLOSED, CLOSE_POLICY, exc, exc.code)
+
+    def _schedule_timers(self) -> None:
+        """Keeps the session's timers following its state: the turn's idle timeout, the responses' start."""
+        self._schedule_turn_timeout()
+        self._schedule_response_deadline()
+
+    def _schedule_response_deadline(self) -> None:
+        """Keeps one timer for the oldest pending response's start (``S2S_RESPONSE_START_TIMEOUT_S``)."""
+        within = settings.S2S_RESPONSE_START_TIMEOUT_S
+        due = self.conversation.responses.first_due(within) if within else None
+        if due == self._response_due:
+            return
+        self._response_due = due
+        if self._response_deadline is not None:
+            self._response_deadline.cancel()
+        self._response_deadline = asyncio.create_task(self._fire_response_deadline(due)) if due is not None else None
+
+    async def _fire_response_deadline(self, due: float) -> None:
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        if self.ended or self._response_due != due:
+            return
+        self._response_due, self._response_deadline = None, None
+        within = settings.S2S_RESPONSE_START_TIMEOUT_S
+        for response_id in self.conversation.responses.overdue(time.monotonic(), within - 0.001):
+            logger.warning("session %s: response %s did not start within %s s; failed", self.id, response_id, within)
+            for event in self.conversation.start_timed_out(response_id, within):
+                await self._send(event)
+        self._schedule_response_deadline()
 
     def _schedule_turn_timeout(self) -> None:
         """Keeps one timer for ``turn_detection.idle_timeout_ms``, following the conversation's due time."""

@@ -27,6 +27,8 @@ from realtime.protocol.wire import EventError, encode_audio
 
 Event = dict[str, Any]
 
+RESPONSE_TIMEOUT = "response_timeout"  # the code of a response that did not start in time (the server's fault)
+
 IDLE_PROMPT = (
     "The user has been silent for a while. In one short sentence, "
     "check whether they are still there or continue the conversation."
@@ -203,6 +205,34 @@ class Conversation:
         else:
             self.port.submit(req)
         return []
+
+    def start_timed_out(self, response_id: str, within_s: float) -> list[Event]:
+        """A response that did not start within ``within_s`` (something held the pipeline up): the pipeline is
+        told to drop it, and it fails as a response does (``error`` with the client's event id, then
+        ``response.created`` and ``response.done`` with status ``failed``, code ``response_timeout``), so that a
+        client waiting for it hears why; the session goes on."""
+        if response_id not in self.responses.pending:
+            return []
+        self.port.cancel(response_id, "response_timeout")
+        started = m.ResponseStarted(
+            generation=self.port.generation,
+            response_id=response_id,
+            item_id=new_id("item"),
+            output_modalities=tuple(self.session.output_modalities),
+            output_format=self.session.output_format,
+            voice=self.session.voice,
+            out_of_band=self.responses.pending[response_id].out_of_band,
+        )
+        failed = m.ResponseFinished(
+            generation=self.port.generation,
+            response_id=response_id,
+            status="failed",
+            reason=f"it did not start within {within_s:g} s: the server is overloaded or a stage is stuck",
+            error_code=RESPONSE_TIMEOUT,
+        )
+        events = [*self.on_output(started), *self.on_output(failed)]
+        self.responses.given_up.append(response_id)
+        return events
 
     def cancel_response(self, wanted: str | None) -> list[Event]:
         self.responses.cancel(wanted)

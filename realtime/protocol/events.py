@@ -173,9 +173,16 @@ def event_part(part: dict[str, Any]) -> dict[str, Any]:
     return {**part, "type": BETA_CONTENT_TYPES.get(part["type"], part["type"])}
 
 
+SERVER_ERROR_CODES = frozenset(
+    {"response_timeout"}
+)  # a failed response's codes that are the server's, not the client's
+
+
 def response_error(error_code: str | None) -> dict[str, Any]:
     """The ``type`` and ``code`` of a failed response's error: the client's to fix (``error_code``: a conversation
     too long for the context with truncation disabled), or the server's (None)."""
+    if error_code in SERVER_ERROR_CODES:
+        return {"type": "server_error", "code": error_code}
     if error_code is not None:
         return {"type": "invalid_request_error", "code": error_code}
     return {"type": "server_error", "code": "response_failed"}

@@ -132,6 +132,7 @@ class Responses:
         # Responses with MCP servers of their own wait for their tools: ``list_tools`` (set by the session's MCP
         # side) lists them and calls ``release``.
         self.held: dict[str, m.ResponseRequest] = {}
+        self.given_up: deque[str] = deque(maxlen=RECENT)  # failed before they started: what the LM says of them later
         self.list_tools: Callable[[str, tuple[McpServer, ...]], list[Event]] | None = None
         self.on_cancel: Callable[[str], None] | None = None  # a response was cancelled: stop its MCP calls
 
@@ -192,6 +193,19 @@ class Responses:
         self.pending[req.response_id] = ResponseState(
             req.response_id, out_of_band=False, max_output_tokens=self.session.max_output_tokens, mcp=self._hosted()
         )
+
+    def overdue(self, now: float, within_s: float) -> list[str]:
+        """The pending responses asked for more than ``within_s`` before ``now`` (not those held for their MCP
+        servers' tools: they wait for the listings), oldest first."""
+        late = [
+            state for key, state in self.pending.items() if key not in self.held and now - state.started_at > within_s
+        ]
+        return [state.id for state in sorted(late, key=lambda state: state.started_at)]
+
+    def first_due(self, within_s: float) -> float | None:
+        """When the oldest pending response becomes overdue (None: none is pending)."""
+        asked = [state.started_at for key, state in self.pending.items() if key not in self.held]
+        return min(asked) + within_s if asked else None
 
     def drop(self, response_id: str) -> ResponseState | None:
         """A pending response that will never start (its input audio could not be transcribed)."""
@@ -259,6 +273,8 @@ class Responses:
     # --- running --------------------------------------------------------------------------
 
     def started(self, msg: m.ResponseStarted) -> list[Event]:
+        if msg.response_id in self.given_up:
+            return []  # it failed already (it did not start in time): the client heard its end; the rest is dropped
         state = self.pending.pop(msg.response_id, None) or ResponseState(
             msg.response_id, msg.out_of_band, max_output_tokens=self.session.max_output_tokens, mcp=self._hosted()
         )

@@ -88,3 +88,16 @@ def test_a_transcript_that_says_its_last_words_twice_is_a_loop():
     assert looping("Tell me the joke. Tell me the joke. Tell me the")
     assert not looping("What is the capital of France?")
     assert not looping("No, no, I meant the other one.")
+
+
+def test_a_long_stretch_is_cut_in_its_pauses_into_pieces_no_longer_than_the_window():
+    from pipelines.backends.faster_whisper_stt import quiet_cuts
+
+    rate, word, pause = 16000, np.full(16000 // 2, 0.3, dtype=np.float32), np.zeros(16000 // 5, dtype=np.float32)
+    sound = np.concatenate([np.concatenate([word, pause])] * 40)  # 0.7 s a word and its pause, 28 s
+    pieces = quiet_cuts(sound, 10 * rate)
+    assert len(pieces) >= 3 and all(piece.size <= 10 * rate for piece in pieces)
+    assert np.array_equal(np.concatenate(pieces), sound)  # nothing lost, nothing twice
+    for piece in pieces[:-1]:
+        assert abs(piece[-1]) < 1e-6 and abs(piece[-rate // 40]) < 1e-6  # each cut falls in a pause, not a word
+        assert piece.size >= 10 * rate * 2 // 3  # in the last third: pieces as long as the pauses allow

@@ -167,3 +167,26 @@ def test_only_one_response_at_a_time_writes_to_the_conversation(conversation):
     with pytest.raises(EventError, match="already has an active response"):
         conversation.create_response(ResponseOptions())
     conversation.create_response(ResponseOptions(out_of_band=True))
+
+
+def test_a_response_that_does_not_start_in_time_fails_with_response_timeout_and_is_dropped(
+    conversation: Conversation, pipeline: Pipeline
+):
+    conversation.create_response(ResponseOptions(), event_id="evt_client")
+    (req,) = [msg for msg in pipeline.submitted if isinstance(msg, m.ResponseRequest)]
+    responses = conversation.responses
+    asked = responses.pending[req.response_id].started_at
+    assert responses.first_due(30.0) == asked + 30.0
+    assert responses.overdue(asked + 29.0, 30.0) == [] and responses.overdue(asked + 31.0, 30.0) == [req.response_id]
+    events = conversation.start_timed_out(req.response_id, 30.0)
+    kinds = [event["type"] for event in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.done" and kinds.count("error") == 1, kinds
+    error = next(event for event in events if event["type"] == "error")["error"]
+    assert (error["type"], error["code"], error["event_id"]) == ("server_error", "response_timeout", "evt_client")
+    done = events[-1]["response"]
+    assert done["status"] == "failed" and done["status_details"]["error"]["code"] == "response_timeout"
+    assert pipeline.cancelled == [(req.response_id, "response_timeout")]  # the pipeline drops it when it comes
+    assert responses.first_due(30.0) is None and conversation.errors == 1
+    assert conversation.start_timed_out(req.response_id, 30.0) == []  # once
+    # The LM reaching it late changes nothing the client sees twice: the request was cancelled.
+    conversation.create_response(ResponseOptions())  # the session goes on: another response may be asked
