@@ -198,7 +198,7 @@ def test_the_slot_board_and_a_live_sessions_page_change_in_place_and_keep_the_fo
         ws_receive_until(ws, "response.done", timeout=15)
         first = "#summary tbody tr:first-child"
         page.wait_for_function(f"() => document.querySelector('{first} td:nth-child(2)').innerText === '1'")
-        assert page.locator(f"{first} td").nth(2).inner_text().endswith(" ms")  # its p50, while live
+        assert page.locator(f"{first} td").nth(2).inner_text().isdigit()  # its p50 (ms), while live
         assert "so far" in page.inner_text("#summary h2")
         page.wait_for_selector("#transcript tr.assistant")
         page.wait_for_selector("#chart svg rect.bar")
@@ -224,7 +224,7 @@ def test_on_a_360_px_phone_the_latency_table_fits_and_the_filters_come_before_th
     page.click("input[type=submit]")
     page.wait_for_selector("#site-name")
 
-    page.goto(f"{server.http}/admin/realtime/realtimesession/")
+    page.goto(f"{server.http}/admin/realtime/realtimesession/?q=sky")  # the module's session: typed turns only
     filters, first_card = page.locator("#changelist-filter").bounding_box(), page.locator("#result_list tbody tr")
     assert filters["y"] < first_card.first.bounding_box()["y"], "the filters are below the cards"
     assert page.evaluate("[...document.querySelectorAll('#changelist-filter details')].every((d) => !d.open)")
