@@ -358,6 +358,10 @@ def _sip_settings() -> sip_config.SipConfig:
             tcp_max_connections=envint(
                 "S2S_SIP_TCP_MAX_CONNECTIONS", sip_config.SipConfig.tcp_max_connections, minimum=1
             ),
+            max_calls_per_address=envint(
+                "S2S_SIP_MAX_CALLS_PER_ADDRESS", sip_config.SipConfig.max_calls_per_address, minimum=1
+            ),
+            max_calls=envint("S2S_SIP_MAX_CALLS", sip_config.SipConfig.max_calls, minimum=1),
         )
     except sip_config.SipConfigError as exc:
         raise ImproperlyConfigured(f"S2S_SIP_*: {exc}") from None

@@ -287,8 +287,11 @@ class SipListener:
                 logger.info("SIP call %s: not accepted in %.0fs; declined (480)", call.id, self.config.accept_timeout_s)
                 await call.reject(480)
         except Exception:
-            logger.exception("SIP call %s: could not be answered", call.id)
-            await call.finish("error")
+            if call.state in ("ended", "closed"):  # the caller cancelled (or hung up) while it was being answered
+                logger.info("SIP call %s: the caller left while it was being answered", call.id)
+            else:
+                logger.exception("SIP call %s: could not be answered", call.id)
+                await call.finish("error")
         finally:
             if call.state == "ended":  # refused before it rang
                 self.forget(call)
