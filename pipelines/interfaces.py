@@ -6,8 +6,8 @@ A backend (``pipelines/backends/``) satisfies one of these and is found through
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -106,6 +106,35 @@ class LanguageModel(Protocol):
         tool_choice: ToolChoice = ToolChoice(),
         parallel_tool_calls: bool = True,
     ) -> LMStream: ...
+
+
+# --- what a language model may do besides generating: declared, checked with isinstance, never probed --------
+
+
+@runtime_checkable
+class KeepsPrefixCache(Protocol):
+    """An engine that keeps a conversation's prompt cache between its generations (the ``prefix`` argument)."""
+
+    def new_prefix_cache(self) -> Any:
+        """A new, empty cache for one conversation (the LM stage makes one per session)."""
+        ...
+
+
+@runtime_checkable
+class ReadsAhead(KeepsPrefixCache, Protocol):
+    """An engine that evaluates a prompt into a conversation's cache before it is asked to answer: the turn so
+    far while the user speaks, the next answer's prompt between turns."""
+
+    def prefill(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Sequence[FunctionTool] = (),
+        prefix: Any = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> int:
+        """Evaluates the prompt a generation over ``messages`` starts from into ``prefix``, until ``stop()``;
+        returns the tokens evaluated."""
+        ...
 
 
 class Synthesizer(Protocol):

@@ -12,7 +12,7 @@ from typing import Any
 from pipelines import cpu
 from pipelines.config import ENGINE_DEFAULTS
 from pipelines.ids import new_id
-from pipelines.interfaces import LanguageModel
+from pipelines.interfaces import KeepsPrefixCache, LanguageModel, ReadsAhead
 from pipelines.messages import (
     ROOT,
     AddItem,
@@ -108,8 +108,7 @@ class LmStage(Stage):
 
     def _new_prefix(self) -> object | None:
         """The conversation's KV cache between turns, where the engine keeps one."""
-        make = getattr(self.model, "new_prefix_cache", None)
-        return make() if make is not None else None
+        return self.model.new_prefix_cache() if isinstance(self.model, KeepsPrefixCache) else None
 
     def on_session_end(self) -> None:
         self.history = {}
@@ -158,9 +157,11 @@ class LmStage(Stage):
         cache (an engine that keeps one, ``prefill``): when the turn ends only its last words are left to read.
         It stops within milliseconds once the turn ends (``turn_ending``): the answer goes first. The
         turn's item is in the history only while the prompt is built."""
-        prefill = getattr(self.model, "prefill", None)
-        if prefill is None or self._prefix is None or not msg.text or self.context.turn_ending.is_set():
-            return  # no cache to read into, or the turn has ended already: its answer is what the LM does next
+        model = self.model
+        if not isinstance(model, ReadsAhead) or self._prefix is None or not msg.text:
+            return  # no cache to read into, or no words yet
+        if self.context.turn_ending.is_set():
+            return  # the turn has ended already: its answer is what the LM does next
         settings = self.context.settings
         if not settings.turn_detection.create_response:
             return  # no answer follows the turn on its own: nothing to read ahead for
@@ -178,7 +179,7 @@ class LmStage(Stage):
                 self._keep(known)
         try:
             stop = lambda: cancel.is_set() or self.context.turn_ending.is_set()  # noqa: E731
-            prefill(messages, req.tools, prefix=self._prefix, stop=stop)
+            model.prefill(messages, req.tools, prefix=self._prefix, stop=stop)
         except Exception:
             logger.exception("reading ahead failed; the turn is read when it ends")
 
@@ -188,8 +189,8 @@ class LmStage(Stage):
         when the next turn ends; a turn that called a function while the client runs it, so that the answer
         after the result reads little more than the result. Stops within milliseconds once a message waits
         for this thread (``Stage.waiting``), at a background urgency for the cores (``pipelines.cpu``)."""
-        prefill = getattr(self.model, "prefill", None)
-        if prefill is None or self._prefix is None or self.waiting():
+        model = self.model
+        if not isinstance(model, ReadsAhead) or self._prefix is None or self.waiting():
             return
         req = ResponseRequest.from_settings(self.context.settings, generation)
         cancel = CancelFlag(self.context, req.response_id, generation)
@@ -200,7 +201,7 @@ class LmStage(Stage):
         later = time.monotonic() + cpu.BACKGROUND_S
         try:
             with cpu.serving(lambda: later, owner=self.context):
-                prefill(messages, req.tools, prefix=self._prefix, stop=lambda: cancel.is_set() or self.waiting())
+                model.prefill(messages, req.tools, prefix=self._prefix, stop=lambda: cancel.is_set() or self.waiting())
         except Exception:
             logger.exception("reading ahead failed; the next answer reads its prompt itself")
 
