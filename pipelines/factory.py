@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from pipelines import audio
 from pipelines.config import DEFAULT_INSTRUCTIONS, PoolConfig, TurnDetection
+from pipelines.errors import ModelLoadError
 from pipelines.ids import new_id
 from pipelines.loopback import loopback_engines
 from pipelines.messages import (
@@ -55,8 +56,13 @@ def stage_factory(
     if config.profile == "loopback":
         return lambda context: loopback_stages(context, voices)
     if config.profile == "real":
+        from pipelines.backends.registry import unmet
         from pipelines.engines import load_engines
 
+        # An engine on PyTorch where it is not installed: said at once, with the command, before any model loads.
+        problems = unmet(config.engines)
+        if problems:
+            raise ModelLoadError("; ".join(problems))
         engines = load_engines(config.engines, config.size, progress)
         return engines.build_stages
     raise ValueError(f"unknown pipeline profile {config.profile!r}")

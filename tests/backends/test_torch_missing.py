@@ -15,8 +15,9 @@ import pytest
 
 from pipelines import engines
 from pipelines.backends import registry
-from pipelines.config import EngineConfig
+from pipelines.config import EngineConfig, PoolConfig
 from pipelines.errors import ModelLoadError
+from pipelines.factory import stage_factory
 
 TORCH_PACKAGES = {"torch", "torchaudio", "TTS", "librosa", "gguf", "xgrammar"}
 CHECK_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_engines.py"
@@ -88,3 +89,13 @@ def test_make_runs_check_stops_with_the_message_and_no_traceback(fake_without_to
 
     settings.S2S_POOL = replace(settings.S2S_POOL, engines=EngineConfig())
     assert main() == 0
+
+
+def test_the_pool_says_it_before_any_model_loads(fake_without_torch, monkeypatch):
+    def fake_load_engines(*args: object, **kwargs: object) -> None:
+        raise AssertionError("FAKE load_engines: no model may load before the check")
+
+    monkeypatch.setattr(engines, "load_engines", fake_load_engines)
+    config = PoolConfig(engines=replace(EngineConfig(), lm_backend="transformers"))
+    with pytest.raises(ModelLoadError, match=r"^S2S_LM_BACKEND=transformers needs PyTorch.*`make setup-torch`"):
+        stage_factory(config)
