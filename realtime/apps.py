@@ -25,6 +25,7 @@ class RealtimeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from realtime.access import checks, revocation  # noqa: F401  (registers the system checks and the receivers)
+        from realtime.access import checks  # noqa: F401  (registers the system checks)
+        from realtime.node import revocation  # noqa: F401  (registers the receivers)
 
         post_migrate.connect(create_auditors_group, sender=self)

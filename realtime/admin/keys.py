@@ -19,7 +19,7 @@ REVOKE = "_revoke"  # the name of the change form's Revoke button
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     """A key is revoked with its page's Revoke button or the list's action, never by typing a date: both save
-    ``revoked_at`` on the key, so ``realtime/access/revocation.py``'s signal ends its sessions on every node."""
+    ``revoked_at`` on the key, so ``realtime/node/revocation.py``'s signal ends its sessions on every node."""
 
     list_display = ("name", "prefix", "created_at", "last_used_at", "revoked_at", "is_active")
     list_filter = ("revoked_at",)

@@ -1,5 +1,5 @@
 """Who ends or steers a live session from outside it: the server shutting down, an administrator, a revoked key
-(``realtime.access.revocation`` sends that message), and call control (hang-up, accept, reject, refer), each
+(``realtime.node.revocation`` sends that message), and call control (hang-up, accept, reject, refer), each
 through the owner rule (``realtime.access.owner``), here or from another process through the session's mailbox."""
 
 from __future__ import annotations
