@@ -17,13 +17,13 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "s2s_project.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from realtime.node import runtime  # noqa: E402
 from realtime.server.body_limit import BodyLimit  # noqa: E402
 from realtime.server.forwarded import ForwardedFor  # noqa: E402
-from realtime.transports.routing import websocket_urlpatterns  # noqa: E402
+from realtime.transports.routing import websocket_router  # noqa: E402
 from realtime.transports.sip.signalling import listeners  # noqa: E402
 
 
@@ -45,7 +45,7 @@ application = ProtocolTypeRouter(
     {
         # request bodies capped as they arrive; behind a trusted proxy, the client is the forwarded address
         "http": ForwardedFor(BodyLimit(django_asgi_app)),
-        "websocket": ForwardedFor(URLRouter(websocket_urlpatterns)),
+        "websocket": ForwardedFor(websocket_router()),
         "lifespan": lifespan,
     }
 )

@@ -23,6 +23,7 @@ import signal
 from typing import Any
 
 import txaio
+from autobahn.websocket.types import ConnectionDeny
 from daphne import server as daphne_server, ws_protocol
 from daphne.endpoints import build_endpoint_description_strings
 from daphne.server import Server, twisted_loop
@@ -35,6 +36,7 @@ from realtime.node import runtime
 from realtime.protocol.close_codes import CLOSE_POLICY
 from realtime.protocol.limits import max_frame_bytes
 from realtime.server import http_phase, tls
+from realtime.transports import not_found
 from realtime.transports.sip.signalling import listeners
 from s2s_project.asgi import application
 
@@ -86,6 +88,9 @@ class CloseCodeWebSocketProtocol(ws_protocol.WebSocketProtocol):
     def handle_reply(self, message: dict) -> None:
         if message.get("type") == "websocket.send" and self._send_buffer_full():
             return
+        if message.get("type", "").startswith(f"{not_found.DENIAL}.") and self.state == self.STATE_CONNECTING:
+            self._deny(message)
+            return
         if message.get("type") == "websocket.close" and self.state != self.STATE_CONNECTING:
             code = message.get("code") or 1000
             reason = message.get("reason") or None
@@ -93,6 +98,15 @@ class CloseCodeWebSocketProtocol(ws_protocol.WebSocketProtocol):
             self.sendCloseFrame(code=code, reasonUtf8=reason_bytes, isReply=False)
             return
         super().handle_reply(message)
+
+    def _deny(self, message: dict) -> None:
+        """The ASGI WebSocket denial response (the status of its start; the body is left out): the handshake
+        refused with that status, as daphne refuses one with 403 for a close before the accept."""
+        if message["type"] != f"{not_found.DENIAL}.start" or not hasattr(self, "handshake_deferred"):
+            return
+        self.handshake_deferred.errback(ConnectionDeny(code=int(message.get("status", 403)), reason="Not Found"))
+        del self.handshake_deferred
+        self.server.protocol_disconnected(self)
 
     def _send_buffer_full(self) -> bool:
         if self.send_overflow:
@@ -140,6 +154,16 @@ class CloseCodeWebSocketProtocol(ws_protocol.WebSocketProtocol):
         txaio.call_later(CLOSE_FLUSH_S, _abort_if_open, transport)  # type: ignore[attr-defined]
 
 
+class DenyingServer(Server):
+    """daphne offering the ASGI WebSocket denial response (``websocket.http.response``), which
+    :class:`CloseCodeWebSocketProtocol` carries out: an unknown path's handshake gets 404."""
+
+    def create_application(self, protocol: Any, scope: dict[str, Any]) -> Any:
+        if scope.get("type") == "websocket":
+            scope.setdefault("extensions", {})[not_found.DENIAL] = {}
+        return super().create_application(protocol, scope)
+
+
 def install_protocols() -> None:
     """Our WebSocket protocol (close codes, send buffer, one handshake deadline) and HTTP channel (request
     deadline, per-address cap: :mod:`realtime.server.http_phase`) in daphne."""
@@ -159,7 +183,7 @@ def serve(host: str, port: int, warm: bool = True, verbosity: int = 1) -> None:
     # The consumer answers a frame over the limit with "event_too_large" and goes on; only frames far over
     # it (beyond what is worth reading into memory) make autobahn close the socket with 1009.
     max_bytes = 2 * max_frame_bytes(settings.S2S_MAX_EVENT_BYTES)
-    server = Server(
+    server = DenyingServer(
         application=application,
         # Twisted listens with a backlog of 50: a burst of connections (clients coming back after a restart)
         # overflows it. 2048 is uvicorn's and gunicorn's default (the kernel caps it at net.core.somaxconn).

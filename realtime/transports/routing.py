@@ -1,9 +1,16 @@
 from __future__ import annotations
 
-from django.urls import path
+from channels.routing import URLRouter
+from django.urls import path, re_path
 
+from realtime.transports.not_found import not_found
 from realtime.transports.websocket import RealtimeConsumer
 
 websocket_urlpatterns = [
     path("v1/realtime", RealtimeConsumer.as_asgi()),
 ]
+
+
+def websocket_router() -> URLRouter:
+    """The routes above, and a quiet 404 for any other path (:mod:`realtime.transports.not_found`)."""
+    return URLRouter([*websocket_urlpatterns, re_path(r"", not_found)])
