@@ -23,6 +23,7 @@ from typing import Protocol
 from django.conf import settings
 from django.utils import timezone
 
+from pipelines.errors import ModelLoadError
 from pipelines.factory import build_pool, synthetic_turn
 from pipelines.pool import PipelinePool
 from realtime import tasks
@@ -152,6 +153,9 @@ class Runtime:
                     "pool: unit %s warm: %s", index, ", ".join(f"{k}={v * 1000:.0f}ms" for k, v in unit_timings.items())
                 )
             logger.info("pool: %s units ready (%s profile)", len(pool.units), settings.S2S_POOL.profile)
+        except ModelLoadError as exc:  # a setting or an install the operator must fix: the message says which
+            self.start_error = f"{type(exc).__name__}: {exc}"
+            logger.error("the pipeline pool failed to start: %s", exc)
         except Exception as exc:
             self.start_error = f"{type(exc).__name__}: {exc}"
             logger.exception("the pipeline pool failed to start")
