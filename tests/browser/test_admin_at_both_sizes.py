@@ -239,3 +239,27 @@ def test_on_a_360_px_phone_the_latency_table_fits_and_the_filters_come_before_th
     shot(page, "session-detail", "360")
     assert failed == []
     page.close()
+
+
+def test_a_new_key_is_copied_with_its_button_and_revoked_with_another(server, browser):
+    """Issue 50: a new key came with no Copy button, and revoking one meant typing a date into a field."""
+    failed: list[str] = []
+    page = operator(browser, server, "390", failed)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.http)
+    assert page.inner_text("#site-name") == "Speech-to-speech server"
+    page.goto(f"{server.http}/admin/realtime/apikey/add/")
+    page.fill("#id_name", "copied")
+    page.click("input[name=_continue]")
+    key = page.inner_text("#new-api-key")
+    page.click("button.copy-key")
+    page.wait_for_selector("button.copy-key:has-text('Copied')")
+    assert page.evaluate("navigator.clipboard.readText()") == key
+    assert page.locator("input[name^=revoked_at]").count() == 0  # no date to type
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#revoke-key")
+    page.wait_for_selector(".messagelist :text('Key copied revoked')")
+    assert page.locator("#revoke-key").count() == 0
+    page.goto(f"{server.http}/admin/realtime/apikey/?q=copied")
+    assert page.get_attribute("#result_list td.field-is_active img", "alt") == "False"
+    assert failed == []
+    page.close()
