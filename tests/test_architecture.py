@@ -234,3 +234,48 @@ def test_the_call_transports_import_nothing_of_each_other(carrier, other):
     mine = (n for n in MODULES if within(n, f"realtime.transports.{carrier}"))
     wrong = {f"{n} -> {i}" for n in mine for i in imports(n, MODULES[n]) if within(i, f"realtime.transports.{other}")}
     assert not wrong, sorted(wrong)
+
+
+# --- the "where to make a change" table ----------------------------------------------------------------------------
+
+WHERE_TO = re.compile(r"`([\w/.]+\.py)` \(`([\w.]+)`")
+
+
+def where_to_rows() -> list[tuple[str, str]]:
+    """(what to change, where to start) of each row of docs/architecture.md's table."""
+    section = DOC.read_text().split("## Where to make a change", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] not in ("to change", "---"):
+            rows.append((cells[0], cells[1]))
+    return rows
+
+
+def defines(path: Path, name: str) -> bool:
+    """Whether ``path`` defines ``name`` (a function, a class, a method or an assignment; ``Class.method``)."""
+    text = path.read_text()
+    return all(
+        re.search(rf"^\s*(?:async\s+def|def|class)\s+{re.escape(part)}\b|^\s*{re.escape(part)}\s*[:=]", text, re.M)
+        for part in name.split(".")
+    )
+
+
+def test_each_row_of_the_where_to_table_names_a_file_and_a_name_in_it_that_exist():
+    rows = where_to_rows()
+    assert len(rows) >= 25
+    for change, start in rows:
+        named = WHERE_TO.findall(start)
+        assert named, f"'{change}': name a file and the symbol to change in it: `path.py` (`name`)"
+        for file, name in named:
+            path = ROOT / file
+            assert path.is_file(), f"'{change}': {file} does not exist"
+            assert defines(path, name), f"'{change}': {file} does not define {name}"
+        for file in re.findall(r"`([\w/.]+\.py)`", start):
+            assert (ROOT / file).is_file(), f"'{change}': {file} does not exist"
+
+
+def test_the_where_to_check_sees_a_moved_name():
+    assert defines(ROOT / "realtime" / "access" / "owner.py", "Owner.allows")
+    assert not defines(ROOT / "realtime" / "access" / "owner.py", "Owner.no_such_rule")
