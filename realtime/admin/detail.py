@@ -129,13 +129,8 @@ def timings(response: ResponseRecord) -> list[tuple[str, str]]:
     """A response's stage figures, then its turn's breakdown: the spans as they happened (they add up to the
     last), and what the turn waited for. A typed turn has no end of speech to time from: said so, not "–"."""
     typed = response.voice_to_voice_s is None and response.stt_s is None
-    rows = [
-        (
-            stage.label,
-            TYPED if typed and stage in (Stage.VOICE_TO_VOICE, Stage.STT) else ms(getattr(response, stage.field)),
-        )
-        for stage in Stage
-    ]
+    said = {Stage.VOICE_TO_VOICE: TYPED, Stage.STT: "– (typed)"} if typed else {}
+    rows = [(stage.label, said.get(stage) or ms(getattr(response, stage.field))) for stage in Stage]
     marks = response.breakdown or {}
     for name, span, at in spans(marks):
         rows.append((f"+ {SPANS.get(name, name)}", f"{ms(span)} (at {ms(at)})"))
