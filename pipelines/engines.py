@@ -30,6 +30,7 @@ from pipelines.stages.lm import LmStage
 from pipelines.stages.stt import SttStage
 from pipelines.stages.tts import TtsStage
 from pipelines.stages.vad import VadStage
+from pipelines.translation import TranslationEngines, Translator
 
 if TYPE_CHECKING:
     from pipelines.backends.transformers_lm import TransformersLM
@@ -288,3 +289,25 @@ def _with_model(config: EngineConfig, path: str) -> EngineConfig:
     from dataclasses import replace
 
     return replace(config, tts_model=path)
+
+
+def translation_engines(engines: Engines, config: EngineConfig, pool_size: int) -> TranslationEngines:
+    """The translation sessions' models: the pool's VAD, denoiser and first voice, and Whisper's translate task
+    on the STT model when it is multilingual (``S2S_STT_MODEL=base``), else on the packaged multilingual
+    ``base``, loaded here (once per process: ``pipelines.translation.Translations`` calls this on first use)."""
+    from pipelines.backends.faster_whisper_stt import WhisperEngine
+
+    translator: Translator
+    if isinstance(engines.stt, WhisperEngine) and engines.stt.is_multilingual:
+        translator = engines.stt
+    else:
+        started = time.perf_counter()
+        translator = WhisperEngine(
+            "base",
+            device=resolve_device(config.device),
+            cpu_threads=compute_threads(config, pool_size),
+            num_workers=max(1, pool_size),
+        )
+        logger.info("translation: the multilingual Whisper base loaded in %.1fs", time.perf_counter() - started)
+    voice = engines.voices.get(config.voices[0]) or next(iter(engines.voices.values()))
+    return TranslationEngines(engines.vad, translator, voice, engines.denoiser)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -10,9 +11,10 @@ from dataclasses import replace
 
 from pipelines import audio
 from pipelines.config import DEFAULT_INSTRUCTIONS, PoolConfig, TurnDetection
+from pipelines.engines import Engines, translation_engines
 from pipelines.errors import ModelLoadError
 from pipelines.ids import new_id
-from pipelines.loopback import loopback_engines
+from pipelines.loopback import loopback_engines, loopback_translations
 from pipelines.messages import (
     AddItem,
     AudioIn,
@@ -31,6 +33,7 @@ from pipelines.stages.lm import LmStage
 from pipelines.stages.stt import SttStage
 from pipelines.stages.tts import TtsStage
 from pipelines.stages.vad import VadStage
+from pipelines.translation import Translations
 from pipelines.unit import PipelineUnit
 
 logger = logging.getLogger(__name__)
@@ -74,7 +77,18 @@ def build_pool(config: PoolConfig, progress: Callable[[str], None] | None = None
         PipelineUnit(i, build, release_timeout_s=config.release_timeout_s, queue_size=config.queue_size)
         for i in range(config.size)
     ]
-    return PipelinePool(units)
+    pool = PipelinePool(units)
+    pool.translations = translations_of(config, build)
+    return pool
+
+
+def translations_of(config: PoolConfig, build: Callable[[SessionContext], list[Stage]]) -> Translations:
+    """The translation sessions' engines: the loaded engines' own (``pipelines.engines.translation_engines``, the
+    multilingual Whisper loaded when the first translation session asks), or the FAKE ones of ``loopback``."""
+    engines = getattr(build, "__self__", None)
+    if isinstance(engines, Engines):
+        return Translations(functools.partial(translation_engines, engines, config.engines, config.size))
+    return loopback_translations()
 
 
 def synthetic_turn(unit: PipelineUnit, timeout: float = 120.0) -> dict[str, float]:

@@ -22,6 +22,7 @@ from pipelines.interfaces import Cancel
 from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.stages.base import SessionContext
 from pipelines.tool_calls import CALL_CLOSE, call_head
+from pipelines.translation import Heard, TranslationEngines, Translations
 
 
 class _Memory:
@@ -181,3 +182,17 @@ def loopback_engines(
     """Fresh fakes for one unit (the echo memory is per unit and knows the unit's current session)."""
     memory = _Memory(context)
     return FakeEnergyVad(), FakeTranscriber(memory), FakeLanguageModel(), FakeSynthesizer(memory)
+
+
+class FakeTranslator:
+    """Says how long the phrase was, "in Spanish" (the source) and in English (the translation)."""
+
+    def translate(self, audio_16k: np.ndarray, with_source: bool = False) -> Heard:
+        seconds = len(audio_16k) / audio.PIPELINE_RATE
+        source = f"audio de {seconds:.2f} segundos" if with_source else ""
+        return Heard("es", source, f"audio of {seconds:.2f} seconds")
+
+
+def loopback_translations() -> Translations:
+    """FAKE translation engines: the energy VAD, :class:`FakeTranslator`, a tone for the voice."""
+    return Translations(lambda: TranslationEngines(FakeEnergyVad(), FakeTranslator(), FakeSynthesizer(_Memory())))

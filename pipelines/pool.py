@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.translation import Translations
 from pipelines.unit import PipelineUnit, Sink, UnitSnapshot, UnitState
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,9 @@ class PipelinePool:
         self._freeing: list[concurrent.futures.Future[None]] = []  # waiters for a draining unit (see freeing())
         self.rejections = 0
         self.started_at = time.time()
+        # The translation sessions' engines (pipelines.translation), loaded when the first one asks; a
+        # translation session claims a unit as any session does, and runs on the unit's models.
+        self.translations: Translations | None = None
 
     # --- start and stop ---------------------------------------------------
 

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from pipelines.config import DEFAULT_STT_MODEL, ENGINE_DEFAULTS
+from pipelines.translation import Heard
 
 from ._assembled import assembled
 from ._paths import package_dir
@@ -241,3 +242,23 @@ class WhisperEngine:
         return tuple(
             (word.word, math.log(max(word.probability, 1e-12))) for segment in segments for word in segment.words or ()
         )
+
+    def translate(self, audio: np.ndarray, with_source: bool = False) -> Heard:
+        """``audio`` in English, by Whisper's translate task (a multilingual model), its language detected; with
+        ``with_source``, its transcript in that language too (a second decoding)."""
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if audio.size == 0:
+            return Heard("", "", "")
+        segments, info = self._model.transcribe(
+            audio,
+            task="translate",
+            beam_size=1,
+            vad_filter=False,
+            condition_on_previous_text=False,
+            without_timestamps=True,
+        )
+        text = " ".join(s.text.strip() for s in segments).strip()
+        source = ""
+        if with_source:
+            source = text if info.language == "en" else self._full(audio, info.language, None)
+        return Heard(info.language, source, text)

@@ -4,10 +4,12 @@ from channels.routing import URLRouter
 from django.urls import path, re_path
 
 from realtime.transports.not_found import not_found
+from realtime.transports.translation_ws import TranslationConsumer
 from realtime.transports.websocket import RealtimeConsumer
 
 websocket_urlpatterns = [
     path("v1/realtime", RealtimeConsumer.as_asgi()),
+    path("v1/realtime/translations", TranslationConsumer.as_asgi()),
 ]
 
 

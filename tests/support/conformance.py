@@ -14,6 +14,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from openai.types.beta.realtime import RealtimeServerEvent as BetaServerEvent
 from openai.types.realtime import RealtimeServerEvent
+from openai.types.realtime.realtime_translation_server_event import RealtimeTranslationServerEvent
 from pydantic import TypeAdapter, ValidationError
 
 Event = dict[str, Any]
@@ -67,3 +68,23 @@ def decode(text: str | bytes, beta: bool = False) -> Event:
     event = json.loads(text)
     assert isinstance(event, dict), f"a server frame that is not an object: {text!r:.200}"
     return check(event, beta)
+
+
+# Translation sessions (/v1/realtime/translations): the SDK's own union of their server events.
+TRANSLATION = TypeAdapter(RealtimeTranslationServerEvent)
+TRANSLATION_TYPES = _by_type(RealtimeTranslationServerEvent)
+
+
+def check_translation(event: Event) -> Event:
+    """Validates one server event of a translation session against the SDK's translation types."""
+    if event.get("type") not in TRANSLATION_TYPES:
+        raise NonConforming(f"translation server event type {event.get('type')!r} is not one the openai SDK knows")
+    try:
+        TRANSLATION_TYPES[event["type"]].validate_python(event)
+        TRANSLATION.validate_python(event)
+    except ValidationError as exc:
+        raise NonConforming(
+            f"translation event {event.get('type')!r} does not validate against the openai SDK's types: {exc}\n"
+            f"event: {json.dumps(event)[:600]}"
+        ) from None
+    return event

@@ -1,0 +1,310 @@
+"""A live translation session (``/v1/realtime/translations``), whatever carries it.
+
+Opened as a voice session is (:func:`open_translation`): the same credentials (``realtime.live.opening``), the same
+owner rule, one unit of the pool claimed atomically (a full pool: ``session_limit_reached``), the same mailbox
+(an administrator or a revoked key ends it, ``SessionControl``), the same record (its ``model`` says it is a
+translation: ``gpt-realtime-translate`` unless the client named another). The unit's threads idle while it runs:
+the translation (``pipelines.translation.LiveTranslation``) runs on threads of its own over the process's models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from pipelines import audio, translation as t
+from pipelines.pool import Lease
+from realtime.access import auth
+from realtime.access.owner import Owner
+from realtime.live.control import SessionControl
+from realtime.live.guards import session_limits
+from realtime.live.mailbox import Mailbox
+from realtime.live.opening import (
+    Opening,
+    OpenRequest,
+    authenticate,
+    count_refusal,
+    groups,
+    principal_name,
+    session_limit,
+)
+from realtime.live.transport import Refusal, ServerEvent, Transport
+from realtime.models import EndReason
+from realtime.node.runtime import Runtime
+from realtime.protocol import limits, translation as wire
+from realtime.protocol.close_codes import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN
+from realtime.protocol.events import error_event
+from realtime.protocol.wire import EventError
+
+logger = logging.getLogger(__name__)
+
+ENGINES = "translation: Whisper's translate task (multilingual), the pool's VAD and voice"
+
+
+async def open_translation(runtime: Runtime, transport: Transport, request: OpenRequest) -> TranslationSession:
+    """Authenticates, claims a unit, joins the mailbox, starts; raises :class:`Refusal` (counted) when no
+    session can start, a spent ``ek_`` secret then given back."""
+    opening = Opening(
+        session_id=request.session_id,
+        model=request.model or wire.DEFAULT_MODEL,
+        client_addr=request.client_addr,
+        user_agent=request.user_agent[:500],
+        transport=request.transport,
+    )
+    principal: auth.Principal | None = None
+    session: TranslationSession | None = None
+    try:
+        principal = await authenticate(request)
+        opening = Opening(**{**opening.__dict__, "principal": principal_name(principal, request.scope)})
+        pool = runtime.pool
+        if pool is None or not pool.warm or pool.translations is None:
+            raise Refusal(
+                "server_not_ready",
+                "The server is starting: try again shortly.",
+                CLOSE_TRY_AGAIN,
+                "Server is warming up",
+                "server_error",
+            )
+        translations = pool.translations
+        try:  # the models load once, on first use: off the event loop, before any unit is held
+            engines = await asyncio.to_thread(translations.get)
+        except Exception as exc:
+            logger.exception("translation: the models failed to load")
+            raise Refusal(
+                "server_error",
+                f"The translation models failed to load: {exc}",
+                CLOSE_INTERNAL,
+                "Server error",
+                "server_error",
+            ) from None
+        lease = pool.claim(lambda out: None, opening.session_id)  # atomic; the unit itself says nothing here
+        if lease is None and not pool.admitting:
+            raise Refusal(
+                "server_shutting_down",
+                "The server is shutting down.",
+                CLOSE_TRY_AGAIN,
+                "Server is shutting down",
+                "server_error",
+            )
+        if lease is None:
+            raise session_limit()
+        try:
+            session = TranslationSession(runtime, transport, opening, lease, engines)
+        except BaseException:
+            pool.release(lease)
+            raise
+        token = auth.scope_token(request.scope) if request.scope is not None else None
+        session.owner = Owner.of(token, principal)
+        await session.mailbox.open(groups(session.id, session.owner.api_key_id, None))
+        await session.start()
+    except BaseException as exc:
+        if principal is not None:
+            spent = principal
+            runtime.writer.submit(lambda: auth.give_back_secret(spent))
+        if isinstance(exc, Refusal):
+            count_refusal(runtime, opening, exc)
+        if session is not None:
+            logger.exception("translation session %s failed to start", session.id)
+            await asyncio.shield(session.end(EndReason.ERROR, None))
+        raise
+    used_at = session.started_at
+    runtime.writer.submit(lambda: auth.mark_used(principal, used_at))
+    return session
+
+
+class TranslationSession(SessionControl):
+    """One translation session: client events in (:meth:`receive`), the translation's output out, one end."""
+
+    def __init__(
+        self, runtime: Runtime, transport: Transport, opening: Opening, lease: Lease, engines: t.TranslationEngines
+    ) -> None:
+        self.runtime = runtime
+        self.transport = transport
+        self.opening = opening
+        self.id = opening.session_id
+        self.lease: Lease | None = lease
+        self.call_id = None
+        self.owner = Owner()
+        self.limits = session_limits()
+        self.settings = wire.new_settings(self.id, opening.model, engines.targets, self.limits.max_session_s)
+        self.bucket = limits.TokenBucket(self.limits.events_per_second, self.limits.burst)
+        self.started_at = timezone.now()
+        self._opened = time.monotonic()
+        self.ended = False
+        self.closing = False
+        self.phrases = self.errors = 0
+        self.audio_in_bytes = 0
+        self._loop = asyncio.get_running_loop()
+        self._out: asyncio.Queue[t.TranslationOutput] = asyncio.Queue(maxsize=settings.S2S_SEND_BUFFER_EVENTS)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.mailbox = Mailbox(self.id, {kind: functools.partial(act, self) for kind, act in self.MAILBOX.items()})
+        self.translation = t.LiveTranslation(engines, self._from_thread, name=f"translate-{lease.unit.index}")
+
+    async def start(self) -> None:
+        assert self.lease is not None
+        self.runtime.session_started(
+            self,
+            self.id,
+            node=settings.S2S_NODE_NAME,
+            unit_index=self.lease.unit.index,
+            model=self.opening.model,
+            engines=ENGINES,
+            started_at=self.started_at,
+            principal=self.opening.principal,
+            client_addr=self.opening.client_addr,
+            user_agent=self.opening.user_agent,
+            transport=self.opening.transport,
+            **self.owner.record_fields(),
+        )
+        self._spawn(self._send_loop(), "send")
+        self._spawn(self._watch_length(), "length")
+        await self._send(wire.created(self.settings))
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=f"{name}-{self.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- client -> server ------------------------------------------------------------
+
+    async def receive(self, text: str | None, size: int) -> None:
+        if self.ended:
+            return
+        if not self.bucket.take():
+            await self._send(error_event("rate_limit_exceeded", "Too many events: slow down.", None, None))
+            return
+        event: wire.TranslationEvent | None = None
+        try:
+            event = wire.parse(text, settings.S2S_MAX_EVENT_BYTES)
+            if event.type == wire.APPEND:
+                self._append(event.audio)
+            elif event.type == wire.UPDATE:
+                self.settings.update(event.session)
+                self._apply()
+                await self._send(wire.updated(self.settings))
+            elif event.type == wire.CLOSE and not self.closing:
+                self.closing = True
+                self.translation.flush()  # session.closed follows the last of what was heard (t.Flushed)
+        except EventError as exc:
+            self.errors += 1
+            event_id = exc.event_id or (event.event_id if event is not None else None)
+            await self._send(error_event(exc.code, exc.message, exc.param, event_id, exc.error_type))
+
+    def _append(self, data: bytes) -> None:
+        if len(data) % 2:
+            raise EventError("invalid_value", "'audio' must be 24 kHz PCM16: an even number of bytes.", "audio")
+        if not self.closing:
+            self.audio_in_bytes += len(data)
+            self.translation.feed(data)
+
+    def _apply(self) -> None:
+        self.translation.with_source = self.settings.transcription is not None
+        self.translation.noise_reduction = self.settings.noise_reduction_type
+
+    # --- server -> client ------------------------------------------------------------
+
+    def _from_thread(self, out: t.TranslationOutput) -> None:
+        """Called on the translation's threads: hops to the event loop."""
+        self._loop.call_soon_threadsafe(self._put, out)
+
+    def _put(self, out: t.TranslationOutput) -> None:
+        if self.ended:
+            return
+        try:
+            self._out.put_nowait(out)
+        except asyncio.QueueFull:
+            logger.warning("translation session %s: send buffer full; closing", self.id)
+            self._spawn(
+                self.end(
+                    EndReason.SERVER_CLOSED, CLOSE_POLICY, close_reason="Send buffer full: the client reads too slowly"
+                ),
+                "overflow",
+            )
+
+    async def _send_loop(self) -> None:
+        while True:
+            out = await self._out.get()
+            match out:
+                case t.SourceText(text=text, elapsed_ms=at):
+                    await self._send(wire.input_transcript(text, at))
+                case t.TranslatedText(text=text, elapsed_ms=at):
+                    self.phrases += 1
+                    await self._send(wire.output_transcript(text, at))
+                case t.TranslatedAudio(pcm16=pcm, elapsed_ms=at):
+                    await self._send(wire.output_audio(pcm, at))
+                case t.TranslationFailed(message=message):
+                    self.errors += 1
+                    await self._send(
+                        error_event(
+                            "translation_failed",
+                            f"A phrase could not be translated: {message}",
+                            None,
+                            None,
+                            "server_error",
+                        )
+                    )
+                case t.Flushed() if self.closing:
+                    await self._send(wire.closed())
+                    self._spawn(self.end(EndReason.CLIENT_CLOSED, CLOSE_NORMAL, close_reason="Session closed"), "close")
+
+    async def _send(self, event: dict[str, Any]) -> None:
+        await self.transport.send_event(ServerEvent.of(event))
+
+    async def _watch_length(self) -> None:
+        """The session's longest life (``S2S_MAX_SESSION_S``), as for voice sessions."""
+        await asyncio.sleep(max(0.0, self.limits.max_session_s - (time.monotonic() - self._opened)))
+        await self.end(
+            EndReason.SERVER_CLOSED,
+            CLOSE_POLICY,
+            EventError(
+                "session_expired", "The session reached its maximum length.", error_type="invalid_request_error"
+            ),
+            "Session expired",
+        )
+
+    # --- end ----------------------------------------------------------------------------
+
+    async def key_revoked(self, api_key_id: int | None) -> None:
+        if api_key_id is None or api_key_id == self.owner.api_key_id:
+            await self.end_revoked()
+
+    async def end(
+        self, reason: str, close_code: int | None, error: EventError | None = None, close_reason: str = ""
+    ) -> None:
+        """The one way a translation session ends: say why, stop the translation, give the unit back, record,
+        close. Runs once."""
+        if self.ended:
+            return
+        self.ended = True
+        self.translation.close()
+        try:
+            if error is not None:
+                await self._send(error_event(error.code, error.message, error.param, None, error.error_type))
+            current = asyncio.current_task()
+            for task in list(self._tasks):
+                if task is not current:
+                    task.cancel()
+            try:
+                if self.lease is not None and self.runtime.pool is not None:
+                    await asyncio.wrap_future(self.runtime.pool.release(self.lease))
+            finally:
+                self.runtime.session_ended(
+                    self,
+                    self.id,
+                    ended_at=timezone.now(),
+                    end_reason=reason,
+                    close_code=close_code,
+                    turns=self.phrases,
+                    errors=self.errors,
+                    audio_in_seconds=audio.duration_ms(self.audio_in_bytes, audio.PCM) / 1000,
+                )
+            if close_reason and close_code is not None:
+                await self.transport.close(close_code, close_reason)
+        finally:
+            await self.mailbox.close()
