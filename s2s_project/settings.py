@@ -362,6 +362,17 @@ def _sip_settings() -> sip_config.SipConfig:
                 "S2S_SIP_MAX_CALLS_PER_ADDRESS", sip_config.SipConfig.max_calls_per_address, minimum=1
             ),
             max_calls=envint("S2S_SIP_MAX_CALLS", sip_config.SipConfig.max_calls, minimum=1),
+            # Outbound calls (docs/sip.md, "Calling out"): off until S2S_SIP_OUTBOUND_ALLOW names the targets.
+            outbound_allow=sip_config.parse_allow(envstr("S2S_SIP_OUTBOUND_ALLOW", "")),
+            outbound_proxy=sip_config.parse_proxy(envstr("S2S_SIP_OUTBOUND_PROXY", "")),
+            outbound_from=envstr("S2S_SIP_OUTBOUND_FROM", "").strip(),
+            outbound_user=envstr("S2S_SIP_OUTBOUND_USER", "").strip(),
+            outbound_password=envstr("S2S_SIP_OUTBOUND_PASSWORD", ""),
+            ring_timeout_s=envfloat("S2S_SIP_RING_TIMEOUT_S", sip_config.SipConfig.ring_timeout_s, minimum=1.0),
+            outbound_per_minute=envint(
+                "S2S_SIP_OUTBOUND_PER_MINUTE", sip_config.SipConfig.outbound_per_minute, minimum=0
+            ),
+            outbound_per_key=envint("S2S_SIP_OUTBOUND_PER_KEY", sip_config.SipConfig.outbound_per_key, minimum=0),
         )
     except sip_config.SipConfigError as exc:
         raise ImproperlyConfigured(f"S2S_SIP_*: {exc}") from None

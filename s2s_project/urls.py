@@ -5,9 +5,8 @@ from django.urls import path
 
 from realtime import views
 from realtime.access import views as auth_views
-from realtime.transports import calls as call_views
+from realtime.transports import call_routes, calls as call_views
 from realtime.transports.sip import views as sip_views
-from realtime.transports.webrtc import views as webrtc_views
 
 urlpatterns = [
     path("", views.index, name="index"),
@@ -16,8 +15,8 @@ urlpatterns = [
     path("metrics", views.metrics, name="metrics"),
     path("v1/realtime/client_secrets", auth_views.client_secrets, name="client_secrets"),
     path("v1/realtime/slots", views.slots, name="slots"),
-    path("v1/realtime/calls", webrtc_views.create_call, name="calls"),
-    path("v1/realtime/calls/<slug:call_id>", call_views.hang_up, name="call"),
+    path("v1/realtime/calls", call_routes.create_call, name="calls"),
+    path("v1/realtime/calls/<slug:call_id>", call_routes.call, name="call"),
     path("v1/realtime/calls/<slug:call_id>/hangup", call_views.hang_up, name="call_hangup"),
     path("v1/realtime/calls/<slug:call_id>/accept", sip_views.accept, name="call_accept"),
     path("v1/realtime/calls/<slug:call_id>/reject", sip_views.reject, name="call_reject"),

@@ -51,6 +51,16 @@ class SipConfig:
     # and nothing held. A trunk carries all its calls from one address, so the first is above the largest pool.
     max_calls_per_address: int = 256
     max_calls: int = 1024
+    # Outbound calls (POST /v1/realtime/calls with {"sip": ...}, realtime.transports.sip.outbound): off until
+    # outbound_allow names what may be dialled (glob patterns over the target URI).
+    outbound_allow: tuple[str, ...] = ()
+    outbound_proxy: tuple[str, int] | None = None  # where INVITEs go (the trunk); None: the target URI's host
+    outbound_from: str = ""  # the From URI when the request names none; empty: sip:s2s@<the advertised address>
+    outbound_user: str = ""  # digest credentials for the trunk's 401/407 challenge
+    outbound_password: str = field(default="", repr=False)
+    ring_timeout_s: float = 30.0  # not answered in this long: CANCEL, no_answer
+    outbound_per_minute: int = 10  # calls one API key may place a minute (0: no limit)
+    outbound_per_key: int = 5  # calls one API key may hold at once, dialling or answered (0: no limit)
 
     @property
     def enabled(self) -> bool:
@@ -176,3 +186,22 @@ def parse_trusted(raw: str) -> tuple[Network, ...]:
             except ValueError:
                 raise SipConfigError(f"{entry.strip()!r} is not an IP address or a network") from None
     return tuple(networks)
+
+
+def parse_allow(raw: str) -> tuple[str, ...]:
+    """``sip:+4420*@trunk.example,sip:*@127.0.0.1:*``: glob patterns over the target URI (fnmatch, case-sensitive)."""
+    patterns = tuple(entry.strip() for entry in raw.split(",") if entry.strip())
+    for pattern in patterns:
+        if not pattern.startswith("sip:") or any(char in pattern for char in " \t\r\n<>;"):
+            raise SipConfigError(f"{pattern!r}: an allowed target is a sip: URI pattern (no spaces, <, >, ;)")
+    return patterns
+
+
+def parse_proxy(raw: str) -> tuple[str, int] | None:
+    """``host:port`` (an IP address; ``;transport=udp`` may follow), or empty: none."""
+    address, _, params = raw.strip().partition(";")
+    if not address:
+        return None
+    if params and params.strip().lower() != "transport=udp":
+        raise SipConfigError(f"{raw!r}: outbound calls go over UDP only for now (transport=udp)")
+    return parse_bind(address)

@@ -24,7 +24,7 @@ import numpy as np
 from aiortp import RTPSession
 from aiortp.clock import MediaClock
 from aiortp.port_allocator import PortAllocator
-from aiosipua import SdpMessage, negotiate_sdp
+from aiosipua import SdpMessage, build_sdp, negotiate_sdp
 
 from pipelines import audio
 from realtime.transports.playout import ReplyQueue
@@ -38,6 +38,7 @@ RATE = 8000  # G.711
 FRAME_S = 0.020
 FRAME_SAMPLES = int(RATE * FRAME_S)
 G711 = [0, 8]  # payload types: PCMU, PCMA
+OFFERED_DTMF = 101  # the payload type an outbound call's offer gives RFC 4733 events
 FAILED_SENDS = guard.PeerLog("RTP: a send")
 
 
@@ -202,6 +203,44 @@ class CallMedia:
         if session.srtp is not None:
             answer.audio.attributes["crypto"] = [session.srtp.answer]
         return answer
+
+    async def offer(self) -> SdpMessage:
+        """An outbound call's offer (PCMU, PCMA, RFC 4733 events) on an RTP port pair bound now; raises
+        :class:`NoPorts`. Nothing is heard until :meth:`answered` names the callee's address."""
+        try:
+            self._port, _ = await self.ports.allocate()
+        except RuntimeError as exc:
+            raise NoPorts(str(exc)) from None
+        offer = build_sdp(self.config.sdp_ip, self._port, 0, "PCMU", RATE, OFFERED_DTMF)
+        audio = offer.audio
+        assert audio is not None
+        audio.formats.insert(1, "8")
+        audio.attributes["rtpmap"].insert(1, "8 PCMA/8000")
+        return offer
+
+    async def answered(self, answer: SdpMessage, signalling_host: str) -> None:
+        """The callee's answer to :meth:`offer`: the RTP session to the address it names, with the codec it chose;
+        raises :class:`NoCommonCodec`."""
+        problem = guard.offer_problem(answer, self.config.media_family, signalling_host)
+        remote = answer.rtp_address
+        if problem is not None or remote is None or answer.audio is None or self._port is None:
+            raise NoCommonCodec(problem or "the answer has no audio address (c= and m=audio)")
+        chosen = [int(pt) for pt in answer.audio.formats if pt.isdigit() and int(pt) in G711]
+        if not chosen:
+            raise NoCommonCodec("the answer chose neither PCMU nor PCMA")
+        session = await GuardedRTPSession.create(
+            local_addr=(self.config.media_ip, self._port),
+            remote_addr=remote,
+            payload_type=chosen[0],
+            clock_rate=RATE,
+            dtmf_payload_type=telephone_event_type(answer) or OFFERED_DTMF,
+            symmetric_rtp=True,
+        )
+        session.allowed_hosts = frozenset({remote[0], signalling_host})
+        session.heard_at = time.monotonic()
+        session.on_audio = self._caller_audio
+        session.on_dtmf = lambda digit, _duration: self._on_dtmf(digit)
+        self.session = session
 
     def start_playout(self) -> None:
         """Starts the 20 ms clock: from now on a frame goes out every 20 ms (the reply, or silence)."""

@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any
 
 from aiortp.port_allocator import PortAllocator
-from aiosipua import IncomingCall, SdpMessage, SipRequest, SipUAS, parse_sdp
+from aiosipua import IncomingCall, SdpMessage, SipRequest, SipResponse, SipUAS, parse_sdp
 from aiosipua.transport import SipTransport, TcpSipTransport
 from django.conf import settings
 
@@ -33,6 +33,7 @@ from realtime.transports.sip.auth import DigestAuth
 from realtime.transports.sip.call import SipCall
 from realtime.transports.sip.config import SipConfig
 from realtime.transports.sip.dialogs import Action, CallTable, Match, refusal
+from realtime.transports.sip.outbound import Dialler
 from realtime.transports.sip.sockets import (
     TRANSPORT_NAMES,
     TcpBounds,
@@ -72,6 +73,7 @@ class SipListener:
         self._refusals = guard.RefusalLog("SIP")
         self.restarts = 0  # transports started again after their socket closed
         self._watchdog: asyncio.Task[None] | None = None
+        self.dialler = Dialler(config, self.ports)  # the calls the agent places (realtime.transports.sip.outbound)
 
     @property
     def calls(self) -> dict[str, SipCall]:
@@ -113,6 +115,7 @@ class SipListener:
             await agent.start()
             transport.on_message = partial(self._guarded, transport, transport.on_message)
             self._agents.append(agent)
+        self.dialler.uac = self._agents[0].uac  # outbound calls go over UDP
         self._watchdog = asyncio.create_task(self._watch(), name="sip-watchdog")
         logger.info("SIP listening on %s:%s (UDP and TCP), RTP on %s-%s", *address, *self.config.rtp_ports)
         if self.config.tls_host:
@@ -129,6 +132,7 @@ class SipListener:
             self._watchdog.cancel()
         for call in list(self._calls):
             await call.finish("server_closed")
+        await self.dialler.stop()
         for agent in self._agents:
             await agent.stop()
         self._agents.clear()
@@ -175,6 +179,8 @@ class SipListener:
         try:
             if isinstance(message, SipRequest) and not self._screened(transport, message, addr):
                 return
+            if isinstance(message, SipResponse):
+                self.dialler.response(message, addr)
             dispatch(message, addr)
         except Exception as exc:
             self.dropped += 1
@@ -304,7 +310,10 @@ class SipListener:
             self._caller_left(call, "the caller cancelled")
 
     def _ended_by_caller(self, incoming: IncomingCall, why: str) -> None:
-        """A BYE or a missing ACK on ``incoming``'s dialog: its call ends (if it is still the one held)."""
+        """A BYE or a missing ACK on ``incoming``'s dialog: its call ends (if it is still the one held); a BYE on
+        an outbound call's dialog ends that call."""
+        if self.dialler.hung_up(incoming.call_id):
+            return
         call = self._calls.get(incoming.call_id)
         if call is not None and call.incoming is incoming:
             self._caller_left(call, why)

@@ -1,0 +1,360 @@
+"""Calls the agent places: an INVITE from the SIP listener's user agent client, on a unit claimed first.
+
+``POST /v1/realtime/calls`` with ``{"sip": {...}}`` (:mod:`realtime.transports.sip.outbound_views`) makes an
+:class:`OutboundCall`: its session opens at once (a claimed unit, owned by the API key that asked, in
+``Runtime.calls`` so the sideband ``/v1/realtime?call_id=`` follows it from the first moment), then the INVITE
+goes to ``S2S_SIP_OUTBOUND_PROXY`` or the target's host, with digest credentials for a trunk's challenge. The
+call is ``dialing``, ``ringing`` (a 180/183), ``answered`` (a 200 OK: RTP both ways, a ``response.create``
+sent before plays now), or it ends ``busy``, ``no_answer`` (the ring timeout: CANCEL), ``rejected``,
+``failed`` or ``ended`` (a hang-up: CANCEL while it rings, BYE once answered; the callee's BYE; no RTP).
+However it ends, the unit goes back and the :class:`CallRecord` says why; :class:`Dialler` keeps the records
+of this process's outbound calls (``GET /v1/realtime/calls/{id}``) and ACKs every non-2xx final answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiosipua import OutgoingCall, SipRequest, SipResponse, SipUAC
+from aiosipua.auth import SipDigestAuth
+from aiosipua.dialog import DialogState
+
+from pipelines.ids import new_id
+from realtime.access.owner import Owner
+from realtime.access.rate import RateTable
+from realtime.live.core import SessionCore, open_session
+from realtime.live.opening import OpenRequest
+from realtime.live.transport import ServerEvent
+from realtime.models import EndReason
+from realtime.node.runtime import Runtime
+from realtime.transports.playout import PlaysFromQueue, ReplyQueue
+from realtime.transports.sip.config import SipConfig
+from realtime.transports.sip.dialling import Target, status_of
+from realtime.transports.sip.media import FRAME_SAMPLES, RATE, CallMedia, NoCommonCodec
+from realtime.transports.sip.uas import branch_of
+
+if TYPE_CHECKING:
+    from aiortp.port_allocator import PortAllocator
+
+logger = logging.getLogger(__name__)
+
+USER_AGENT = "s2s-realtime"
+MAX_RECORDS = 1000  # the records of ended calls this process keeps (the oldest go first)
+MAX_MICROPHONE_BACKLOG = 500  # 10 s of 20 ms frames
+MAX_ENDED_DIALOGS = 256  # ended calls whose late final answers (a 487 after our CANCEL) are still ACKed
+
+
+@dataclass
+class CallRecord:
+    """What ``GET /v1/realtime/calls/{id}`` tells the call's owner; kept after the call ended."""
+
+    id: str
+    to: str
+    owner: Owner
+    session_id: str = ""
+    status: str = "dialing"
+    created_at: int = field(default_factory=lambda: int(time.time()))
+    ringing_at: int | None = None
+    answered_at: int | None = None
+    ended_at: int | None = None
+    sip_code: int | None = None  # the final answer to the INVITE (200, 486, ...), None before one
+    end_reason: str | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.ended_at is None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "realtime.call",
+            "status": self.status,
+            "direction": "outbound",
+            "to": self.to,
+            "session_id": self.session_id,
+            "created_at": self.created_at,
+            "ringing_at": self.ringing_at,
+            "answered_at": self.answered_at,
+            "ended_at": self.ended_at,
+            "sip_code": self.sip_code,
+            "end_reason": self.end_reason,
+        }
+
+
+class Dialler:
+    """This process's outbound calls: live ones by SIP Call-ID, records by id, the per-key caps."""
+
+    def __init__(self, config: SipConfig, ports: PortAllocator) -> None:
+        self.config = config
+        self.ports = ports
+        self.uac: SipUAC | None = None  # the UDP agent's client, once the listener has started
+        self.records: OrderedDict[str, CallRecord] = OrderedDict()
+        self._calls: dict[str, OutboundCall] = {}
+        self._ended: OrderedDict[str, OutboundCall] = OrderedDict()  # by Call-ID: still ACKed, nothing else
+        per_minute = config.outbound_per_minute
+        self.per_minute = RateTable(per_minute / 60.0, per_minute)
+
+    def record(self, call_id: str) -> CallRecord | None:
+        return self.records.get(call_id)
+
+    def live_calls_of(self, api_key_id: int | None) -> int:
+        return sum(1 for record in self.records.values() if record.live and record.owner.api_key_id == api_key_id)
+
+    def limited(self, api_key_id: int | None) -> str | None:
+        """Why ``api_key_id`` may not place another call now (its calls at once, then a minute), or None."""
+        at_once = self.config.outbound_per_key
+        if at_once and self.live_calls_of(api_key_id) >= at_once:
+            return f"This key holds {at_once} outbound calls already (S2S_SIP_OUTBOUND_PER_KEY)."
+        if self.per_minute.take(str(api_key_id)) > 0:
+            return f"This key placed {self.config.outbound_per_minute} calls this minute (S2S_SIP_OUTBOUND_PER_MINUTE)."
+        return None
+
+    def add(self, call: OutboundCall) -> None:
+        self.records[call.id] = call.record
+        while len(self.records) > MAX_RECORDS:
+            oldest = next((key for key, record in self.records.items() if not record.live), None)
+            if oldest is None:
+                break
+            del self.records[oldest]
+
+    def placed(self, call: OutboundCall) -> None:
+        self._calls[call.sip_call_id] = call
+
+    def forget(self, call: OutboundCall) -> None:
+        if self._calls.get(call.sip_call_id) is call:
+            del self._calls[call.sip_call_id]
+            self._ended[call.sip_call_id] = call
+            while len(self._ended) > MAX_ENDED_DIALOGS:
+                self._ended.popitem(last=False)
+        if self.uac is not None:
+            self.uac.remove_call(call.sip_call_id)
+
+    def response(self, response: SipResponse, addr: tuple[str, int]) -> None:
+        """Every non-2xx final answer to one of our INVITEs is ACKed (RFC 3261 s17.1.1.3; aiosipua does not),
+        retransmissions included; a 200 OK is aiosipua's to ACK."""
+        call = self._calls.get(response.call_id or "") or self._ended.get(response.call_id or "")
+        cseq = response.cseq
+        if call is None or cseq is None or cseq.method.upper() != "INVITE" or response.status_code < 300:
+            return
+        ack = SipRequest(method="ACK", uri=call.outgoing.invite.uri if call.outgoing else call.target.to)
+        via = response.headers.get_first("via")
+        if via:
+            ack.headers.append("Via", via)
+        for name, header in (("from", "From"), ("to", "To"), ("call-id", "Call-ID")):
+            value = response.headers.get_first(name)
+            if value:
+                ack.headers.set_single(header, value)
+        ack.headers.set_single("CSeq", f"{cseq.seq} ACK")
+        ack.headers.set_single("Max-Forwards", "70")
+        ack.headers.set_single("Content-Length", "0")
+        if self.uac is not None:
+            self.uac.transport.send(ack, call.remote_addr)
+
+    def hung_up(self, sip_call_id: str) -> bool:
+        """The callee's BYE (aiosipua answered it 200): True if it was one of our calls."""
+        call = self._calls.get(sip_call_id)
+        if call is None:
+            return False
+        call.ended_by_callee("callee_hung_up")
+        return True
+
+    async def stop(self) -> None:
+        for call in list(self._calls.values()):
+            await call.finish(EndReason.SERVER_CLOSED, "ended", "server_closed")
+
+
+class OutboundCall(PlaysFromQueue):
+    """One call the agent places: a Realtime transport (the reply on RTP) over an aiosipua ``OutgoingCall``."""
+
+    def __init__(
+        self, dialler: Dialler, runtime: Runtime, target: Target, remote_addr: tuple[str, int], owner: Owner
+    ) -> None:
+        self.id = new_id("rtc")
+        self.dialler = dialler
+        self.runtime = runtime
+        self.config = dialler.config
+        self.target = target
+        self.remote_addr = remote_addr
+        self.record = CallRecord(self.id, target.to, owner)
+        self.core: SessionCore | None = None
+        self.outgoing: OutgoingCall | None = None
+        self.playout = ReplyQueue(RATE, FRAME_SAMPLES, self._playout_started, self._playout_stopped)
+        self.media = CallMedia(self.config, dialler.ports, self._microphone, self._dtmf, self.playout)
+        self._microphone_queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_MICROPHONE_BACKLOG)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @property
+    def sip_call_id(self) -> str:
+        return self.outgoing.call_id if self.outgoing is not None else ""
+
+    @property
+    def client_addr(self) -> str:
+        return f"{self.remote_addr[0]}:{self.remote_addr[1]}"
+
+    # --- placing the call -----------------------------------------------------------------
+
+    async def dial(self, request: OpenRequest) -> None:
+        """Opens the session (raises ``Refusal``: nothing dialled), then sends the INVITE."""
+        self.core = await open_session(self.runtime, self, request)
+        self.record.session_id = self.core.id
+        self.dialler.add(self)
+        try:
+            offer = await self.media.offer()
+            uac = self.dialler.uac
+            if uac is None:
+                raise RuntimeError("the SIP listener has not started")
+            from_uri = self.target.from_uri or self.config.outbound_from or f"sip:s2s@{self.config.sdp_ip}"
+            credentials = None
+            if self.config.outbound_user:
+                credentials = SipDigestAuth(self.config.outbound_user, self.config.outbound_password)
+            self.outgoing = uac.send_invite(
+                from_uri,
+                self.target.to,
+                self.remote_addr,
+                offer,
+                extra_headers=self.target.headers or None,
+                user_agent=USER_AGENT,
+                auth=credentials,
+            )
+        except Exception as exc:
+            logger.warning("SIP outbound call %s: could not be placed: %s", self.id, exc)
+            await self.finish(EndReason.ERROR, "failed", "failed")
+            return
+        self.outgoing.on_ringing = lambda _call: self._ringing()
+        self.outgoing.on_answer = lambda _call: self._spawn(self._answered(), "answered")
+        self.outgoing.on_rejected = lambda _call, code, reason: self._rejected(code, reason)
+        self.dialler.placed(self)
+        self._spawn(self._ring_timeout(), "ring-timeout")
+        logger.info("SIP outbound call %s: INVITE sent (session %s, branch %s)", self.id, self.core.id, self._branch())
+
+    def _branch(self) -> str:
+        return branch_of(self.outgoing.invite) if self.outgoing is not None else ""
+
+    def _ringing(self) -> None:
+        if self.record.status == "dialing":
+            self.record.status = "ringing"
+            self.record.ringing_at = int(time.time())
+
+    async def _answered(self) -> None:
+        """A 200 OK (aiosipua ACKed it): RTP to the address its SDP names, the reply's clock, the microphone."""
+        if self._closed or self.outgoing is None or self.core is None:
+            return
+        self.record.sip_code = 200
+        try:
+            if self.outgoing.sdp_answer is None:
+                raise NoCommonCodec("the 200 OK has no SDP answer")
+            await self.media.answered(self.outgoing.sdp_answer, self.remote_addr[0])
+        except NoCommonCodec as exc:
+            logger.warning("SIP outbound call %s: %s; hanging up", self.id, exc)
+            await self.finish(EndReason.ERROR, "failed", "bad_answer")
+            return
+        self.record.status = "answered"
+        self.record.answered_at = int(time.time())
+        self.media.start_playout()
+        self._spawn(self._pump_microphone(), "microphone")
+        self._spawn(self._watch_media(), "rtp-watch")
+        logger.info("SIP outbound call %s answered", self.id)
+
+    def _rejected(self, code: int, reason: str) -> None:
+        status = status_of(code)
+        logger.info("SIP outbound call %s: %s %s (%s)", self.id, code, reason[:80], status)
+        self.record.sip_code = code
+        self._spawn(self.finish(EndReason.CLIENT_CLOSED, status, f"sip_{code}"), "finish")
+
+    async def _ring_timeout(self) -> None:
+        await asyncio.sleep(self.config.ring_timeout_s)
+        if self.record.status in ("dialing", "ringing"):
+            logger.info("SIP outbound call %s: not answered in %.0fs; cancelled", self.id, self.config.ring_timeout_s)
+            await self.finish(EndReason.SERVER_CLOSED, "no_answer", "ring_timeout")
+
+    def ended_by_callee(self, why: str) -> None:
+        self._spawn(self.finish(EndReason.CLIENT_CLOSED, "ended", why), "finish")
+
+    # --- the end --------------------------------------------------------------------------
+
+    async def finish(self, reason: str, status: str, why: str) -> None:
+        """Ends the call as ``status`` for ``why``: the session first (the unit back), then the dialog, the media."""
+        self._ended(status, why, None)
+        if self.core is not None and not self.core.ended:
+            await self.core.end(reason, None)
+        await self._tear_down()
+
+    def _ended(self, status: str, why: str, code: int | None) -> None:
+        if self.record.live:
+            self.record.status, self.record.end_reason = status, why
+            self.record.ended_at = int(time.time())
+            if code is not None:
+                self.record.sip_code = code
+
+    async def _tear_down(self) -> None:
+        """CANCEL a call still ringing, BYE an answered one (unless the callee ended it), free the RTP ports."""
+        if self._closed:
+            return
+        self._closed = True
+        uac, outgoing = self.dialler.uac, self.outgoing
+        if uac is not None and outgoing is not None:
+            try:
+                if outgoing.dialog.state == DialogState.EARLY:
+                    uac.send_cancel(outgoing)
+                elif outgoing.dialog.state == DialogState.CONFIRMED and self.record.end_reason != "callee_hung_up":
+                    uac.send_bye(outgoing.dialog, self.remote_addr)
+            except Exception:
+                logger.exception("SIP outbound call %s: the CANCEL or BYE could not be sent", self.id)
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+        self.playout.clear()
+        await self.media.close()
+        self.dialler.forget(self)
+
+    # --- core.Transport ----------------------------------------------------------------------
+
+    async def send_event(self, event: ServerEvent) -> None:
+        """Nobody on the line reads events: the followers (``?call_id=``) get them through the core."""
+
+    async def close(self, code: int, reason: str) -> None:
+        """The server ends the call (a hang-up by id, a limit, an admin, a revoked key, shutdown)."""
+        logger.info("SIP outbound call %s: ended by the server (%s)", self.id, reason)
+        self._ended("ended", "cancelled" if self.record.status in ("dialing", "ringing") else "hung_up", None)
+        await self._tear_down()
+
+    # --- the callee's audio ------------------------------------------------------------------
+
+    def _microphone(self, pcm: bytes) -> None:
+        try:
+            self._microphone_queue.put_nowait(pcm)
+        except asyncio.QueueFull:
+            logger.warning("SIP outbound call %s: microphone backlog full; a frame dropped", self.id)
+
+    async def _pump_microphone(self) -> None:
+        while True:
+            pcm = await self._microphone_queue.get()
+            if self.core is None or self.core.ended:
+                return
+            await self.core.receive_audio(pcm)
+
+    def _dtmf(self, digit: str) -> None:
+        logger.debug("SIP outbound call %s: DTMF %s", self.id, digit)
+
+    async def _watch_media(self) -> None:
+        """Hangs up a callee that sends no RTP (nor RTCP) for ``S2S_SIP_RTP_TIMEOUT_S``."""
+        timeout = self.config.rtp_timeout_s
+        while True:
+            silent_for = self.media.silent_for()
+            if silent_for >= timeout:
+                logger.info("SIP outbound call %s: no RTP for %.0fs; hanging up", self.id, silent_for)
+                await self.finish(EndReason.CLIENT_CLOSED, "ended", "no_rtp")
+                return
+            await asyncio.sleep(timeout - silent_for)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=f"{name}-{self.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

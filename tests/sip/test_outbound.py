@@ -1,0 +1,316 @@
+"""The agent places phone calls (issue 52): ``POST /v1/realtime/calls`` with ``{"sip": {"to": ...}}`` against a real
+server (loopback profile, a pool of 2, authentication on), with real callees: baresip answering on its own, and raw
+SIP responders on UDP sockets that answer busy, ring for ever, or must hear nothing at all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import openai
+import pytest
+import websockets
+from aiosipua import SipMessage, SipRequest
+
+from realtime.transports.sip import dialling
+from realtime.transports.sip.dialling import BadTarget
+from tests.sip.conftest import free_units, loud_seconds, sip_server, wait_free
+from tests.support.polling import wait_for
+from tests.support.server import LiveServer
+from tests.support.webrtc_client import Answer, post
+
+UNKNOWN_CALL = "rtc_0000000000000000000000"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[LiveServer]:
+    live = sip_server(
+        tmp_path_factory.mktemp("sip-outbound"),
+        S2S_AUTH_REQUIRED="1",
+        S2S_SIP_OUTBOUND_ALLOW="sip:*@127.0.0.1:*",
+        S2S_SIP_RING_TIMEOUT_S="3",
+        S2S_SIP_OUTBOUND_PER_MINUTE="100",
+    )
+    live.keys = {  # type: ignore[attr-defined]
+        name: live.manage("create_api_key", name).stdout.strip() for name in ("alice", "bob")
+    }
+    live.api_key = live.keys["alice"]  # type: ignore[attr-defined]
+    yield live
+    live.stop()
+
+
+def dial(server: LiveServer, sip: dict, token: str | None = None, session: dict | None = None) -> Answer:
+    body = json.dumps({"sip": sip, **({"session": session} if session is not None else {})}).encode()
+    return post(f"{server.http}/v1/realtime/calls", body, "application/json", token or server.keys["alice"])
+
+
+def record(server: LiveServer, call_id: str, token: str | None = None) -> tuple[int, dict]:
+    answer = post(f"{server.http}/v1/realtime/calls/{call_id}", b"", "", token or server.keys["alice"], "GET")
+    return answer.status, json.loads(answer.body)
+
+
+def hang_up(server: LiveServer, call_id: str, token: str | None = None) -> Answer:
+    return post(f"{server.http}/v1/realtime/calls/{call_id}", b"", "", token or server.keys["alice"], "DELETE")
+
+
+def status_becomes(server: LiveServer, call_id: str, status: str, timeout: float = 15.0) -> dict:
+    def check() -> dict | None:
+        found = record(server, call_id)[1]
+        return found if found.get("status") == status else None
+
+    return wait_for(check, timeout, what=f"the call {status}")
+
+
+class Responder:
+    """A callee of raw SIP on a UDP socket: ``answer`` is what it says to an INVITE (``busy``: 100 then 486;
+    ``ring``: 180 and nothing more until a CANCEL, then 200 and 487). It keeps every request it receives."""
+
+    def __init__(self, answer: str, host: str = "127.0.0.1") -> None:
+        self.answer = answer
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.socket.bind((host, 0))
+        self.socket.settimeout(0.2)
+        self.port = self.socket.getsockname()[1]
+        self.uri = f"sip:+15551234567@{host}:{self.port}"
+        self.requests: list[SipRequest] = []
+        self.raw: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def methods(self) -> list[str]:
+        return [request.method for request in self.requests]
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, addr = self.socket.recvfrom(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.raw.append(data)
+            message = SipMessage.parse(data)
+            if not isinstance(message, SipRequest):
+                continue
+            self.requests.append(message)
+            if message.method == "INVITE":
+                self._reply(message, addr, 100, "Trying")
+                if self.answer == "busy":
+                    self._reply(message, addr, 486, "Busy Here")
+                else:
+                    self._reply(message, addr, 180, "Ringing")
+            elif message.method == "CANCEL":
+                self._reply(message, addr, 200, "OK")
+                invite = next(request for request in self.requests if request.method == "INVITE")
+                self._reply(invite, addr, 487, "Request Terminated")
+
+    def _reply(self, request: SipRequest, addr: tuple[str, int], status: int, phrase: str) -> None:
+        lines = [f"SIP/2.0 {status} {phrase}"]
+        lines += [f"Via: {via}" for via in request.headers.get("via")]
+        to = request.headers.get_first("to") or ""
+        lines += [
+            f"From: {request.headers.get_first('from')}",
+            f"To: {to}" + (";tag=callee1" if status > 100 and ";tag=" not in to else ""),
+            f"Call-ID: {request.call_id}",
+            f"CSeq: {request.headers.get_first('cseq')}",
+            "Content-Length: 0",
+            "",
+            "",
+        ]
+        self.socket.sendto("\r\n".join(lines).encode(), addr)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.socket.close()
+
+
+@pytest.fixture
+def responders() -> Iterator[Callable[..., Responder]]:
+    made: list[Responder] = []
+
+    def make(answer: str, host: str = "127.0.0.1") -> Responder:
+        made.append(Responder(answer, host))
+        return made[-1]
+
+    yield make
+    for responder in made:
+        responder.close()
+
+
+# --- the rules, before anything is dialled --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sip, param",
+    [
+        ({"to": "sip:+1555@127.0.0.1:5060;transport=tcp"}, "sip.to"),
+        ({"to": "sip:+1555@127.0.0.1:5060\r\nX-Evil: 1"}, "sip.to"),
+        ({"to": "sip:+1555@127.0.0.1:5060?Subject=hi"}, "sip.to"),
+        ({"to": "<sip:+1555@127.0.0.1:5060>"}, "sip.to"),
+        ({"to": "tel:+15551234567"}, "sip.to"),
+        ({"to": "sip:+1555@127.0.0.1", "from": "sip:me@127.0.0.1\r\nContact: <sip:evil@1.2.3.4>"}, "sip.from"),
+        ({"to": "sip:+1555@127.0.0.1", "headers": {"Via": "SIP/2.0/UDP 1.2.3.4"}}, "sip.headers"),
+        ({"to": "sip:+1555@127.0.0.1", "headers": {"X-Case": "a\r\nVia: SIP/2.0/UDP 1.2.3.4"}}, "sip.headers.X-Case"),
+        ({"to": "sip:+1555@127.0.0.1", "headers": {"X-A\r\nVia": "x"}}, "sip.headers"),
+    ],
+)
+def test_header_injection_through_to_from_and_headers_is_refused(sip, param):
+    with pytest.raises(BadTarget) as refused:
+        dialling.read({"sip": sip})
+    assert (refused.value.status, refused.value.param) == (400, param)
+
+
+def test_the_allow_list_is_a_glob_over_the_whole_uri_and_none_means_off():
+    allowed = ("sip:+4420*@trunk.example", "sip:*@127.0.0.1:*")
+    dialling.check_allowed("sip:+442071234567@trunk.example", allowed)
+    dialling.check_allowed("sip:bob@127.0.0.1:5080", allowed)
+    for target in ("sip:+15551234567@trunk.example", "sip:+442071234567@trunk.example.evil", "sip:bob@127.0.0.2:5"):
+        with pytest.raises(BadTarget) as refused:
+            dialling.check_allowed(target, allowed)
+        refusal = (refused.value.status, refused.value.code, refused.value.param)
+        assert refusal == (403, "outbound_not_allowed", "sip.to")
+    with pytest.raises(BadTarget):
+        dialling.check_allowed("sip:bob@127.0.0.1:5080", ())
+
+
+def test_final_answers_map_to_the_calls_status():
+    assert [dialling.status_of(code) for code in (486, 600, 480, 408, 603, 404, 403, 503)] == [
+        "busy",
+        "busy",
+        "no_answer",
+        "no_answer",
+        "rejected",
+        "rejected",
+        "rejected",
+        "failed",
+    ]
+
+
+def test_targets_outside_the_allow_list_and_injections_are_refused_with_nothing_sent(server, responders):
+    outside = responders("busy", host="127.0.0.2")  # allowed is 127.0.0.1 only
+    inside = responders("busy")
+    answer = dial(server, {"to": outside.uri})
+    assert answer.status == 403
+    error = json.loads(answer.body)["error"]
+    assert (error["code"], error["param"]) == ("outbound_not_allowed", "sip.to")
+    for sip in (
+        {"to": inside.uri + ";transport=tcp"},
+        {"to": inside.uri + "\r\nX-Evil: 1"},
+        {"to": inside.uri, "from": "sip:me@127.0.0.1\r\nVia: SIP/2.0/UDP 127.0.0.1:1"},
+        {"to": inside.uri, "headers": {"Contact": "<sip:evil@127.0.0.1>"}},
+        {"to": inside.uri, "headers": {"X-Ok": "a\r\nRoute: <sip:evil@127.0.0.1>"}},
+    ):
+        answer = dial(server, sip)
+        assert answer.status == 400, (sip, answer.body)
+    secret = post(f"{server.http}/v1/realtime/client_secrets", b"{}", "application/json", server.keys["alice"]).body
+    answer = dial(server, {"to": inside.uri}, token=json.loads(secret)["value"])
+    assert answer.status == 403  # a client secret cannot place calls
+    assert post(f"{server.http}/v1/realtime/calls", b'{"sip": {"to": "x"}}', "application/json").status == 401
+    time.sleep(0.5)
+    assert outside.raw == [] and inside.raw == []
+    assert free_units(server) == 2
+
+
+# --- calls that are not answered ------------------------------------------------------------------
+
+
+def test_a_busy_callee_ends_the_call_busy_with_its_486_and_frees_the_unit(server, responders):
+    callee = responders("busy")
+    answer = dial(server, {"to": callee.uri, "headers": {"X-Campaign": "reminders"}})
+    assert answer.status == 201, answer.body
+    placed = json.loads(answer.body)
+    assert placed["status"] == "dialing" and placed["direction"] == "outbound"
+    assert answer.headers["Location"] == f"/v1/realtime/calls/{placed['id']}"
+    ended = status_becomes(server, placed["id"], "busy")
+    assert ended["sip_code"] == 486 and ended["end_reason"] == "sip_486" and ended["ended_at"]
+    invite = callee.requests[0]
+    assert invite.headers.get_first("x-campaign") == "reminders"
+    wait_for(lambda: "ACK" in callee.methods(), 5, what="the ACK of the 486")
+    assert wait_free(server, 2) == 2
+
+
+def test_a_callee_that_never_answers_is_cancelled_at_the_ring_timeout_as_no_answer(server, responders):
+    callee = responders("ring")
+    placed = json.loads(dial(server, {"to": callee.uri}).body)
+    status_becomes(server, placed["id"], "ringing", 5)
+    assert free_units(server) == 1  # held while it rings
+    ended = status_becomes(server, placed["id"], "no_answer", 10)
+    assert ended["end_reason"] == "ring_timeout"
+    wait_for(lambda: {"CANCEL", "ACK"} <= set(callee.methods()), 5, what="the CANCEL, and the ACK of the 487")
+    assert wait_free(server, 2) == 2
+
+
+def test_delete_while_ringing_sends_cancel_and_a_full_pool_dials_nobody(server, responders):
+    first, second, third = responders("ring"), responders("ring"), responders("ring")
+    calls = [json.loads(dial(server, {"to": callee.uri}).body)["id"] for callee in (first, second)]
+    for call_id in calls:
+        status_becomes(server, call_id, "ringing", 5)
+    full = dial(server, {"to": third.uri})
+    assert full.status == 429 and json.loads(full.body)["error"]["code"] == "session_limit_reached"
+    for call_id in calls:
+        assert hang_up(server, call_id).status == 204
+    wait_for(lambda: "CANCEL" in first.methods() and "CANCEL" in second.methods(), 5, what="the CANCELs")
+    ended = record(server, calls[0])[1]
+    assert (ended["status"], ended["end_reason"]) == ("ended", "cancelled")
+    assert wait_free(server, 2) == 2
+    assert third.raw == []
+
+
+async def test_another_key_gets_404_on_get_delete_and_the_follow(server, responders):
+    callee = responders("ring")
+    placed = json.loads((await asyncio.to_thread(dial, server, {"to": callee.uri})).body)
+    call_id, bob = placed["id"], server.keys["bob"]
+
+    def as_bob(target: str) -> list[tuple[int, str]]:
+        answers = [record(server, target, bob)]
+        deleted = hang_up(server, target, bob)
+        answers.append((deleted.status, json.loads(deleted.body)))
+        return [(status, json.dumps(body["error"]).replace(target, "ID")) for status, body in answers]
+
+    assert await asyncio.to_thread(as_bob, call_id) == await asyncio.to_thread(as_bob, UNKNOWN_CALL)
+    assert (await asyncio.to_thread(record, server, call_id, bob))[0] == 404
+    async with websockets.connect(
+        f"{server.ws}?call_id={call_id}", additional_headers={"Authorization": f"Bearer {bob}"}, open_timeout=10
+    ) as socket_:
+        first = json.loads(await asyncio.wait_for(socket_.recv(), 10))
+    assert first["type"] == "error"
+    assert (await asyncio.to_thread(record, server, call_id))[1]["status"] == "ringing"  # still up for alice
+    assert (await asyncio.to_thread(hang_up, server, call_id)).status == 204
+    assert await asyncio.to_thread(wait_free, server, 2) == 2
+
+
+# --- a real callee: baresip answers, the agent speaks first --------------------------------------------
+
+
+async def test_baresip_answers_and_hears_the_agent_speak_first_after_response_create_on_the_sideband(server, phones):
+    phone = phones(account=";answermode=auto")
+    target = {"to": f"sip:phone@127.0.0.1:{phone.sip_port}"}
+    answer = await asyncio.to_thread(dial, server, target, None, {"type": "realtime", "instructions": "Say hello."})
+    assert answer.status == 201, answer.body
+    call_id = json.loads(answer.body)["id"]
+    sideband = openai.AsyncOpenAI(api_key=server.keys["alice"], base_url=f"{server.http}/v1", max_retries=0)
+    async with sideband.realtime.connect(call_id=call_id) as connection:
+        first = await asyncio.wait_for(connection.recv(), 10)
+        assert first.type == "session.created"
+        await asyncio.to_thread(status_becomes, server, call_id, "answered", 15)
+        await connection.send({"type": "response.create"})
+        seen: list[str] = []
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and "output_audio_buffer.stopped" not in seen:
+            event = await asyncio.wait_for(connection.recv(), max(0.1, deadline - time.monotonic()))
+            seen.append(event.type)
+    assert {"response.created", "output_audio_buffer.started", "output_audio_buffer.stopped"} <= set(seen), seen
+    wait_for(lambda: loud_seconds(*phone.heard()) >= 0.5, 20, what="the agent's reply heard by the callee")
+    answered = (await asyncio.to_thread(record, server, call_id))[1]
+    assert answered["sip_code"] == 200 and answered["answered_at"]
+    assert (await asyncio.to_thread(hang_up, server, call_id)).status == 204
+    await asyncio.to_thread(wait_for, phone.hung_up, 10, what="the BYE at the callee")
+    ended = (await asyncio.to_thread(record, server, call_id))[1]
+    assert (ended["status"], ended["end_reason"]) == ("ended", "hung_up")
+    assert await asyncio.to_thread(wait_free, server, 2) == 2
