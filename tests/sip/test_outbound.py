@@ -5,7 +5,9 @@ SIP responders on UDP sockets that answer busy, ring for ever, or must hear noth
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import re
 import socket
 import threading
 import time
@@ -24,6 +26,7 @@ from tests.support.server import LiveServer
 from tests.support.webrtc_client import Answer, post
 
 UNKNOWN_CALL = "rtc_0000000000000000000000"
+TRUNK_USER, TRUNK_PASSWORD, TRUNK_REALM, TRUNK_NONCE = "trunkuser", "trunk-secret", "trunk.example", "5f1e0c"
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +37,12 @@ def server(tmp_path_factory) -> Iterator[LiveServer]:
         S2S_SIP_OUTBOUND_ALLOW="sip:*@127.0.0.1:*",
         S2S_SIP_RING_TIMEOUT_S="3",
         S2S_SIP_OUTBOUND_PER_MINUTE="100",
+        S2S_SIP_OUTBOUND_PER_KEY="1",
+        S2S_SIP_OUTBOUND_USER=TRUNK_USER,
+        S2S_SIP_OUTBOUND_PASSWORD=TRUNK_PASSWORD,
     )
     live.keys = {  # type: ignore[attr-defined]
-        name: live.manage("create_api_key", name).stdout.strip() for name in ("alice", "bob")
+        name: live.manage("create_api_key", name).stdout.strip() for name in ("alice", "bob", "carol")
     }
     live.api_key = live.keys["alice"]  # type: ignore[attr-defined]
     yield live
@@ -57,9 +63,11 @@ def hang_up(server: LiveServer, call_id: str, token: str | None = None) -> Answe
     return post(f"{server.http}/v1/realtime/calls/{call_id}", b"", "", token or server.keys["alice"], "DELETE")
 
 
-def status_becomes(server: LiveServer, call_id: str, status: str, timeout: float = 15.0) -> dict:
+def status_becomes(
+    server: LiveServer, call_id: str, status: str, timeout: float = 15.0, token: str | None = None
+) -> dict:
     def check() -> dict | None:
-        found = record(server, call_id)[1]
+        found = record(server, call_id, token)[1]
         return found if found.get("status") == status else None
 
     return wait_for(check, timeout, what=f"the call {status}")
@@ -67,7 +75,8 @@ def status_becomes(server: LiveServer, call_id: str, status: str, timeout: float
 
 class Responder:
     """A callee of raw SIP on a UDP socket: ``answer`` is what it says to an INVITE (``busy``: 100 then 486;
-    ``ring``: 180 and nothing more until a CANCEL, then 200 and 487). It keeps every request it receives."""
+    ``ring``: 180 and nothing more until a CANCEL, then 200 and 487; ``challenge``: 407 with a digest challenge,
+    then 486 to an INVITE whose credentials are right, 403 to one whose are wrong). It keeps every request."""
 
     def __init__(self, answer: str, host: str = "127.0.0.1") -> None:
         self.answer = answer
@@ -100,7 +109,9 @@ class Responder:
             self.requests.append(message)
             if message.method == "INVITE":
                 self._reply(message, addr, 100, "Trying")
-                if self.answer == "busy":
+                if self.answer == "challenge":
+                    self._challenge(message, addr)
+                elif self.answer == "busy":
                     self._reply(message, addr, 486, "Busy Here")
                 else:
                     self._reply(message, addr, 180, "Ringing")
@@ -109,8 +120,21 @@ class Responder:
                 invite = next(request for request in self.requests if request.method == "INVITE")
                 self._reply(invite, addr, 487, "Request Terminated")
 
-    def _reply(self, request: SipRequest, addr: tuple[str, int], status: int, phrase: str) -> None:
-        lines = [f"SIP/2.0 {status} {phrase}"]
+    def _challenge(self, invite: SipRequest, addr: tuple[str, int]) -> None:
+        credentials = invite.headers.get_first("proxy-authorization")
+        if not credentials:
+            challenge = f'Digest realm="{TRUNK_REALM}", nonce="{TRUNK_NONCE}", algorithm=MD5, qop="auth"'
+            self._reply(invite, addr, 407, "Proxy Authentication Required", f"Proxy-Authenticate: {challenge}")
+            return
+        fields = dict(re.findall(r'(\w+)="?([^",]*)"?', credentials))
+        md5 = lambda text: hashlib.md5(text.encode()).hexdigest()  # noqa: E731
+        ha1, ha2 = md5(f"{TRUNK_USER}:{TRUNK_REALM}:{TRUNK_PASSWORD}"), md5(f"INVITE:{fields.get('uri')}")
+        expected = md5(f"{ha1}:{TRUNK_NONCE}:{fields.get('nc')}:{fields.get('cnonce')}:auth:{ha2}")
+        right = fields.get("username") == TRUNK_USER and fields.get("response") == expected
+        self._reply(invite, addr, *((486, "Busy Here") if right else (403, "Forbidden")))
+
+    def _reply(self, request: SipRequest, addr: tuple[str, int], status: int, phrase: str, extra: str = "") -> None:
+        lines = [f"SIP/2.0 {status} {phrase}", *([extra] if extra else [])]
         lines += [f"Via: {via}" for via in request.headers.get("via")]
         to = request.headers.get_first("to") or ""
         lines += [
@@ -248,13 +272,16 @@ def test_a_callee_that_never_answers_is_cancelled_at_the_ring_timeout_as_no_answ
 
 def test_delete_while_ringing_sends_cancel_and_a_full_pool_dials_nobody(server, responders):
     first, second, third = responders("ring"), responders("ring"), responders("ring")
-    calls = [json.loads(dial(server, {"to": callee.uri}).body)["id"] for callee in (first, second)]
-    for call_id in calls:
-        status_becomes(server, call_id, "ringing", 5)
-    full = dial(server, {"to": third.uri})
+    calls = [
+        json.loads(dial(server, {"to": callee.uri}, server.keys[key]).body)["id"]
+        for callee, key in ((first, "alice"), (second, "bob"))
+    ]
+    for call_id, key in zip(calls, ("alice", "bob"), strict=True):
+        status_becomes(server, call_id, "ringing", 5, server.keys[key])
+    full = dial(server, {"to": third.uri}, server.keys["carol"])
     assert full.status == 429 and json.loads(full.body)["error"]["code"] == "session_limit_reached"
-    for call_id in calls:
-        assert hang_up(server, call_id).status == 204
+    for call_id, key in zip(calls, ("alice", "bob"), strict=True):
+        assert hang_up(server, call_id, server.keys[key]).status == 204
     wait_for(lambda: "CANCEL" in first.methods() and "CANCEL" in second.methods(), 5, what="the CANCELs")
     ended = record(server, calls[0])[1]
     assert (ended["status"], ended["end_reason"]) == ("ended", "cancelled")
@@ -314,3 +341,25 @@ async def test_baresip_answers_and_hears_the_agent_speak_first_after_response_cr
     ended = (await asyncio.to_thread(record, server, call_id))[1]
     assert (ended["status"], ended["end_reason"]) == ("ended", "hung_up")
     assert await asyncio.to_thread(wait_free, server, 2) == 2
+
+
+def test_a_key_holds_at_most_its_cap_of_calls_at_once_and_the_next_dials_nobody(server, responders):
+    ringing, refused = responders("ring"), responders("ring")
+    placed = json.loads(dial(server, {"to": ringing.uri}).body)
+    status_becomes(server, placed["id"], "ringing", 5)
+    over = dial(server, {"to": refused.uri})
+    assert over.status == 429 and json.loads(over.body)["error"]["code"] == "rate_limit_exceeded"
+    assert hang_up(server, placed["id"]).status == 204
+    assert wait_free(server, 2) == 2
+    assert refused.raw == []
+
+
+def test_a_trunks_digest_challenge_is_answered_with_the_credentials_and_the_407_acked(server, responders):
+    trunk = responders("challenge")
+    placed = json.loads(dial(server, {"to": trunk.uri}).body)
+    ended = status_becomes(server, placed["id"], "busy")  # 486 only to an INVITE whose credentials are right
+    assert ended["sip_code"] == 486
+    invites = [request for request in trunk.requests if request.method == "INVITE"]
+    assert len(invites) == 2 and 'username="trunkuser"' in (invites[1].headers.get_first("proxy-authorization") or "")
+    wait_for(lambda: trunk.methods().count("ACK") >= 2, 5, what="the ACKs of the 407 and the 486")
+    assert wait_free(server, 2) == 2
