@@ -363,3 +363,13 @@ def test_a_trunks_digest_challenge_is_answered_with_the_credentials_and_the_407_
     assert len(invites) == 2 and 'username="trunkuser"' in (invites[1].headers.get_first("proxy-authorization") or "")
     wait_for(lambda: trunk.methods().count("ACK") >= 2, 5, what="the ACKs of the 407 and the 486")
     assert wait_free(server, 2) == 2
+
+
+def test_a_callee_that_hangs_up_ends_the_call_and_frees_the_unit(server, phones):
+    phone = phones(account=";answermode=auto")
+    placed = json.loads(dial(server, {"to": f"sip:phone@127.0.0.1:{phone.sip_port}"}).body)
+    status_becomes(server, placed["id"], "answered", 15)
+    phone.hang_up()
+    ended = status_becomes(server, placed["id"], "ended", 10)
+    assert ended["end_reason"] == "callee_hung_up"
+    assert wait_free(server, 2) == 2

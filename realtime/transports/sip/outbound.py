@@ -250,7 +250,7 @@ class OutboundCall(PlaysFromQueue):
             if self.outgoing.sdp_answer is None:
                 raise NoCommonCodec("the 200 OK has no SDP answer")
             await self.media.answered(self.outgoing.sdp_answer, self.remote_addr[0])
-        except NoCommonCodec as exc:
+        except Exception as exc:  # an answer without usable G.711, or RTP that cannot be bound: BYE, failed
             logger.warning("SIP outbound call %s: %s; hanging up", self.id, exc)
             await self.finish(EndReason.ERROR, "failed", "bad_answer")
             return
