@@ -810,8 +810,13 @@ async function turnMicrophoneOn() {
 // --- wiring -------------------------------------------------------------------------
 
 $("connect").addEventListener("click", () => {
-  if (link) disconnect();
-  else connect();
+  if (stats.state === "busy") {
+    if (!link) connect(false, microphoneWanted); // "Try again now"; a try already under way goes on
+  } else if (link) {
+    disconnect();
+  } else {
+    connect();
+  }
 });
 $("stop-retry").addEventListener("click", giveUpRetry);
 $("composer").addEventListener("submit", (event) => {
