@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from pipelines import audio
 from pipelines.config import DEFAULT_INSTRUCTIONS, PoolConfig, TurnDetection
-from pipelines.engines import Engines, translation_engines
+from pipelines.engines import load_engines, translation_engines
 from pipelines.errors import ModelLoadError
 from pipelines.ids import new_id
 from pipelines.loopback import loopback_engines, loopback_translations
@@ -72,23 +72,21 @@ def stage_factory(
 
 
 def build_pool(config: PoolConfig, progress: Callable[[str], None] | None = None) -> PipelinePool:
-    build = stage_factory(config, progress)
+    if config.profile == "real":
+        engines = load_engines(config.engines, config.size, progress)
+        build: Callable[[SessionContext], list[Stage]] = engines.build_stages
+        # The translation sessions' models: the loaded engines' own, and the multilingual Whisper when the first
+        # translation session asks (pipelines.engines.translation_engines).
+        translations = Translations(functools.partial(translation_engines, engines, config.engines, config.size))
+    else:
+        build, translations = stage_factory(config, progress), loopback_translations()
     units = [
         PipelineUnit(i, build, release_timeout_s=config.release_timeout_s, queue_size=config.queue_size)
         for i in range(config.size)
     ]
     pool = PipelinePool(units)
-    pool.translations = translations_of(config, build)
+    pool.translations = translations
     return pool
-
-
-def translations_of(config: PoolConfig, build: Callable[[SessionContext], list[Stage]]) -> Translations:
-    """The translation sessions' engines: the loaded engines' own (``pipelines.engines.translation_engines``, the
-    multilingual Whisper loaded when the first translation session asks), or the FAKE ones of ``loopback``."""
-    engines = getattr(build, "__self__", None)
-    if isinstance(engines, Engines):
-        return Translations(functools.partial(translation_engines, engines, config.engines, config.size))
-    return loopback_translations()
 
 
 def synthetic_turn(unit: PipelineUnit, timeout: float = 120.0) -> dict[str, float]:

@@ -187,7 +187,7 @@ def loopback_engines(
 class FakeTranslator:
     """Says how long the phrase was, "in Spanish" (the source) and in English (the translation)."""
 
-    def translate(self, audio_16k: np.ndarray, with_source: bool = False) -> Heard:
+    def translate(self, audio_16k: np.ndarray, with_source: bool = False, language: str | None = None) -> Heard:
         seconds = len(audio_16k) / audio.PIPELINE_RATE
         source = f"audio de {seconds:.2f} segundos" if with_source else ""
         return Heard("es", source, f"audio of {seconds:.2f} seconds")

@@ -32,21 +32,29 @@ PAUSE_MS = 400  # of silence after speech: the phrase ends
 MIN_SPEECH_MS = 200  # a phrase with less speech than this is a click, not a phrase
 PHRASE_MAX_S = 8.0  # of speech without a pause: the phrase is cut there all the same
 LEAD_MS = 200  # of audio kept before a phrase's first speech frame (the onset the VAD hears late)
+# A language detected with this probability is the session's from then on: a speaker rarely changes language,
+# and Whisper base, asked again on each short phrase, now and then hears another one (Thai, Japanese for
+# espeak-ng's Spanish) and translates or transcribes that phrase as if it were.
+KEEP_LANGUAGE_PROBABILITY = 0.5
 
 
 @dataclass(frozen=True)
 class Heard:
-    """One phrase translated: the language heard, its transcript when asked ("" otherwise), its translation."""
+    """One phrase translated: the language heard (and how sure the model was of it), its transcript when asked
+    ("" otherwise), its translation."""
 
     language: str
     source: str
     text: str
+    probability: float = 1.0
 
 
 class Translator(Protocol):
     """Speech (16 kHz float32) of any language into English text."""
 
-    def translate(self, audio: np.ndarray, with_source: bool = False) -> Heard: ...
+    def translate(self, audio: np.ndarray, with_source: bool = False, language: str | None = None) -> Heard:
+        """``language`` None: detected in this phrase."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,7 @@ class LiveTranslation:
         self.sink = sink
         self.with_source = False
         self.noise_reduction: str | None = None
+        self.language: str | None = None  # the speaker's, once detected surely enough (KEEP_LANGUAGE_PROBABILITY)
         self._stopped = threading.Event()
         self._audio: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._phrases: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -222,9 +231,11 @@ class LiveTranslation:
 
     def _translate(self, phrase: _Phrase) -> None:
         with cpu.current().busy(), cpu.current().core():
-            heard = self.engines.translator.translate(phrase.samples, self.with_source)
+            heard = self.engines.translator.translate(phrase.samples, self.with_source, self.language)
         if self._stopped.is_set():
             return
+        if self.language is None and heard.language and heard.probability >= KEEP_LANGUAGE_PROBABILITY:
+            self.language = heard.language
         if self.with_source and heard.source:
             self._emit(SourceText(heard.source + " ", heard.language, phrase.elapsed_ms))
         if not heard.text:

@@ -243,15 +243,16 @@ class WhisperEngine:
             (word.word, math.log(max(word.probability, 1e-12))) for segment in segments for word in segment.words or ()
         )
 
-    def translate(self, audio: np.ndarray, with_source: bool = False) -> Heard:
-        """``audio`` in English, by Whisper's translate task (a multilingual model), its language detected; with
-        ``with_source``, its transcript in that language too (a second decoding)."""
+    def translate(self, audio: np.ndarray, with_source: bool = False, language: str | None = None) -> Heard:
+        """``audio`` in English, by Whisper's translate task (a multilingual model), spoken in ``language`` (None:
+        detected); with ``with_source``, its transcript in that language too (a second decoding)."""
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if audio.size == 0:
             return Heard("", "", "")
         segments, info = self._model.transcribe(
             audio,
             task="translate",
+            language=language,
             beam_size=1,
             vad_filter=False,
             condition_on_previous_text=False,
@@ -261,4 +262,4 @@ class WhisperEngine:
         source = ""
         if with_source:
             source = text if info.language == "en" else self._full(audio, info.language, None)
-        return Heard(info.language, source, text)
+        return Heard(info.language, source, text, float(info.language_probability))

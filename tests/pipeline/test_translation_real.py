@@ -1,0 +1,126 @@
+"""Translation sessions with real parts (issue 55): the openai Python SDK's own translation client
+(``client.realtime.translations.connect``) against ``manage.py serve`` with the real default models, Spanish speech
+from espeak-ng translated into English by the packaged multilingual Whisper base and spoken by the Piper voice;
+a target language with no voice refused; a full pool refused. Every event the server sends is checked against the
+SDK's translation types."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import websockets
+from openai import AsyncOpenAI
+
+from pipelines import audio
+from tests.support.conformance import check_translation
+from tests.support.server import LiveServer
+from tests.support.speech import pcm16_chunks, silence
+
+pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng speaks the Spanish input")
+
+# Sentences espeak-ng's Spanish voice says clearly enough for Whisper base, and the English words each must give.
+PHRASES = [
+    ("El gato está en la casa.", {"house"}),
+    ("Yo tengo un perro negro.", {"have", "black"}),
+    ("¿Dónde está el hospital?", {"hospital"}),
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[LiveServer]:
+    """The real default models, one unit: a second session finds the pool full."""
+    server = LiveServer(tmp_path_factory.mktemp("translate"), env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1"})
+    server.start(ready_timeout=900)
+    yield server
+    server.stop()
+
+
+def espeak(text: str, folder: Path, voice: str = "es") -> np.ndarray:
+    """``text`` spoken by espeak-ng, float32 at 24 kHz."""
+    path = folder / "phrase.wav"
+    subprocess.run(["espeak-ng", "-v", voice, "-s", "150", "-w", str(path), text], check=True)
+    samples, rate = sf.read(path, dtype="float32")
+    return audio.resample(samples, rate, 24000)
+
+
+def words(text: str) -> set[str]:
+    return {w.strip(".,!?;:\"'").lower() for w in text.split()}
+
+
+async def test_the_sdks_translation_client_translates_spanish_speech_into_english_phrase_by_phrase(server, tmp_path):
+    speech = np.concatenate([silence(0.5)] + [np.concatenate([espeak(s, tmp_path), silence(1.0)]) for s, _ in PHRASES])
+    client = AsyncOpenAI(api_key="sk-unused", base_url=f"{server.http}/v1")
+    events: list[dict] = []
+    first_audio_at: float | None = None
+    async with client.realtime.translations.connect(model="gpt-realtime-translate") as connection:
+
+        async def read() -> None:
+            nonlocal first_audio_at
+            while True:
+                event = check_translation(json.loads(await connection.recv_bytes()))
+                events.append(event)
+                if event["type"] == "session.output_audio.delta" and first_audio_at is None:
+                    first_audio_at = time.monotonic()
+                if event["type"] == "session.closed":
+                    return
+
+        reader = asyncio.create_task(read())
+        await connection.session.update(
+            session={"audio": {"input": {"transcription": {"model": "whisper-1"}}, "output": {"language": "en"}}}
+        )
+        for chunk in pcm16_chunks(speech, chunk_ms=200):  # as a microphone sends it, in real time
+            await connection.session.input_audio_buffer.append(audio=chunk)
+            await asyncio.sleep(0.2)
+        sent_at = time.monotonic()
+        await connection.session.close()
+        await asyncio.wait_for(reader, 120)
+    types = [e["type"] for e in events]
+    assert types[0] == "session.created" and "session.updated" in types, types
+    english = "".join(e["delta"] for e in events if e["type"] == "session.output_transcript.delta")
+    spanish = "".join(e["delta"] for e in events if e["type"] == "session.input_transcript.delta")
+    heard = words(english)
+    for _, expected in PHRASES:
+        assert expected <= heard, (english, spanish)
+    assert {"casa", "tengo"} <= words(spanish), spanish
+    spoken = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "session.output_audio.delta")
+    assert len(spoken) / 48000 > 1.0  # seconds of 24 kHz PCM16: the translation spoken
+    assert first_audio_at is not None and first_audio_at < sent_at, "the first phrase is spoken while the next is heard"
+    assert types[-1] == "session.closed"
+
+
+async def test_a_target_language_with_no_voice_is_refused_and_the_session_goes_on(server):
+    client = AsyncOpenAI(api_key="sk-unused", base_url=f"{server.http}/v1")
+    async with client.realtime.translations.connect(model="gpt-realtime-translate") as connection:
+        created = check_translation(json.loads(await connection.recv_bytes()))
+        assert created["session"]["audio"]["output"]["language"] == "en"
+        await connection.session.update(session={"audio": {"output": {"language": "ja"}}}, event_id="evt_ja")
+        error = check_translation(json.loads(await connection.recv_bytes()))
+        assert error["type"] == "error", error
+        assert error["error"]["param"] == "session.audio.output.language" and error["error"]["event_id"] == "evt_ja"
+        assert "'ja'" in error["error"]["message"] and "en" in error["error"]["message"]
+        await connection.session.update(session={"audio": {"output": {"language": "en"}}})
+        assert check_translation(json.loads(await connection.recv_bytes()))["type"] == "session.updated"
+
+
+async def test_a_translation_session_holds_its_unit_and_a_full_pool_refuses_with_1008(server):
+    client = AsyncOpenAI(api_key="sk-unused", base_url=f"{server.http}/v1")
+    async with client.realtime.translations.connect(model="gpt-realtime-translate") as connection:
+        assert check_translation(json.loads(await connection.recv_bytes()))["type"] == "session.created"
+        async with websockets.connect(f"{server.ws}/translations?model=gpt-realtime-translate") as other:
+            error = check_translation(json.loads(await other.recv()))
+            assert error["error"]["code"] == "session_limit_reached"
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await other.recv()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+        async with websockets.connect(f"{server.ws}?model=gpt-realtime") as voice:
+            assert json.loads(await voice.recv())["error"]["code"] == "session_limit_reached"  # one pool for both
