@@ -165,3 +165,17 @@ async def test_a_translation_session_claims_a_unit_a_full_pool_refuses_and_the_r
     record = await RealtimeSession.objects.aget(id=session_id)
     assert record.model == "gpt-realtime-translate" and record.end_reason == "client_closed"
     assert record.engines.startswith("translation")
+
+
+async def test_a_translation_session_needs_the_credentials_a_voice_session_needs(loopback_pool, settings):
+    settings.S2S_AUTH_REQUIRED = True
+    comm = WebsocketCommunicator(application, PATH, subprotocols=["realtime"])
+    connected, _ = await comm.connect(timeout=10)
+    assert connected
+    client = Translating(comm)
+    error = (await client.until("error"))["error"]
+    assert error["code"] == "invalid_api_key"
+    closed = await comm.receive_output(timeout=5)
+    assert closed["type"] == "websocket.close" and closed["code"] == 1008
+    assert all(unit.state.value == "idle" for unit in loopback_pool.units)  # nothing claimed before the check
+    await comm.disconnect()
