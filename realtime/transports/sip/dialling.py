@@ -108,7 +108,11 @@ def read(body: Any) -> tuple[Target, dict[str, Any] | None]:
         raise BadTarget("The request body must be a JSON object with 'sip' and 'session'.", "sip")
     sip = body.get("sip")
     if not isinstance(sip, dict):
-        raise BadTarget("'sip' must be an object with the target URI ('to').", "sip")
+        raise BadTarget(
+            "A JSON body places a phone call: 'sip' must be an object naming the target ('to'). A WebRTC offer is "
+            "sent as 'Content-Type: application/sdp' or as the 'sdp' field of a multipart form.",
+            "sip",
+        )
     unknown = set(sip) - {"to", "from", "headers"}
     if unknown:
         raise BadTarget(f"sip: unknown field {sorted(unknown)[0][:80]!r}.", "sip")
