@@ -212,7 +212,7 @@ def test_revoke_is_a_button_that_saves_revoked_at_so_the_keys_sessions_end(admin
     response = admin_client.post(url, {"name": "ops", "_revoke": "Revoke this key"})
     assert response.status_code == 302
     assert ApiKey.objects.get(pk=key.pk).revoked_at is not None
-    assert ended == [key.pk]  # realtime/access/revocation.py's post_save
+    assert ended == [key.pk]  # realtime/node/revocation.py's post_save
     assert 'name="_revoke"' not in admin_client.get(url).content.decode()
 
     other = ApiKey.objects.create(name="ci", prefix="sk-s2s-efgh", key_hash="y" * 64)
