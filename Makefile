@@ -62,7 +62,7 @@ RUN_SETUP := setup $(if $(filter 1,$(WITH_TORCH)),setup-torch)
 
 # The Debian packages the tests need: Chromium for the browser tests (test speech comes from Piper), and npm
 # for OpenAI's JS Agents SDK, which a browser test loads (tests/browser/agents_sdk, installed from its lock file),
-# and baresip, the SIP phone of tests/sip.
+# baresip, the SIP phone of tests/sip, and espeak-ng, whose voices speak the translation tests' other languages.
 system-deps:
 	@if ! command -v chromium >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
@@ -75,6 +75,10 @@ system-deps:
 	@if ! command -v baresip >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq baresip >/dev/null; \
 		else echo "install baresip (apt-get install baresip)"; exit 1; fi; \
+	fi
+	@if ! command -v espeak-ng >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq espeak-ng >/dev/null; \
+		else echo "install espeak-ng (apt-get install espeak-ng)"; exit 1; fi; \
 	fi
 
 # Bound to loopback (the default), only this machine can connect: authentication is off unless

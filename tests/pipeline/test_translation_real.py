@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from tests.support.conformance import check_translation
 from tests.support.server import LiveServer
 from tests.support.speech import pcm16_chunks, silence
 
-pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng speaks the Spanish input")
+pytestmark = pytest.mark.real_models  # espeak-ng (make system-deps) speaks the Spanish input
 
 # Sentences espeak-ng's Spanish voice says clearly enough for Whisper base, and the English words each must give.
 PHRASES = [
