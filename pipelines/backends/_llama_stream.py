@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 
 class ContextPool(Protocol):
-    """What a stream needs of its engine: a context for a conversation (``prefix``, a ``LlamaPrefix``) and
+    """What a stream needs of its engine: a context for a conversation (``prefix``, a ``ConversationCache``) and
     back, and the threads a step may take."""
 
     threads: int

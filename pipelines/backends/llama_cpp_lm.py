@@ -1,12 +1,9 @@
 """Chat language model on llama.cpp (llama-cpp-python), streamed token by token.
 
 GGUF files run as they are (no dequantizing), several times faster than
-transformers on a CPU. One ``llama_cpp.Llama`` holds one KV cache and serves one
-generation at a time, so the engine keeps a few of them (one per pipeline unit,
-made on demand); their weights are memory-mapped from the same file, so the
-page cache holds them once. A conversation's ``LlamaPrefix`` remembers which
-context served its last turn: the next turn goes back to it, and llama.cpp
-keeps the KV cache of the prompt they share.
+transformers on a CPU. The engine lends its contexts (``_llama_contexts.LlamaContexts``)
+to one generation at a time, each conversation going back to the context that
+caches it; a stream (``_llama_stream``) runs on the context it was lent.
 """
 
 from __future__ import annotations
@@ -14,9 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +23,7 @@ from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.tool_calls import CALL_OPEN, CALL_SEPARATOR, plain_messages, tool_schema
 
 from ._assembled import assembled
+from ._llama_contexts import ConversationCache, LlamaContexts
 from ._llama_stream import LlamaCppStream, byte_tokens, interruptible
 from ._llama_tools import (
     TEXT_FIRST,
@@ -124,25 +120,6 @@ def next_chunk(size: int, spent_s: float, most: int) -> int:
     return max(READ_AHEAD_TOKENS, min(2 * size, most, fits))
 
 
-class LlamaPrefix:
-    """One conversation's affinity to the context that holds its KV cache (one session, one thread)."""
-
-    def __init__(self) -> None:
-        self.context: Any = None
-        self.turn: LlamaPrefix | None = None  # the context that decides on calls from the current turn alone
-        self.answer: LlamaPrefix | None = None  # the answer model's context, where one answers in words
-
-    def for_turn(self) -> LlamaPrefix:
-        if self.turn is None:
-            self.turn = LlamaPrefix()
-        return self.turn
-
-    def for_answers(self) -> LlamaPrefix:
-        if self.answer is None:
-            self.answer = LlamaPrefix()
-        return self.answer
-
-
 class LlamaCppLM:
     """One GGUF model on llama.cpp, shared by many units; up to ``max_contexts`` generations at once.
 
@@ -176,14 +153,8 @@ class LlamaCppLM:
             "n_gpu_layers": -1 if device.startswith("cuda") else 0,
             "verbose": False,
         }
-        self._lock = threading.Condition()
-        self._free: list[Any] = []  # in the order released
-        self._holders: dict[int, weakref.ref[LlamaPrefix]] = {}  # id(context) -> the conversation it caches
-        self.max_contexts = max(1, max_contexts)
         first = self._make_context()
-        self._made = 1
-        self._making = 0  # spare contexts being made ahead (_spare_ahead)
-        self._free.append(first)
+        self.contexts = LlamaContexts(self._make_context, first, max_contexts, self.threads, self.adaptive_threads)
         self._tokenizer = first
         byte_tokens(first)  # what a call's grammar is asked about to write its forced text ahead
         self.context_length = first.n_ctx()
@@ -220,89 +191,6 @@ class LlamaCppLM:
 
         return Llama(model_path=self.model_path, **self._options)
 
-    def acquire(self, prefix: LlamaPrefix | None) -> Any:
-        """A context for ``prefix``'s conversation: its own if it is free, else one no live conversation holds,
-        else a new one while fewer than ``max_contexts`` exist, else the one free the longest (its
-        conversation reads its whole prompt again next time).
-
-        Taking another conversation's context costs that one its cache: with two sessions on one context,
-        each turn of each read its whole history again (1 s a turn after ten turns on two cores). A new
-        context takes 0.3-0.45 s to make, so one is made ahead, off the caller's thread, whenever no spare
-        one is left; a caller that finds none spare while one is being made waits for it (at most that 0.3-0.45 s,
-        once per context made) rather than take a context another conversation's cache is in: that one would
-        read its whole history again, instructions and tools included."""
-        with self._lock:
-            while True:
-                if prefix is not None and prefix.context in self._free and self._holder(prefix.context) is prefix:
-                    context = prefix.context
-                    break
-                spare = next((c for c in self._free if self._holder(c) is None), None)
-                if spare is not None:
-                    context = spare
-                    break
-                if self._made < self.max_contexts:
-                    self._made += 1
-                    context = None
-                    break
-                if self._making:
-                    self._lock.wait()
-                    continue
-                if self._free:
-                    context = self._free[0]  # released the longest ago
-                    break
-                self._lock.wait()
-            if context is not None:
-                self._free.remove(context)
-                self._spare_ahead()
-                return context
-        try:
-            return self._make_context()
-        except BaseException:
-            with self._lock:
-                self._made -= 1
-                self._lock.notify_all()
-            raise
-
-    def _holder(self, context: Any) -> LlamaPrefix | None:
-        """The live conversation whose cache ``context`` holds, if any."""
-        ref = self._holders.get(id(context))
-        holder = ref() if ref is not None else None
-        return holder if holder is not None and holder.context is context else None
-
-    def _spare_ahead(self) -> None:
-        """With the lock held: starts making a context when none is spare and fewer than ``max_contexts`` exist."""
-        if self._made >= self.max_contexts or any(self._holder(c) is None for c in self._free):
-            return
-        self._made += 1
-        self._making += 1
-
-        def make() -> None:
-            try:
-                context = self._make_context()
-            except Exception:
-                logger.exception("could not make a spare llama.cpp context")
-                with self._lock:
-                    self._made -= 1
-                    self._making -= 1
-                    self._lock.notify_all()  # a caller waiting for it may make one itself
-                return
-            with self._lock:
-                self._making -= 1
-                self.release(context, None)
-
-        threading.Thread(target=make, name="llama-context", daemon=True).start()
-
-    def release(self, context: Any, prefix: LlamaPrefix | None) -> None:
-        """``context`` is free again; ``prefix``: the conversation whose cache it now holds."""
-        with self._lock:
-            if prefix is None:
-                self._holders.pop(id(context), None)
-            else:
-                prefix.context = context
-                self._holders[id(context)] = weakref.ref(prefix)
-            self._free.append(context)
-            self._lock.notify_all()  # the one waiting may be waiting for this conversation's own context
-
     def encode_chat(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> list[int]:
         """Token ids of ``messages`` rendered with the chat template, ready for the answer.
 
@@ -332,7 +220,7 @@ class LlamaCppLM:
         temperature: float = 0.8,
         cancel: Cancel | None = None,
         seed: int | None = None,
-        prefix: LlamaPrefix | None = None,
+        prefix: ConversationCache | None = None,
         tools: Sequence[FunctionTool] = (),
         tool_choice: ToolChoice = ToolChoice(),
         parallel_tool_calls: bool = True,
@@ -343,7 +231,7 @@ class LlamaCppLM:
 
         ``auto`` in a conversation with earlier turns: whether to call, and the call, are made from the current
         turn alone (the instructions, the tools, the user's last message and what followed it), on a context of
-        their own (``LlamaPrefix.turn``); an answer in words is made from the whole conversation. A small model
+        their own (``ConversationCache.turn``); an answer in words is made from the whole conversation. A small model
         that sees earlier turns tends to answer new requests the way it answered old ones, calls or not.
         """
         prompt_ids = self.encode_chat(messages, tools)
@@ -353,16 +241,16 @@ class LlamaCppLM:
         def stream(
             ids: list[int] = prompt_ids,
             max_tokens: int = max_new_tokens,
-            on: LlamaPrefix | None = prefix,
+            on: ConversationCache | None = prefix,
             **grammars: str | None,
         ) -> LlamaCppStream:
             left = self.context_length - len(ids)
             if left <= 0:
                 raise PromptTooLongError(f"prompt has {len(ids)} tokens, context is {self.context_length}")
-            return LlamaCppStream(self, ids, min(max_tokens, left), temperature, cancel, seed, on, **grammars)
+            return LlamaCppStream(self.contexts, ids, min(max_tokens, left), temperature, cancel, seed, on, **grammars)
 
         def calls(
-            choice: ToolChoice, base: list[int] = prompt_ids, on: LlamaPrefix | None = prefix
+            choice: ToolChoice, base: list[int] = prompt_ids, on: ConversationCache | None = prefix
         ) -> ForcedCallStream | CallSequence:
             def call(written: str = "") -> ForcedCallStream:
                 forced = forced_call(tools, choice)
@@ -419,7 +307,7 @@ class LlamaCppLM:
             ids = self.encode_chat([*messages, ANSWER_FROM_RESULTS], tools) if answered else prompt_ids
             return stream(ids, first=TEXT_FIRST)
 
-        def repeats(base: list[int], on: LlamaPrefix | None) -> Callable[[], bool]:
+        def repeats(base: list[int], on: ConversationCache | None) -> Callable[[], bool]:
             """Whether the call the decision opened on ``base`` would, greedily, be one already answered."""
 
             def check() -> bool:
@@ -465,7 +353,7 @@ class LlamaCppLM:
         self,
         messages: list[dict[str, Any]],
         tools: Sequence[FunctionTool] = (),
-        prefix: LlamaPrefix | None = None,
+        prefix: ConversationCache | None = None,
         stop: Callable[[], bool] | None = None,
     ) -> int:
         """Evaluates the prompts the next generation over ``messages`` starts from into the conversation's
@@ -503,15 +391,15 @@ class LlamaCppLM:
         self,
         messages: list[dict[str, Any]],
         tools: Sequence[FunctionTool],
-        prefix: LlamaPrefix,
+        prefix: ConversationCache,
         stop: Callable[[], bool] | None,
     ) -> int:
         """``prefill`` of one prompt into ``prefix``'s context."""
         ids = self.encode_chat(messages, tools)
         if len(ids) >= self.context_length:
             return 0
-        stream = LlamaCppStream(self, ids, 0, 0.0, None, None, prefix)
-        context = self.acquire(prefix)
+        stream = LlamaCppStream(self.contexts, ids, 0, 0.0, None, None, prefix)
+        context = self.contexts.acquire(prefix)
         read = 0
         stopped = stop or (lambda: False)
         try:
@@ -541,7 +429,7 @@ class LlamaCppLM:
             )
             return read
         finally:
-            self.release(context, prefix)
+            self.contexts.release(context, prefix)
 
     def _tokens(self, text: str) -> list[int]:
         return self._tokenizer.tokenize(text.encode(), add_bos=False, special=True) if text else []
@@ -549,8 +437,8 @@ class LlamaCppLM:
     def _tokens_in(self, text: str) -> int:
         return len(self._tokens(text))
 
-    def new_prefix_cache(self) -> LlamaPrefix:
-        return LlamaPrefix()
+    def new_prefix_cache(self) -> ConversationCache:
+        return ConversationCache()
 
 
-__all__ = ["LlamaCppLM", "LlamaCppStream", "LlamaPrefix", "default_model_path", "resolve_gguf"]
+__all__ = ["LlamaCppLM", "LlamaCppStream", "ConversationCache", "default_model_path", "resolve_gguf"]

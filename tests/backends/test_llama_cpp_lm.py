@@ -271,7 +271,7 @@ def test_the_one_evaluation_check_agrees_with_what_greedy_decoding_writes(qwen):
 
     def writes(arguments: dict) -> bool:
         text = f'{{"name": "{call.name}", "arguments": {json.dumps(arguments)}}}'
-        return LlamaCppStream(qwen, opened, 0, 0.0, None, None, None).writes([qwen._tokens(text)])
+        return LlamaCppStream(qwen.contexts, opened, 0, 0.0, None, None, None).writes([qwen._tokens(text)])
 
     assert writes(json.loads(call.arguments)), required
     assert not writes({"city": "Lyon"})
@@ -352,7 +352,7 @@ def test_two_threads_generate_independently_on_one_model(smol):
     for t in threads:
         t.join(120)
     assert [results[0], results[1]] == expected
-    assert smol._made <= smol.max_contexts
+    assert smol.contexts._made <= smol.contexts.max_contexts
 
 
 def test_a_prompt_longer_than_the_context_is_refused(smol):
@@ -404,7 +404,7 @@ def test_two_conversations_taking_turns_keep_their_own_caches():
                 )
             history += [{"role": "assistant", "content": answer}, {"role": "user", "content": "And then?"}]
     assert conversations[0][0].context is not conversations[1][0].context
-    assert lm._made == 2
+    assert lm.contexts._made == 2
 
 
 def test_a_conversation_arriving_while_the_spare_is_made_waits_for_it_rather_than_take_anothers_cache():
@@ -415,17 +415,17 @@ def test_a_conversation_arriving_while_the_spare_is_made_waits_for_it_rather_tha
     folder, name = default_model()
     lm = LlamaCppLM(str(Path(folder) / name), threads=2, max_contexts=2, n_ctx=1024)
     gate = threading.Event()
-    make = lm._make_context
+    make = lm.contexts._make_context
 
     def held_back():
         assert gate.wait(30)
         return make()
 
-    lm._make_context = held_back
+    lm.contexts._make_context = held_back
     cats = (lm.new_prefix_cache(), [{"role": "user", "content": "Tell me about cats."}])
     owls = (lm.new_prefix_cache(), [{"role": "user", "content": "Tell me about owls."}])
     first = "".join(lm.generate_stream(cats[1], 8, 0.0, prefix=cats[0]))
-    assert lm._making == 1
+    assert lm.contexts._making == 1
     second: list[str] = []
     waiting = threading.Thread(
         target=lambda: second.append("".join(lm.generate_stream(owls[1], 8, 0.0, prefix=owls[0])))
@@ -464,7 +464,7 @@ def test_a_conversation_whose_context_was_taken_does_not_take_it_back_from_the_t
     for animal in ("cats", "owls"):
         turn(animal)
         deadline = time.monotonic() + 30
-        while lm._making and time.monotonic() < deadline:  # the spare made ahead, so that owls gets its own
+        while lm.contexts._making and time.monotonic() < deadline:  # the spare made ahead, so that owls gets its own
             time.sleep(0.05)
     assert conversations["cats"][0].context is not conversations["owls"][0].context
     hens_context = turn("hens") and conversations["hens"][0].context
@@ -647,7 +647,7 @@ def test_a_chosen_call_must_be_made_of_what_was_said_or_the_answer_is_given_in_w
 
 def test_with_a_model_for_answers_the_decision_and_calls_stay_on_the_first_and_words_come_from_the_second():
     """Real llama.cpp: Qwen2.5-Coder-0.5B decides and writes calls, SmolLM2-135M (standing in for a larger
-    model) answers in words; each on its own contexts of the one conversation (``LlamaPrefix``)."""
+    model) answers in words; each on its own contexts of the one conversation (``ConversationCache``)."""
     folder, name = default_model()
     engine = LlamaCppLM(threads=2, n_ctx=1024, max_contexts=2, answer_model=str(Path(folder) / name))
     assert engine.answers is not engine and engine.answers.model_path.endswith(name)
@@ -689,7 +689,7 @@ def test_greedy_decoding_under_a_grammar_writes_what_the_full_weighing_writes_in
         (qwen.encode_chat(asked, [WEATHER, BOOK_TABLE]) + qwen._tokens(call.head), call.grammar),
         (qwen.encode_chat(QUESTION), 'root ::= [0-9] [0-9] [0-9] " " [a-z]+'),
     ]
-    (context,) = [qwen.acquire(None)]
+    (context,) = [qwen.contexts.acquire(None)]
     try:
         for prompt, grammar in cases:
             context.reset()
@@ -709,7 +709,7 @@ def test_greedy_decoding_under_a_grammar_writes_what_the_full_weighing_writes_in
                 assert json.loads(text) == json.loads(weighed), (text, weighed)
                 assert quick.evaluations <= len(written) // 2, (quick.evaluations, len(written), text)
     finally:
-        qwen.release(context, None)
+        qwen.contexts.release(context, None)
 
 
 def until_end(context, tokens, limit: int = 48) -> list[int]:

@@ -131,7 +131,7 @@ def test_a_lone_llama_cpp_generation_takes_every_core_and_gives_them_back(monkey
         assert set(seen) == {1}
         import llama_cpp
 
-        for context in lm._free:  # each context back on its own count after a generation on two
+        for context in lm.contexts.free:  # each context back on its own count after a generation on two
             assert llama_cpp.llama_n_threads(context._ctx.ctx) == 1
             assert llama_cpp.llama_n_threads_batch(context._ctx.ctx) == 1
     finally:

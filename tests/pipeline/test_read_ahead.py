@@ -242,7 +242,7 @@ def test_reading_ahead_stops_a_few_tokens_after_the_turn_ends_and_keeps_what_it_
     so_far = [SYSTEM, {"role": "user", "content": "Tell me about the history of the city of Rome"}]
     asked: list[int] = []
     ids = smol.encode_chat(so_far)
-    (context,) = smol._free
+    (context,) = smol.contexts.free
     held = list(context._input_ids)  # an earlier test's prompt: its system part is shared
     cached = next((i for i, (a, b) in enumerate(zip(held, ids)) if a != b), min(len(held), len(ids)))
     prefix = smol.new_prefix_cache()
@@ -269,7 +269,7 @@ def test_a_chunk_read_ahead_stops_part_way_when_told_and_the_context_keeps_what_
     from pipelines.backends._llama_stream import interruptible
 
     ids = smol._tokens("The quick brown fox jumps over the lazy dog. " * 60)[:400]
-    (context,) = [smol.acquire(None)]
+    (context,) = [smol.contexts.acquire(None)]
     try:
         context.reset()
         context.eval(ids[:100])
@@ -291,7 +291,7 @@ def test_a_chunk_read_ahead_stops_part_way_when_told_and_the_context_keeps_what_
         fresh = np.ctypeslib.as_array(llama_logits(context), shape=(context.n_vocab(),))
         assert np.array_equal(logits, fresh)
     finally:
-        smol.release(context, None)
+        smol.contexts.release(context, None)
 
 
 def llama_logits(context):
