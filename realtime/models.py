@@ -76,6 +76,12 @@ class Stage(models.TextChoices):
         return f"{self.value}_s"
 
 
+# A typed turn has no end of speech to time from: its response is timed from the response.create to the first
+# audio sent, kept in the response's ``breakdown`` under this key and summarized under ``TYPED_LATENCY``.
+REQUEST_TO_AUDIO = "request_to_audio_s"
+TYPED_LATENCY = "request_to_audio"
+
+
 class TransportKind(models.TextChoices):
     """Which carrier a session came through, as its record keeps it (the interface a carrier implements is
     :class:`realtime.live.transport.Transport`)."""

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from realtime.models import ClientSecret, Node, RealtimeSession, RefusalCount, Stage
+from realtime.models import REQUEST_TO_AUDIO, TYPED_LATENCY, ClientSecret, Node, RealtimeSession, RefusalCount, Stage
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,12 @@ def summarize(session_id: str) -> dict[str, Any] | None:
             "p99": _round(percentile(values, 99)),
             "max": _round(max(values) if values else None),
         }
+    typed = [r.breakdown[REQUEST_TO_AUDIO] for r in responses if REQUEST_TO_AUDIO in (r.breakdown or {})]
+    latency[TYPED_LATENCY] = {
+        "count": len(typed),
+        **{f"p{q}": _round(percentile(typed, q)) for q in (50, 90, 99)},
+        "max": _round(max(typed, default=None)),
+    }
     words: dict[str, int] = {}
     for role, text in session.items.values_list("role", "text"):
         words[role] = words.get(role, 0) + len(text.split())

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from realtime.admin.detail import session_detail
 from realtime.models import (
+    TYPED_LATENCY,
     ConversationItem,
     EndReason,
     Node,
@@ -190,10 +191,14 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="speech end to audio, p50", ordering="p50")
     def voice_to_voice_p50(self, obj: RealtimeSession) -> str:
-        p50 = ((obj.summary or {}).get("latency_s", {}).get("voice_to_voice") or {}).get("p50")
-        if p50 is None:  # the server times a turn from the end of speech: a typed one has none
-            return "– (typed only)" if obj.turns == 0 and obj.n_user_messages else "–"
-        return f"{p50 * 1000:.0f} ms"
+        latency = (obj.summary or {}).get("latency_s", {})
+        p50 = (latency.get("voice_to_voice") or {}).get("p50")
+        if p50 is not None:
+            return f"{p50 * 1000:.0f} ms"
+        typed = (latency.get(TYPED_LATENCY) or {}).get("p50")  # no end of speech: from the request instead
+        if typed is not None:
+            return f"{typed * 1000:.0f} ms (typed, from the request)"
+        return "– (typed only)" if obj.turns == 0 and obj.n_user_messages else "–"
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view

@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from pipelines.timeline import spans
-from realtime.models import RealtimeSession, Recording, ResponseRecord, Stage
+from realtime.models import REQUEST_TO_AUDIO, TYPED_LATENCY, RealtimeSession, Recording, ResponseRecord, Stage
 
 # A turn's breakdown (pipelines/timeline.py): each span named by the moment that ends it.
 SPANS = {
@@ -89,11 +89,13 @@ def summary_rows(summary: dict[str, Any] | None) -> list[dict[str, str]]:
     alone fit a phone's 360 px)."""
     latency = (summary or {}).get("latency_s", {})
     rows = []
-    for stage in Stage:
-        values = latency.get(stage.value) or {}
+    typed_turns = (latency.get(TYPED_LATENCY) or {}).get("count")
+    typed = [(TYPED_LATENCY, "Typed: request to first audio")] if typed_turns else []
+    for key, label in [(stage.value, stage.label) for stage in Stage] + typed:
+        values = latency.get(key) or {}
         rows.append(
             {
-                "label": stage.label,
+                "label": label,
                 "count": str(values.get("count", 0)),
                 **{q: ms(values.get(q)).removesuffix(" ms") for q in ("p50", "p90", "p99", "max")},
             }
@@ -129,7 +131,9 @@ def timings(response: ResponseRecord) -> list[tuple[str, str]]:
     """A response's stage figures, then its turn's breakdown: the spans as they happened (they add up to the
     last), and what the turn waited for. A typed turn has no end of speech to time from: said so, not "–"."""
     typed = response.voice_to_voice_s is None and response.stt_s is None
-    said = {Stage.VOICE_TO_VOICE: TYPED, Stage.STT: "– (typed)"} if typed else {}
+    asked = (response.breakdown or {}).get(REQUEST_TO_AUDIO)
+    said = {Stage.VOICE_TO_VOICE: TYPED if asked is None else f"{ms(asked)} (typed: from the request)"} if typed else {}
+    said |= {Stage.STT: "– (typed)"} if typed else {}
     rows = [(stage.label, said.get(stage) or ms(getattr(response, stage.field))) for stage in Stage]
     marks = response.breakdown or {}
     for name, span, at in spans(marks):

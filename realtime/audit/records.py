@@ -25,7 +25,15 @@ from django.utils import timezone
 
 from pipelines import messages as m, timeline
 from realtime.audit import recordings
-from realtime.models import ConversationItem, RealtimeSession, RefusalCount, ResponseRecord, Stage, upsert
+from realtime.models import (
+    REQUEST_TO_AUDIO,
+    ConversationItem,
+    RealtimeSession,
+    RefusalCount,
+    ResponseRecord,
+    Stage,
+    upsert,
+)
 from realtime.protocol import client_events as ce
 
 if TYPE_CHECKING:
@@ -266,6 +274,10 @@ class SessionRecorder:
             and state.first_audio_at >= self._speech_end
         ):
             voice_to_voice = state.first_audio_at - self._speech_end
+        turn = breakdown(msg.breakdown if msg.timeline is None else msg.timeline.breakdown(), state.first_audio_at)
+        if self._speech_end is None and state.first_audio_at is not None and state.first_audio_at >= state.started_at:
+            # A typed turn has no end of speech: it is timed from its response.create to the first audio instead.
+            turn[REQUEST_TO_AUDIO] = state.first_audio_at - state.started_at
         lat = msg.latencies
         fields: dict[str, Any] = {
             "item_id": state.item_id,
@@ -279,9 +291,7 @@ class SessionRecorder:
             "tts_first_audio_s": lat.get("tts_first_audio_s"),
             "voice_to_voice_s": voice_to_voice,
             # read now, not when the TTS finished: a speculative answer can be done before the decision
-            "breakdown": breakdown(
-                msg.breakdown if msg.timeline is None else msg.timeline.breakdown(), state.first_audio_at
-            ),
+            "breakdown": turn,
             "finished_at": timezone.now(),
         }
         for stage in Stage:  # STT was observed when its transcript came

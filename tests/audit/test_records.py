@@ -61,6 +61,7 @@ async def test_it_records_the_transcript_and_the_latencies_of_each_response(loop
     assert [r.status for r in responses] == ["completed", "completed"]
     text_response, voice_response = responses
     assert text_response.voice_to_voice_s is None and text_response.stt_s is None  # no speech in that turn
+    assert 0 < text_response.breakdown["request_to_audio_s"] < 5  # timed from its response.create instead
     assert text_response.lm_first_token_s is not None and text_response.tts_first_audio_s is not None
     assert text_response.output_tokens > 0 and text_response.audio_ms > 0
     assert voice_response.stt_s is not None and 0 < voice_response.voice_to_voice_s < 5
@@ -69,6 +70,7 @@ async def test_it_records_the_transcript_and_the_latencies_of_each_response(loop
     words = {role: sum(len(text.split()) for r, text in items if r == role) for role in ("user", "assistant")}
     assert session.summary["words"] == words
     assert session.summary["latency_s"]["voice_to_voice"]["count"] == 1
+    assert session.summary["latency_s"]["request_to_audio"]["count"] == 1  # the typed turn
     assert session.summary["responses"] == {"completed": 2}
 
 
