@@ -23,8 +23,9 @@ from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.tool_calls import CALL_OPEN, CALL_SEPARATOR, plain_messages, tool_schema
 
 from ._assembled import assembled
+from ._llama_abort import interruptible
 from ._llama_contexts import ConversationCache, LlamaContexts
-from ._llama_stream import LlamaCppStream, byte_tokens, interruptible
+from ._llama_stream import LlamaCppStream, byte_tokens
 from ._llama_tools import (
     TEXT_FIRST,
     AutoCallStream,
@@ -101,7 +102,7 @@ ANSWER_FROM_RESULTS = {
 }
 # Reading ahead evaluates the prompt in chunks: READ_AHEAD_TOKENS first, then as many as take about READ_AHEAD_S
 # (at most twice the last chunk, and the context's batch). A chunk stops part-way, within milliseconds, when the
-# answer comes (``_llama_stream.interruptible``), so chunks may be long: a chunk of four tokens costs a quarter
+# answer comes (``_llama_abort.interruptible``), so chunks may be long: a chunk of four tokens costs a quarter
 # of what one of thirty-two does (each reads all the weights once), and chunks of about 50 ms read new
 # instructions (the whole history again) at 60-100 tokens a second on two cores, against about 170 in chunks of
 # a quarter of a second (docs/benchmarks.md, "Reading ahead"). A chunk longer than READ_AHEAD_SHORT_S also

@@ -186,7 +186,7 @@ def test_steps_run_one_per_core_and_a_free_core_goes_to_the_step_due_soonest():
 
 
 def test_a_long_step_is_told_to_give_way_only_to_a_waiting_step_due_before_it():
-    """``wanted_before``: what reading ahead's watcher asks (``_llama_stream.interruptible``) while its chunk holds
+    """``wanted_before``: what reading ahead's watcher asks (``_llama_abort.interruptible``) while its chunk holds
     the only core: another step waiting, due sooner, is a reason to stop part-way; one due later is not."""
     share = CoreShare(cores=1, share=1, ordered=True)
 

@@ -266,7 +266,7 @@ def test_a_chunk_read_ahead_stops_part_way_when_told_and_the_context_keeps_what_
     import numpy as np
 
     from pipelines import cpu
-    from pipelines.backends._llama_stream import interruptible
+    from pipelines.backends._llama_abort import interruptible
 
     ids = smol._tokens("The quick brown fox jumps over the lazy dog. " * 60)[:400]
     (context,) = [smol.contexts.acquire(None)]
