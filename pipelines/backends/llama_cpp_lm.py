@@ -125,7 +125,7 @@ class LlamaCppLM:
     """One GGUF model on llama.cpp, shared by many units; up to ``max_contexts`` generations at once.
 
     With ``answer_model``, a model for each job: this one decides whether to call a function and writes the
-    calls, ``answers`` (the second model) writes every answer in words."""
+    calls, ``answerer`` (the second model) writes every answer in words."""
 
     def __init__(
         self,
@@ -171,9 +171,9 @@ class LlamaCppLM:
             template, eos_token=vocab.token_get_text(eos) if eos >= 0 else "", bos_token=self._bos_text
         )
         logger.info("Loaded LM %s on llama.cpp (%s, context %d)", self.model_path, device, self.context_length)
-        self.answers = self
+        self.answerer: LlamaCppLM | None = None  # a second model for answers in words (None: this one answers)
         if answer_model:
-            self.answers = LlamaCppLM(
+            self.answerer = LlamaCppLM(
                 answer_model,
                 device=device,
                 n_ctx=n_ctx,
@@ -181,7 +181,7 @@ class LlamaCppLM:
                 max_contexts=max_contexts,
                 cache_dir=cache_dir,
             )
-            logger.info("answers in words come from %s", self.answers.model_path)
+            logger.info("answers in words come from %s", self.answerer.model_path)
 
     @staticmethod
     def _fallback_template(meta: dict[str, str]) -> str:
@@ -235,9 +235,7 @@ class LlamaCppLM:
         their own (``ConversationCache.turn``); an answer in words is made from the whole conversation. A small model
         that sees earlier turns tends to answer new requests the way it answered old ones, calls or not.
         """
-        prompt_ids = self.encode_chat(messages, tools)
-        if len(prompt_ids) >= self.context_length:
-            raise PromptTooLongError(f"prompt has {len(prompt_ids)} tokens, context is {self.context_length}")
+        prompt_ids = self._fitting(self.encode_chat(messages, tools))
 
         def stream(
             ids: list[int] = prompt_ids,
@@ -245,9 +243,7 @@ class LlamaCppLM:
             on: ConversationCache | None = prefix,
             **grammars: str | None,
         ) -> LlamaCppStream:
-            left = self.context_length - len(ids)
-            if left <= 0:
-                raise PromptTooLongError(f"prompt has {len(ids)} tokens, context is {self.context_length}")
+            left = self.context_length - len(self._fitting(ids))
             return LlamaCppStream(self.contexts, ids, min(max_tokens, left), temperature, cancel, seed, on, **grammars)
 
         def calls(
@@ -277,11 +273,11 @@ class LlamaCppLM:
                 return call()
             return CallSequence(call(), next_call)
 
-        separate = self.answers is not self
+        separate = self.answerer is not None
 
         def in_words(conversation: list[dict[str, Any]]) -> Any:
             """The answer model's answer, in words."""
-            return self.answers.generate_stream(
+            return (self.answerer or self).generate_stream(
                 conversation,
                 max_new_tokens,
                 temperature,
@@ -372,7 +368,7 @@ class LlamaCppLM:
         if prefix is None:
             return 0
         read = 0
-        separate = self.answers is not self
+        separate = self.answerer is not None
         turn_over = bool(messages) and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls")
         if tools and not turn_over:  # once the turn is answered, the next decision is on a turn not yet said
             turn = current_turn(messages)
@@ -384,8 +380,8 @@ class LlamaCppLM:
             results = bool(messages) and messages[-1]["role"] == "tool" and bool(answered_calls(messages))
             if results and (separate or not later):
                 messages = [*messages, ANSWER_FROM_RESULTS]
-        if separate:
-            return read + self.answers._read(messages, tools, prefix.for_answers(), stop)
+        if self.answerer is not None:
+            return read + self.answerer._read(messages, tools, prefix.for_answers(), stop)
         return read + self._read(messages, tools, prefix, stop)
 
     def _read(
@@ -437,6 +433,12 @@ class LlamaCppLM:
 
     def _tokens_in(self, text: str) -> int:
         return len(self._tokens(text))
+
+    def _fitting(self, ids: list[int]) -> list[int]:
+        """``ids``, a prompt that leaves room for at least one token of answer; raises :class:`PromptTooLongError`."""
+        if len(ids) >= self.context_length:
+            raise PromptTooLongError(f"prompt has {len(ids)} tokens, context is {self.context_length}")
+        return ids
 
     def new_prefix_cache(self) -> ConversationCache:
         return ConversationCache()

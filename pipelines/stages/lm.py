@@ -36,7 +36,7 @@ from pipelines.messages import (
     insert_after,
 )
 from pipelines.stages.base import CancelFlag, SessionContext, Stage
-from pipelines.stages.lm_output import ResponseOutput
+from pipelines.stages.lm_output import ResponseOutput, TokenCounts
 from pipelines.timeline import Timeline
 from pipelines.tool_calls import chat_messages
 
@@ -60,7 +60,7 @@ class _Run:
     started: float = field(default_factory=time.perf_counter)
     first_token_s: float | None = None
     rounds: int = 0
-    tokens: list[int] = field(default_factory=lambda: [0, 0, 0])  # input, output, cached over all rounds
+    tokens: TokenCounts = field(default_factory=TokenCounts)  # over all its rounds
     timeline: Timeline | None = None  # of the user turn it answers (pipelines/timeline.py)
 
 
@@ -398,11 +398,17 @@ class LmStage(Stage):
         if req.out_of_band or req.extra_input is not None:
             kept = tuple(e for e in req.extra_input or () if e.item_id != entry.item_id)
             run.req = replace(req, extra_input=(*kept, entry))
-        if req.out_of_band or (run.turn and self.context.turn_abandoned(run.turn)):
+        self._into_conversation(req, run.turn, [entry])
+
+    def _into_conversation(self, req: ResponseRequest, turn: str, entries: list[HistoryEntry]) -> None:
+        """Keeps a response's ``entries`` in the conversation (not an out-of-band response's, nor an abandoned
+        turn's); a speculative turn's are taken back if it is abandoned later."""
+        if req.out_of_band or (turn and self.context.turn_abandoned(turn)):
             return
-        self._keep(entry)
-        if run.turn in self._speculative:
-            self._speculative[run.turn].append(entry.item_id)
+        for entry in entries:
+            self._keep(entry)
+            if turn in self._speculative:
+                self._speculative[turn].append(entry.item_id)
 
     # Over the complexity limit: one round's start, its failures and its ending are kept together, in order.
     def _generate(self, run: _Run) -> Iterator[StageOutput]:  # noqa: C901
@@ -447,8 +453,7 @@ class LmStage(Stage):
         except Exception as exc:
             logger.exception("generation failed")
             status, reason = "failed", f"{type(exc).__name__}: {exc}"
-        for index, name in enumerate(("input_tokens", "output_tokens", "cached_tokens")):
-            run.tokens[index] += getattr(stream, name, 0)
+        run.tokens.add(stream)
         self._remember(req, turn, run.item_id, output)
         hosted = tuple(call for call in output.calls if call.name in req.hosted)
         if status == "completed" and hosted:
@@ -465,15 +470,14 @@ class LmStage(Stage):
             self._read_next_answer(gen)
 
     def _end(self, run: _Run, status: str, reason: str | None, error_code: str | None = None) -> ResponseEnd:
-        input_tokens, output_tokens, cached_tokens = run.tokens
         return ResponseEnd(
             generation=run.req.generation,
             response_id=run.req.response_id,
             status=status,
             reason=reason,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cached_tokens=cached_tokens,
+            input_tokens=run.tokens.input,
+            output_tokens=run.tokens.output,
+            cached_tokens=run.tokens.cached,
             lm_first_token_s=run.first_token_s,
             turn=run.turn,
             error_code=error_code,
@@ -482,13 +486,8 @@ class LmStage(Stage):
 
     def _remember(self, req: ResponseRequest, turn: str, item_id: str, output: ResponseOutput) -> None:
         """Adds the response's text and finished calls to the conversation (not for out-of-band ones)."""
-        if req.out_of_band or (turn and self.context.turn_abandoned(turn)):
-            return
         entries: list[HistoryEntry] = [HistoryItem(item_id, "assistant", output.text)] if output.text else []
-        for entry in entries + list(output.calls):
-            self._keep(entry)
-            if turn in self._speculative:
-                self._speculative[turn].append(entry.item_id)
+        self._into_conversation(req, turn, entries + list(output.calls))
 
     @staticmethod
     def _pieces(stream: Iterable[str], cancel: CancelFlag) -> Iterator[str]:

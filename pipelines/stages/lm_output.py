@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from pipelines.ids import new_id
 from pipelines.messages import (
@@ -19,6 +20,21 @@ from pipelines.spoken import for_reading
 from pipelines.text import SentenceSplitter
 from pipelines.timeline import Timeline
 from pipelines.tool_calls import ArgumentsPiece, CallEnd, CallParser, CallStart, MarkupFilter, Text, call_key
+
+
+@dataclass
+class TokenCounts:
+    """The tokens a response read (``input``, of which ``cached`` came from a cache) and wrote, over its rounds."""
+
+    input: int = 0
+    output: int = 0
+    cached: int = 0
+
+    def add(self, stream: object) -> None:
+        """Adds one round's counts, as its stream gives them (none: a round that failed before it began)."""
+        self.input += getattr(stream, "input_tokens", 0)
+        self.output += getattr(stream, "output_tokens", 0)
+        self.cached += getattr(stream, "cached_tokens", 0)
 
 
 class ResponseOutput:

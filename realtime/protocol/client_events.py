@@ -47,17 +47,24 @@ def client_event(cls: C) -> C:
     return cls
 
 
-@client_event
 @dataclass(frozen=True, kw_only=True)
-class SessionUpdate(ClientEvent):
-    type = "session.update"
-    handler = "on_session_update"
+class SessionSettings(ClientEvent):
+    """An event that carries session settings (``session``, an object), parsed alike: GA's ``session.update``
+    and the beta's ``transcription_session.update``. Not an event of its own (not in ``REGISTRY``)."""
+
     session: Raw
-    prompts: PromptLookup | None = None  # the versions of the prompt ``session.prompt`` names, read by the core
 
     @classmethod
     def parse(cls, raw: Raw, max_audio_bytes: int) -> Self:
         return cls(event_id=raw.get("event_id"), session=require(raw, "session", dict))
+
+
+@client_event
+@dataclass(frozen=True, kw_only=True)
+class SessionUpdate(SessionSettings):
+    type = "session.update"
+    handler = "on_session_update"
+    prompts: PromptLookup | None = None  # the versions of the prompt ``session.prompt`` names, read by the core
 
     def prompt_ref(self) -> Any:
         return self.session.get("prompt")
@@ -187,16 +194,11 @@ class OutputAudioClear(ClientEvent):
 
 @client_event
 @dataclass(frozen=True, kw_only=True)
-class TranscriptionSessionUpdate(ClientEvent):
+class TranscriptionSessionUpdate(SessionSettings):
     """The beta way to make a session a transcription session (GA: ``session.update`` with ``type``)."""
 
     type = "transcription_session.update"
     handler = "on_transcription_session_update"
-    session: Raw
-
-    @classmethod
-    def parse(cls, raw: Raw, max_audio_bytes: int) -> Self:
-        return cls(event_id=raw.get("event_id"), session=require(raw, "session", dict))
 
 
 CLIENT_EVENT_TYPES = tuple(REGISTRY)

@@ -650,7 +650,7 @@ def test_with_a_model_for_answers_the_decision_and_calls_stay_on_the_first_and_w
     model) answers in words; each on its own contexts of the one conversation (``ConversationCache``)."""
     folder, name = default_model()
     engine = LlamaCppLM(threads=2, n_ctx=1024, max_contexts=2, answer_model=str(Path(folder) / name))
-    assert engine.answers is not engine and engine.answers.model_path.endswith(name)
+    assert engine.answerer is not None and engine.answerer.model_path.endswith(name)
     plain = engine.new_prefix_cache()
     assert "".join(engine.generate_stream(QUESTION, 16, 0.0, prefix=plain)).strip()
     assert plain.context is None and plain.answer is not None and plain.answer.context is not None
