@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pipelines.errors import PromptTooLongError
 
 from ._decode import text_pieces, tokenizer_decode
-from ._lm_stream import PrefixCache, sampling_processors
+from ._transformers_stream import PrefixCache, sampling_processors
 
 if TYPE_CHECKING:
     from .transformers_lm import TransformersLM

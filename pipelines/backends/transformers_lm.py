@@ -17,10 +17,10 @@ from pipelines.interfaces import Cancel
 from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.tool_calls import plain_messages, tool_schema
 
-from ._lm_cache import cached_gguf_folder
-from ._lm_grammar import ToolGrammars
-from ._lm_stream import LMStream, PrefixCache
 from ._paths import package_dir
+from ._transformers_cache import cached_gguf_folder
+from ._transformers_grammar import ToolGrammars
+from ._transformers_stream import LMStream, PrefixCache
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class TransformersLM:
 
         With ``prefix`` (one per conversation, see ``new_prefix_cache``) the KV
         cache of the previous turn is reused for the part of the prompt they share.
-        With ``tools`` the output is constrained as ``_lm_grammar`` describes:
+        With ``tools`` the output is constrained as ``_transformers_grammar`` describes:
         calls in the ``pipelines.tool_calls`` format, arguments valid for their schema.
         """
         prompt_ids = self.encode_chat(messages, tools)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.backends import _lm_cache
+from pipelines.backends import _transformers_cache
 from pipelines.backends.transformers_lm import (
     PromptTooLongError,
     TransformersLM,
@@ -96,7 +96,7 @@ def test_a_second_load_reads_the_cache_without_converting(lm, lm_cache_dir, monk
     def fail(*_args, **_kwargs):
         raise AssertionError("the GGUF was converted again")
 
-    monkeypatch.setattr(_lm_cache, "_convert", fail)
+    monkeypatch.setattr(_transformers_cache, "_convert", fail)
     second = TransformersLM(cache_dir=str(lm_cache_dir))
     expected = "".join(lm.generate_stream(QUESTION, max_new_tokens=15, temperature=0.0))
     assert "".join(second.generate_stream(QUESTION, max_new_tokens=15, temperature=0.0)) == expected
@@ -112,10 +112,11 @@ def test_racing_cache_writers_leave_one_complete_folder(tmp_path, monkeypatch):
         start.wait()  # both writers convert at the same time
         (out / "config.json").write_text("{}")
 
-    monkeypatch.setattr(_lm_cache, "_convert", fake_convert)
+    monkeypatch.setattr(_transformers_cache, "_convert", fake_convert)
     results: list[Path | None] = []
     threads = [
-        threading.Thread(target=lambda: results.append(_lm_cache.cached_gguf_folder(gguf, str(root)))) for _ in range(2)
+        threading.Thread(target=lambda: results.append(_transformers_cache.cached_gguf_folder(gguf, str(root))))
+        for _ in range(2)
     ]
     for t in threads:
         t.start()

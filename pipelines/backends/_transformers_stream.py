@@ -12,7 +12,7 @@ from ._decode import text_pieces, tokenizer_decode
 from ._generation import REPETITION_PENALTY, TOP_K, TOP_P, Generation, shared_prefix
 
 if TYPE_CHECKING:
-    from ._lm_grammar import ToolConstraint
+    from ._transformers_grammar import ToolConstraint
 
 logger = logging.getLogger(__name__)
 
