@@ -9,10 +9,10 @@ from pipelines import audio
 from pipelines.interfaces import Denoiser, DenoiserModel
 
 # How much each ``noise_reduction`` type may take away from a frequency band, in dB (None: no limit).
-# Both types get the same light touch. With RNNoise (the default) a 6 dB cap lowered Whisper's mean word
-# error rate over white and pink noise at 0-10 dB SNR from 18.7 % to 15.8 %; a 12 dB cap (the idea was a
-# stronger far_field) did worse on average, most of all in babble (64.7 % against 52.6 % at 5 dB), and
-# with no cap or 18 dB the denoisers took speech away too (docs/benchmarks.md, bench/noise_reduction.py).
+# Both types get the same light touch: with RNNoise (the default) a 6 dB cap gave Whisper the fewest word
+# errors in white and pink noise; a stronger cap (the idea was a stronger far_field) did worse, most of all in
+# babble, and with none the denoisers took speech away too (the figures: docs/benchmarks.md, "Noise reduction
+# of the input audio", bench/noise_reduction.py).
 ATTENUATION_LIMIT_DB: dict[str, float | None] = {"near_field": 6.0, "far_field": 6.0}
 
 

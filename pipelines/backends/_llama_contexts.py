@@ -61,11 +61,11 @@ class LlamaContexts:
         conversation reads its whole prompt again next time).
 
         Taking another conversation's context costs that one its cache: with two sessions on one context,
-        each turn of each read its whole history again (1 s a turn after ten turns on two cores). A new
-        context takes 0.3-0.45 s to make, so one is made ahead, off the caller's thread, whenever no spare
-        one is left; a caller that finds none spare while one is being made waits for it (at most that 0.3-0.45 s,
-        once per context made) rather than take a context another conversation's cache is in: that one would
-        read its whole history again, instructions and tools included."""
+        each turn of each read its whole history again. A new context takes a few tenths of a second to make,
+        so one is made ahead, off the caller's thread, whenever no spare one is left; a caller that finds none
+        spare while one is being made waits for it (at most that long, once per context made) rather than take
+        a context another conversation's cache is in: that one would read its whole history again, instructions
+        and tools included."""
         with self._lock:
             while True:
                 if prefix is not None and prefix.context in self.free and self._holder(prefix.context) is prefix:

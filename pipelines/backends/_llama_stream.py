@@ -289,8 +289,8 @@ class GreedyUnderGrammar:
 
     * The most likely token is asked of the grammar alone, and only where the grammar refuses it is every
       token of the vocabulary weighed against it. llama-cpp-python's sampler chain weighs all of them at
-      every step (about 13 ms a token with a call's grammar and Qwen2.5's 151,936 tokens, half again a
-      step's time on two cores).
+      every step, which with a large vocabulary costs about half again a step's time (docs/benchmarks.md,
+      "Function calling with the default models").
     * Where the grammar allows one byte only, that byte is written without asking the model, and so on:
       ``{"name": "``, the rest of a name once it is the only one it can be, ``", "arguments": {"``, a required
       key. Such a run is tokenized and evaluated in one batch with the model's last token instead of being

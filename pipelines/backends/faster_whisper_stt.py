@@ -76,9 +76,9 @@ class WhisperEngine:
 
     An utterance shorter than ``window_s`` (less a second) is encoded in a window of
     ``window_s`` rather than Whisper's 30 s: the encoder's cost grows with its input, and
-    faster-whisper pads every utterance to 30 s, so a 2.6 s question cost the encoder a 30 s
-    one (bench/stt_window.py: 1.7 s against 0.48 s per question, p50, on the busy 2-core machine,
-    at some cost in words: see its figures in docs/benchmarks.md). The padding is the one
+    faster-whisper pads every utterance to 30 s, so a short question cost the encoder a 30 s
+    one (several times the time, at some cost in words: docs/benchmarks.md, "Whisper's encoder
+    window", bench/stt_window.py). The padding is the one
     faster-whisper gives (zeros after the log-mel features); a greedy result that looks wrong
     (repetitive, saying its last words twice, unlikely) is decoded again on the full 30 s
     window, with faster-whisper's fallback.

@@ -102,10 +102,9 @@ ANSWER_FROM_RESULTS = {
 }
 # Reading ahead evaluates the prompt in chunks: READ_AHEAD_TOKENS first, then as many as take about READ_AHEAD_S
 # (at most twice the last chunk, and the context's batch). A chunk stops part-way, within milliseconds, when the
-# answer comes (``_llama_abort.interruptible``), so chunks may be long: a chunk of four tokens costs a quarter
-# of what one of thirty-two does (each reads all the weights once), and chunks of about 50 ms read new
-# instructions (the whole history again) at 60-100 tokens a second on two cores, against about 170 in chunks of
-# a quarter of a second (docs/benchmarks.md, "Reading ahead"). A chunk longer than READ_AHEAD_SHORT_S also
+# answer comes (``_llama_abort.interruptible``), so chunks may be long: a short chunk costs nearly what a long
+# one does (each reads all the weights once), so long chunks read new instructions several times faster
+# (the figures: docs/benchmarks.md, "Reading ahead outside a turn"). A chunk longer than READ_AHEAD_SHORT_S also
 # stops when a step due sooner waits for a core (another session's first words, this one's speech), and the
 # next is half as long: on busy cores reading ahead goes on in short chunks, which such a step waits for.
 READ_AHEAD_TOKENS = 4
