@@ -135,6 +135,11 @@ class SessionQuerySet(models.QuerySet["RealtimeSession"]):
         return self.annotate(n_user_messages=Coalesce(Subquery(user_items, output_field=models.IntegerField()), 0))
 
 
+class CallDirection(models.TextChoices):
+    INBOUND = "inbound", "inbound"
+    OUTBOUND = "outbound", "outbound"
+
+
 class RealtimeSession(models.Model):
     """One session (over a WebSocket or a WebRTC call), from connect to close; rejected connections too."""
 
@@ -163,6 +168,13 @@ class RealtimeSession(models.Model):
     # A phone call's numbers, as S2S_SIP_NUMBERS allows (full, the last four digits, or nothing).
     caller = models.CharField(max_length=100, blank=True)
     callee = models.CharField(max_length=100, blank=True)
+    # Which way a phone call went (blank: not a phone call) and, for a call the agent placed, how it went: its status
+    # (realtime.transports.sip.dialling.STATUSES), why it ended (sip_486, ring_timeout, callee_hung_up, ...) and
+    # the final SIP answer to its INVITE.
+    direction = models.CharField(max_length=8, choices=CallDirection.choices, blank=True, db_index=True)
+    call_status = models.CharField(max_length=16, blank=True)
+    call_end_reason = models.CharField(max_length=32, blank=True)
+    sip_code = models.IntegerField(null=True, blank=True)
     started_at = models.DateTimeField(db_index=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=32, choices=EndReason.choices, default=EndReason.ACTIVE, db_index=True)
@@ -177,7 +189,10 @@ class RealtimeSession(models.Model):
 
     class Meta:
         ordering = ["-started_at"]
-        permissions = [("end_live_session", "Can end a live session")]
+        permissions = [
+            ("end_live_session", "Can end a live session"),
+            ("place_outbound_call", "Can place an outbound phone call"),
+        ]
 
     def __str__(self) -> str:
         return self.id
