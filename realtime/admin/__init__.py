@@ -1,4 +1,5 @@
-"""The operators' view: the session audit (read-only), the live slot board of every node, and ending a live session."""
+"""The operators' view: the session audit (read-only), the live slot board of every node, ending a live session,
+and the way to supervise one (its page's controls: ``static/realtime/supervise.js``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any, ClassVar, cast
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
-from django.db.models import DurationField, ExpressionWrapper, F, FloatField, QuerySet
+from django.db.models import BooleanField, DurationField, ExpressionWrapper, F, FloatField, QuerySet, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 from django.http import (
@@ -25,6 +26,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
+from realtime.admin import supervise
 from realtime.admin.detail import session_detail
 from realtime.models import (
     TYPED_LATENCY,
@@ -174,7 +176,10 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="duration", ordering="length")
     def duration(self, obj: RealtimeSession) -> str:
-        return "live" if obj.duration_s is None else f"{obj.duration_s:.1f} s"
+        """A live session's "live", with a link to its page's controls for a supervisor (``supervisable``)."""
+        if obj.duration_s is not None:
+            return f"{obj.duration_s:.1f} s"
+        return supervise.live_link(obj) if getattr(obj, "supervisable", False) else "live"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[RealtimeSession]:
         # The default manager's queryset is a SessionQuerySet; the admin's annotation says only QuerySet.
@@ -182,6 +187,7 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         return sessions.annotate(  # the columns sorted by the database: a live session (no end) sorts last
             length=ExpressionWrapper(F("ended_at") - F("started_at"), output_field=DurationField()),
             p50=Cast(KT("summary__latency_s__voice_to_voice__p50"), FloatField()),
+            supervisable=Value(supervise.may_supervise(request), BooleanField()),  # the list's link, per request
         )
 
     @admin.display(description="user messages", ordering="n_user_messages")
@@ -226,6 +232,7 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
             "has_view_permission": True,
             "live": live,
             "can_end": live and self.has_end_live_session_permission(request),
+            **supervise.page_context(request, session, live),
             "refresh_ms": max(2000, int(settings.S2S_SLOT_BOARD_REFRESH_S * 1000)),
             **session_detail(session),
         }
@@ -342,6 +349,7 @@ class NodeAdmin(ReadOnlyAdmin):
             "sessions_url": reverse("admin:realtime_realtimesession_changelist"),
             "refresh_ms": int(settings.S2S_SLOT_BOARD_REFRESH_S * 1000),
             "can_end": request.user.has_perm("realtime.end_live_session"),
+            "can_supervise": supervise.may_supervise(request),
         }
         return TemplateResponse(request, "admin/realtime/node/slot_board.html", context)
 

@@ -1,4 +1,5 @@
-"""What the admin's session page shows: facts, the summary in words, a latency chart, and each turn's timings."""
+"""What the admin's session page shows: facts, the summary in words, a latency chart, each turn's timings, and who
+supervised it (issue 51)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from pipelines.timeline import spans
+from realtime.admin.supervise import supervision
 from realtime.models import REQUEST_TO_AUDIO, TYPED_LATENCY, RealtimeSession, Recording, ResponseRecord, Stage
 
 # A turn's breakdown (pipelines/timeline.py): each span named by the moment that ends it.
@@ -58,6 +60,7 @@ def session_detail(session: RealtimeSession) -> dict[str, Any]:
         "summarized": session.summary is not None,
         "turns": turns(session, responses),
         "chart": chart(responses),
+        "supervision": supervision(session),  # issue 51: who listened, whispered, took over
     }
 
 

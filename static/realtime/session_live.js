@@ -1,12 +1,12 @@
 // A live session's admin page: asks before ending it, and every few seconds reads the page again and puts what
-// changed in place (facts, latency, chart, new or changed turns), without reloading: focus, scroll and a playing
+// changed in place (facts, latency, chart, supervision, new or changed turns), without reloading: focus, scroll and a playing
 // recording stay. Once the page says the session ended (no #live), the live bar goes and the reading stops.
 // No inline script: CSP.
 (function () {
   "use strict";
   const live = document.getElementById("live");
   if (!live) return;
-  const PARTS = ["facts", "summary", "chart"];
+  const PARTS = ["facts", "summary", "chart", "supervision"];
   const every = Number(live.dataset.refreshMs) || 5000;
   const form = document.getElementById("end-session-form");
   let ending = false;

@@ -7,8 +7,10 @@
   const endUrl = root.dataset.endUrl;
   const sessionsUrl = root.dataset.sessionsUrl;
   const canEnd = root.dataset.canEnd === "true";
+  const canSupervise = root.dataset.canSupervise === "true";
   const csrf = document.querySelector("input[name=csrfmiddlewaretoken]").value;
-  // [header (a phone's card shows it before the value), class of its cells]; a last column holds End session.
+  // [header (a phone's card shows it before the value), class of its cells]; a last column holds Supervise (a link to
+  // the session page's controls) and End session.
   const COLUMNS = [
     ["Unit", "unit"], ["State", "state"], ["Activity", "activity"], ["Session", "session"], ["Transport", "transport"],
     ["Client", "client"], ["For", "for"], ["Sessions served", "served"], ["Rebuilds", "rebuilds"],
@@ -37,18 +39,21 @@
     const session = busy && slot.session_id ? slot.session_id : "";
     const rebuilt = slot.rebuilds ? String(slot.rebuilds) + (slot.last_rebuild ? " (last: " + slot.last_rebuild + ")" : "") : "0";
     const endable = canEnd && slot.state === "busy" && session;
+    const supervisable = canSupervise && slot.state === "busy" && session;
+    const page = sessionsUrl + encodeURIComponent(session) + "/change/";
     return {
       unit: [String(slot.index)],
       state: [slot.state, () => el("span", {class: "state-" + slot.state}, slot.state)],
       activity: [busy ? slot.activity || "" : ""],
-      session: [session, () => session ? el("a", {href: sessionsUrl + encodeURIComponent(session) + "/change/"}, session) : ""],
+      session: [session, () => session ? el("a", {href: page}, session) : ""],
       transport: [busy ? slot.transport || "" : ""],
       client: [busy ? slot.client || "" : ""],
       for: [slot.for_s === null || slot.for_s === undefined ? "" : slot.for_s.toFixed(1) + " s"],
       served: [String(slot.sessions_served)],
       rebuilds: [rebuilt],
-      end: [endable ? session : "", () => endable
-        ? el("button", {type: "button", class: "button end-session", onclick: e => endSession(session, e.target)}, "End session") : ""],
+      end: [endable || supervisable ? session : "", () => endable || supervisable ? el("span", {},
+        supervisable ? el("a", {href: page + "#supervise", class: "supervise"}, "Supervise") : "",
+        endable ? el("button", {type: "button", class: "button end-session", onclick: e => endSession(session, e.target)}, "End session") : "") : ""],
     };
   }
 
