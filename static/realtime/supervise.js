@@ -48,9 +48,9 @@ function controls() {
 
 function line(side, itemId) {
   const log = $("transcript");
-  let row = [...log.children].find((li) => li.dataset.itemId === itemId && li.dataset.side === side);
+  let row = [...log.children].find((p) => p.dataset.itemId === itemId && p.dataset.side === side);
   if (!row) {
-    row = document.createElement("li");
+    row = document.createElement("p");
     row.dataset.itemId = itemId;
     row.dataset.side = side;
     row.className = side;

@@ -159,10 +159,10 @@ def test_a_supervisor_hears_the_caller_whispers_takes_over_and_hands_back(server
 
         caller.say(QUESTION)  # heard and transcribed on the page; the agent's answer heard too
         answered = caller.wait(lambda e: e["type"] == "response.done", 90, "the agent's answer")
-        page.wait_for_function("() => document.querySelector('#supervise-transcript li.agent span')?.textContent")
-        heard = page.locator("#supervise-transcript li.caller").first.inner_text()
+        page.wait_for_function("() => document.querySelector('#supervise-transcript p.agent span')?.textContent")
+        heard = page.locator("#supervise-transcript p.caller").first.inner_text()
         assert heard.startswith("Caller: ") and spelled_alike(heard.removeprefix("Caller: "), QUESTION) >= 0.6, heard
-        assert page.locator("#supervise-transcript li.agent").first.inner_text().startswith("Agent: ")
+        assert page.locator("#supervise-transcript p.agent").first.inner_text().startswith("Agent: ")
         played = page.evaluate("window.s2sSupervise")
         assert played["callerMs"] > 1500 and played["agentMs"] > 300, played  # both sides were played
         assert answered["response"]["status"] == "completed", answered
