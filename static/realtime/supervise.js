@@ -76,10 +76,17 @@ function play(player, text, side) {
 }
 
 function onState(event) {
-  if (event.state === "taken_over") say("taken_over", "Taken over by " + (event.by || "a supervisor") + ".");
+  const mine = event.state === "taken_over" && event.by === root.dataset.me;
+  if (event.state === "taken_over") say("taken_over", `Taken over by ${event.by || "a supervisor"}${mine ? " (you)" : ""}.`);
   else if (stats.state === "taken_over") say("handed_back", "Handed back: the agent answers again. Listening.");
   else say("listening", "Listening.");
-  if (event.state !== "taken_over") closeMicrophone();
+  if (!mine) closeMicrophone(); // handed back, or someone else holds the call
+  controls();
+}
+
+function refused(event) {
+  problem((event.error && event.error.message) || "The server refused that.");
+  if (microphone && stats.state !== "taken_over") closeMicrophone(); // the take-over was refused
   controls();
 }
 
@@ -97,7 +104,7 @@ function onEvent(event) {
   else if (event.type === "input_audio_buffer.speech_started") players.agent.stop(); // barge-in, as the caller hears it
   else if (event.type === "supervisor.state") onState(event);
   else if (event.type === "supervisor.whisper.added") whispered(event);
-  else if (event.type === "error") problem((event.error && event.error.message) || "The server refused that.");
+  else if (event.type === "error") refused(event);
 }
 
 function onClose(close) {

@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 from django.contrib.admin.utils import quote
 
-from tests.audit.clients import ws_connect
 from tests.browser.axe import serious, with_axe
 from tests.browser.conftest import ARTIFACTS, BASE_ARGS, chromium_path, write_microphone_wav
 from tests.support.polling import wait_for
@@ -60,8 +59,12 @@ PROBE = """async (url) => await new Promise((resolve) => {
 class Caller:
     """A stock Realtime client on a raw WebSocket: speaks at real-time pace and keeps every event it receives."""
 
-    def __init__(self, url: str) -> None:
-        self.ws = ws_connect(url)
+    def __init__(self, url: str, key: str) -> None:
+        from websockets.sync.client import connect
+
+        self.ws = connect(
+            url, subprotocols=["realtime"], additional_headers={"Authorization": f"Bearer {key}"}, max_size=None
+        )
         self.events: list[dict[str, Any]] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -100,12 +103,24 @@ class Caller:
 def server(tmp_path_factory) -> Iterator[LiveServer]:
     live = LiveServer(
         tmp_path_factory.mktemp("supervise"),
-        {"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1", "S2S_SLOT_BOARD_REFRESH_S": "0.5", "S2S_HEARTBEAT_S": "0.5"},
+        {
+            "S2S_PIPELINE": "real",
+            "S2S_POOL_SIZE": "1",
+            "S2S_AUTH_REQUIRED": "1",  # with authentication off every session is open to anyone, supervisors too
+            "S2S_SLOT_BOARD_REFRESH_S": "0.5",
+            "S2S_HEARTBEAT_S": "0.5",
+        },
     ).start(ready_timeout=300)  # loads and warms the real models
     made = live.manage("shell", "-c", USERS.format(password=PASSWORD))
     assert made.returncode == 0, made.stderr  # names the missing permission, if it is
     yield live
     live.stop()
+
+
+@pytest.fixture(scope="module")
+def key(server) -> str:
+    """The caller's API key (authentication is on)."""
+    return server.manage("create_api_key", "caller").stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -143,10 +158,10 @@ def state(page) -> str:
     return page.inner_text("#supervise-state")
 
 
-def test_a_supervisor_hears_the_caller_whispers_takes_over_and_hands_back(server, browser):
+def test_a_supervisor_hears_the_caller_whispers_takes_over_and_hands_back(server, key, browser):
     failed: list[str] = []
     page = signed_in(browser, server, "supervisor", failed)
-    caller = Caller(server.ws)
+    caller = Caller(server.ws, key)
     try:
         page.goto(f"{server.http}/admin/realtime/node/")  # reached from the slot board
         row = page.locator(f"tr:has(td.session:has-text('{caller.session_id}'))")
@@ -209,10 +224,12 @@ def test_a_supervisor_hears_the_caller_whispers_takes_over_and_hands_back(server
     assert failed == []
 
 
-def test_staff_without_the_permission_see_no_controls_and_their_socket_gets_what_an_unknown_id_gets(server, browser):
+def test_staff_without_the_permission_see_no_controls_and_their_socket_gets_what_an_unknown_id_gets(
+    server, key, browser
+):
     failed: list[str] = []
     page = signed_in(browser, server, "auditor", failed)
-    caller = Caller(server.ws)
+    caller = Caller(server.ws, key)
     try:
         page.goto(f"{server.http}/admin/realtime/node/")
         page.wait_for_selector(f"td.session:has-text('{caller.session_id}')")
