@@ -24,6 +24,10 @@ class ApiKey(models.Model):
     revoked_at = models.DateTimeField(
         null=True, blank=True, help_text="Set to revoke the key; it stops working at once."
     )
+    supervisor = models.BooleanField(
+        default=False,
+        help_text="May listen to, whisper to, take over and hand back any live session (create_api_key --supervisor).",
+    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -18,6 +18,7 @@ from django.utils import timezone
 from realtime.auth_models import ApiKey, ClientSecret
 from realtime.prompt_models import Prompt, PromptVersion
 from realtime.recording_models import Recording
+from realtime.supervision_models import SupervisorAction, SupervisorActionKind
 
 __all__ = [
     "ApiKey",
@@ -31,6 +32,8 @@ __all__ = [
     "Recording",
     "RefusalCount",
     "ResponseRecord",
+    "SupervisorAction",
+    "SupervisorActionKind",
     "TransportKind",
     "upsert",
 ]

@@ -71,7 +71,13 @@ MODULES = modules()
 LAYERS = (
     ("pipelines",),
     ("realtime.protocol",),
-    ("realtime.models", "realtime.auth_models", "realtime.prompt_models", "realtime.recording_models"),
+    (
+        "realtime.models",
+        "realtime.auth_models",
+        "realtime.prompt_models",
+        "realtime.recording_models",
+        "realtime.supervision_models",
+    ),
     ("realtime.tasks", "s2s_project.celery"),
     ("realtime.access", "realtime.audit"),
     ("realtime.node",),

@@ -71,6 +71,7 @@ class Principal:
     api_key_id: int | None = None
     secret_id: int | None = None
     session_config: dict[str, Any] = field(default_factory=dict)
+    supervisor: bool = False  # an API key made with ``create_api_key --supervisor`` (realtime.access.owner)
 
 
 ANONYMOUS = Principal("anonymous", "")
@@ -83,10 +84,11 @@ def hash_token(token: str) -> str:
 # --- minting ---------------------------------------------------------------
 
 
-def create_api_key(name: str) -> tuple[Any, str]:
-    """Creates a key; returns (the stored ApiKey, the clear key: shown once, never stored)."""
+def create_api_key(name: str, supervisor: bool = False) -> tuple[Any, str]:
+    """Creates a key (``supervisor``: one that may supervise any live session); returns (the stored ApiKey, the
+    clear key: shown once, never stored)."""
     key = KEY_PREFIX + secrets.token_urlsafe(32)
-    return ApiKey.objects.create(name=name, prefix=key[:12], key_hash=hash_token(key)), key
+    return ApiKey.objects.create(name=name, prefix=key[:12], key_hash=hash_token(key), supervisor=supervisor), key
 
 
 def create_client_secret(api_key: Any | None, session_config: dict[str, Any], ttl_s: int) -> tuple[Any, str]:
@@ -246,7 +248,7 @@ def verify_api_key(token: str) -> Principal:
         return cached
     if key is None:
         raise AuthError("invalid_api_key", INVALID_KEY)
-    principal = Principal("api_key", key.name, api_key_id=key.pk)
+    principal = Principal("api_key", key.name, api_key_id=key.pk, supervisor=key.supervisor)
     known_keys.remember(digest, principal)
     return principal
 

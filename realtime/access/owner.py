@@ -16,6 +16,10 @@ A phone call comes in over the trunk, not with a credential: it is owned by the 
 owner key set, may be answered (accepted, rejected or hung up) by any API key (not a client secret); the key that
 accepts it owns it.
 
+A supervisor (issue 51) may listen to, whisper to, take over and hand back ANY live session
+(:meth:`Owner.supervises`): an API key made with ``create_api_key --supervisor``, or a signed-in user with
+``realtime.supervise_live_session``; nobody else, not the session's own key nor staff without that permission.
+
 Identifying a caller never spends a client secret. The question crosses processes as a small dict
 (:meth:`Caller.as_message`), so the node that holds a call decides.
 """
@@ -25,9 +29,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from http.cookies import SimpleCookie
+from importlib import import_module
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from channels import auth as channels_auth
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
@@ -40,6 +47,7 @@ from realtime.models import ApiKey, ClientSecret
 # session's records (what the admin's own end route and session pages ask).
 CONTROL_PERMISSION = "realtime.end_live_session"
 READ_PERMISSION = "realtime.view_realtimesession"
+SUPERVISE_PERMISSION = "realtime.supervise_live_session"  # listen, whisper, take over, hand back: any live session
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})  # RFC 9110's safe methods: no CSRF check, as Django's
 
 
@@ -53,6 +61,8 @@ class Caller:
     secret: bool = False  # the credential is an ``ek_`` client secret: it reaches the session it opened, no other
     staff: bool = False  # signed in with CONTROL_PERMISSION: ends and controls any live session
     reader: bool = False  # signed in with READ_PERMISSION: reads any session's records
+    supervisor: bool = False  # a supervisor key, or signed in with SUPERVISE_PERMISSION: supervises any live session
+    name: str = ""  # who, as the records name them: the user's name, or "key:NAME"
 
     def as_message(self) -> dict[str, Any]:
         return {
@@ -61,6 +71,8 @@ class Caller:
             "secret": self.secret,
             "staff": self.staff,
             "reader": self.reader,
+            "supervisor": self.supervisor,
+            "name": self.name,
         }
 
     @classmethod
@@ -74,6 +86,8 @@ class Caller:
             message.get("secret") is not False,  # a message that does not say is taken as the narrower secret
             message.get("staff") is True,
             message.get("reader") is True,
+            message.get("supervisor") is True,
+            str(message.get("name") or "")[:200],
         )
 
 
@@ -107,6 +121,11 @@ class Owner:
         """Whether ``caller`` may read what is kept of the session (its timings): the owner rule, with a
         signed-in user's read permission in place of the control permission."""
         return self.open or caller.reader or self._owned_by(caller)
+
+    def supervises(self, caller: Caller) -> bool:
+        """Whether ``caller`` may supervise the session (listen, whisper, take over, hand back): a supervisor key
+        or a user with SUPERVISE_PERMISSION, whoever owns it; anyone when open. Not the owner without the flag."""
+        return self.open or caller.supervisor
 
     def permits(self, caller: Caller, action: str) -> bool:
         """:meth:`allows`, and for the controls of a ringing call (:data:`ANSWERING`) any API key (a key, not a
@@ -160,7 +179,8 @@ def _caller_for_token(token: str) -> Caller:
         if secret is None or secret["api_key__revoked_at"] is not None:
             raise auth.AuthError("invalid_api_key", "The client secret is unknown.")
         return Caller(digest, secret["api_key_id"], secret=True)
-    return Caller(digest, auth.verify_api_key(token).api_key_id)
+    principal = auth.verify_api_key(token)
+    return Caller(digest, principal.api_key_id, supervisor=principal.supervisor, name=f"key:{principal.name}"[:200])
 
 
 async def identify_token(token: str | None) -> Caller:
@@ -181,6 +201,35 @@ async def identify_scope(scope: dict[str, Any]) -> Caller:
     """The caller of a WebSocket handshake: the Origin checked, then its key or secret (header or subprotocol)."""
     auth.check_origin(scope)
     return await identify_token(auth.scope_token(scope))
+
+
+async def identify_supervisor(scope: dict[str, Any]) -> Caller:
+    """The caller of a supervise WebSocket (``?mode=supervise``): its key or secret as :func:`identify_scope`, or,
+    with neither, a signed-in staff user's session cookie, taken only with an Origin (a browser's, checked to be
+    this site's or a trusted one: no other page can use the cookie). Raises :class:`auth.AuthError`."""
+    auth.check_origin(scope)
+    token = auth.scope_token(scope)
+    headers = {name.lower(): value for name, value in scope.get("headers", [])}
+    if token or b"origin" not in headers:
+        return await identify_token(token)
+    user = await _cookie_user(headers.get(b"cookie", b"").decode("latin1"))
+    if user is not None:
+        control, read = await user.ahas_perm(CONTROL_PERMISSION), await user.ahas_perm(READ_PERMISSION)
+        supervise = await user.ahas_perm(SUPERVISE_PERMISSION)
+        return Caller(staff=control, reader=read, supervisor=supervise, name=user.get_username()[:200])
+    return await identify_token(None)
+
+
+async def _cookie_user(cookie: str) -> Any | None:
+    """The active staff user a ``Cookie`` header's Django session signs in, if any (channels' own ``get_user``)."""
+    jar = SimpleCookie()
+    jar.load(cookie)
+    morsel = jar.get(settings.SESSION_COOKIE_NAME)
+    if morsel is None or not morsel.value:
+        return None
+    store = import_module(settings.SESSION_ENGINE).SessionStore(morsel.value)
+    user = await channels_auth.get_user({"session": store})
+    return user if user.is_active and user.is_staff else None
 
 
 async def still_identified(scope: dict[str, Any], caller: Caller) -> bool:

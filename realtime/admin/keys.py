@@ -21,11 +21,11 @@ class ApiKeyAdmin(admin.ModelAdmin):
     """A key is revoked with its page's Revoke button or the list's action, never by typing a date: both save
     ``revoked_at`` on the key, so ``realtime/node/revocation.py``'s signal ends its sessions on every node."""
 
-    list_display = ("name", "prefix", "created_at", "last_used_at", "revoked_at", "is_active")
-    list_filter = ("revoked_at",)
+    list_display = ("name", "prefix", "supervisor", "created_at", "last_used_at", "revoked_at", "is_active")
+    list_filter = ("revoked_at", "supervisor")
     search_fields = ("name", "prefix")
     readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
-    fields = ("name", "prefix", "created_at", "last_used_at", "revoked_at")
+    fields = ("name", "prefix", "supervisor", "created_at", "last_used_at", "revoked_at")
     actions = ("revoke",)
     change_form_template = "admin/realtime/apikey/change_form.html"
 

@@ -32,6 +32,7 @@ from realtime.models import (
     RefusalCount,
     ResponseRecord,
     Stage,
+    SupervisorAction,
     upsert,
 )
 from realtime.protocol import client_events as ce
@@ -166,6 +167,31 @@ def session_updated(writer: RecordWriter, session_id: str, **fields: Any) -> Non
 
 
 session_ended = session_updated
+
+
+def supervisor_action(
+    writer: RecordWriter,
+    session_id: str,
+    kind: str,
+    actor: str,
+    started_at: datetime,
+    text: str = "",
+    ended_at: datetime | None = None,
+) -> None:
+    """Records what a supervisor began (a listen, a take-over: ended by :func:`supervisor_action_ended`) or did
+    (a whisper, a hand-back: ``ended_at`` given)."""
+    fields = {"kind": kind, "actor": actor[:200], "text": text, "started_at": started_at, "ended_at": ended_at}
+    writer.submit(lambda: SupervisorAction.objects.create(session_id=session_id, **fields))
+
+
+def supervisor_action_ended(writer: RecordWriter, session_id: str, kind: str, actor: str, started_at: datetime) -> None:
+    """The end of a listen or a take-over :func:`supervisor_action` recorded (found by who began it, and when)."""
+    ended_at = timezone.now()
+    writer.submit(
+        lambda: SupervisorAction.objects.filter(
+            session_id=session_id, kind=kind, actor=actor[:200], started_at=started_at, ended_at__isnull=True
+        ).update(ended_at=ended_at)
+    )
 
 
 def breakdown(marks: dict[str, float], first_audio_at: float | None) -> dict[str, float]:
@@ -308,6 +334,10 @@ class SessionRecorder:
             RealtimeSession.objects.filter(id=session_id).update(audio_out_seconds=F("audio_out_seconds") + audio_s)
 
         self.writer.submit(write)
+
+    def item(self, item_id: str, role: str, text: str, audio_ms: int | None) -> None:
+        """Records an item the pipeline did not make (a supervisor's words, spoken during a take-over)."""
+        self._item(item_id, role, text, audio_ms)
 
     def _item(self, item_id: str, role: str, text: str, audio_ms: int | None) -> None:
         self._seq += 1

@@ -30,7 +30,6 @@ from realtime.access import auth
 from realtime.access.owner import Caller, Owner
 from realtime.audit import records
 from realtime.live.control import SessionControl
-from realtime.live.followers import FOLLOWER_SKIPS, Followers
 from realtime.live.guards import SessionGuards, session_limits
 from realtime.live.handlers import ClientEventHandlers
 from realtime.live.mailbox import Mailbox
@@ -45,6 +44,7 @@ from realtime.live.opening import (
     session_limit,
 )
 from realtime.live.outbox import Outbox
+from realtime.live.supervision import Desk, Supervision
 from realtime.live.transport import (
     Event,
     PlaysAudio,
@@ -123,7 +123,7 @@ async def open_session(runtime: Runtime, transport: Transport, request: OpenRequ
     return core
 
 
-class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers):
+class SessionCore(Supervision, ClientEventHandlers, SessionGuards, SessionControl):
     """The state of one session, made when it claims its unit, gone when it gives it back.
 
     Stage threads hand pipeline output to the event loop with ``call_soon_threadsafe``;
@@ -172,6 +172,7 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
         self.call_id: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._followers: dict[Transport, Caller] = {}  # event-only transports on the session (?call_id=), as who
+        self.desk = Desk()  # its supervisors (realtime.live.supervision)
         self._turn_timeout: asyncio.Task[None] | None = None
         self._turn_timeout_due: float | None = None
         # The settings a client secret was minted with, or a call offered with (validated then); one that
@@ -351,6 +352,7 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
             audio_ms = self._check_input_buffer(event)
             for reply in self.handle(event):
                 await self._send(reply)
+            await self.overhear(event)
             self.recorder.client_event(event, self.conversation)
             self._schedule_timers()
             if audio_ms:
@@ -385,6 +387,7 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
                 await self._send(error_event(exc.code, exc.message, None, None, exc.error_type))
             return
         self.conversation.append_audio(data, audio.PCM)
+        await self.overheard(data, audio.PCM)
         self.recorder.client_event(InputAudioAppend(audio=data), self.conversation)
         self.input_buffer.add(ms, self._server_vad())
 
@@ -423,6 +426,7 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
         elif (
             event["type"] == "input_audio_buffer.speech_started"
             and player.playing is not None
+            and self.desk.holder is None  # taken over: the caller and the supervisor talk as people do
             and (self.session.turn_detection or {}).get("interrupt_response", True)
         ):
             for reply in self._cleared(player.clear_reply()):
@@ -487,7 +491,7 @@ class SessionCore(ClientEventHandlers, SessionGuards, SessionControl, Followers)
                 self.player.play_audio(out.payload["item_id"], out.audio, self.session.output_format)
             else:
                 await self.transport.send_event(out)
-            if self._followers and out.type not in FOLLOWER_SKIPS:
+            if self._followers:
                 await self.tell_followers(out)
         if self.player is not None:
             await self._played_after(self.player, event)

@@ -63,8 +63,10 @@ class Followers:
                 logger.debug("session %s: a revoked follower could not be closed", self.id)
 
     async def tell_followers(self, event: ServerEvent | Event) -> None:
-        """Sends an event to the followers only (one the transport made itself: a key press)."""
+        """Sends an event to the followers only (one the transport made itself: a key press); never audio."""
         out = event if isinstance(event, ServerEvent) else ServerEvent.of(event)
+        if out.type in FOLLOWER_SKIPS:
+            return
         for follower in list(self._followers):
             try:
                 await follower.send_event(out)

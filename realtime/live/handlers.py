@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from pipelines.config import FunctionTool
+from pipelines.config import FunctionTool, SessionSettings
 from pipelines.pool import Lease
 from realtime.live.opening import Opening
 from realtime.live.transport import ClearedReply, Event, PlaysAudio
@@ -31,6 +32,10 @@ class ClientEventHandlers:
     mcp: McpSession
     lease: Lease | None
     player: PlaysAudio | None
+
+    if TYPE_CHECKING:
+
+        def pipeline_settings(self) -> SessionSettings: ...  # realtime.live.supervision: quiet while taken over
 
     def handle(self, event: ce.ClientEvent) -> list[Event]:
         """Carries out one parsed client event; returns the events that answer it."""
@@ -69,7 +74,7 @@ class ClientEventHandlers:
 
     def _apply_settings(self) -> None:
         if self.lease is not None:
-            self.lease.unit.context.settings = self.session.settings()
+            self.lease.unit.context.settings = self.pipeline_settings()
 
     def on_output_audio_clear(self, event: ce.OutputAudioClear) -> list[Event]:
         if self.player is not None:

@@ -202,6 +202,11 @@ class TranscriptionSessionUpdate(SessionSettings):
 
 
 CLIENT_EVENT_TYPES = tuple(REGISTRY)
+# A supervisor's event (realtime.protocol.supervisor_events) sent on a caller's or a follower's connection.
+SUPERVISOR_ONLY = (
+    "'{}' is a supervisor's event: it is accepted only on a supervise connection "
+    "(/v1/realtime?call_id=ID&mode=supervise, by a supervisor)."
+)
 
 
 def parse_event(text: str | bytes | None, max_audio_bytes: int) -> ClientEvent:
@@ -230,6 +235,8 @@ def parse(text: str | bytes | None) -> dict[str, Any]:
             raise EventError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
         if not isinstance(kind, str):
             raise EventError("invalid_type", "Invalid type for 'type': expected a string.", "type")
+        if kind not in REGISTRY and kind.startswith("supervisor."):
+            raise EventError("invalid_value", SUPERVISOR_ONLY.format(kind[:100]), "type")
         if kind not in REGISTRY:
             supported = ", ".join(f"'{t}'" for t in REGISTRY)
             raise EventError(

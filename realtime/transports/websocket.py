@@ -31,6 +31,16 @@ logger = logging.getLogger(__name__)
 # sockets with 1012 when it shuts down.
 SERVER_CLOSE_CODES = {1012: EndReason.SERVER_CLOSED}
 BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
+SUPERVISE = "supervise"  # ?call_id=ID&mode=supervise: a supervisor of any live session (realtime.live.supervision)
+
+
+def live_session(session_or_call_id: str) -> SessionCore | None:
+    """The live session a supervisor names, by its call's id or its own."""
+    current = runtime.current()
+    found = current.calls.get(session_or_call_id) or next(
+        (live for live in current.sessions if isinstance(live, SessionCore) and live.id == session_or_call_id), None
+    )
+    return found if isinstance(found, SessionCore) else None
 
 
 class RealtimeConsumer(AsyncWebsocketConsumer):
@@ -42,6 +52,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     channel_layer_alias = None
     core: SessionCore | None = None
     following: SessionCore | None = None  # ``?call_id=``: the live call's session this socket steers
+    supervising = False  # ``&mode=supervise``: as a supervisor (realtime.live.supervision)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Whatever ends this consumer, even an exception no handler caught, the unit goes back."""
@@ -58,7 +69,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         # Only "realtime" is ever echoed: never the "openai-insecure-api-key.KEY" subprotocol.
         await self.accept(subprotocol="realtime" if "realtime" in offered else None)
         if query.get("call_id"):
-            await self._follow(query["call_id"][0])
+            await self._follow(query["call_id"][0], query.get("mode", [""])[0])
             return
         client = self.scope.get("client") or ("", 0)
         request = OpenRequest(
@@ -77,26 +88,36 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await self.send_event(refusal.event())
             await self.close(code=refusal.close_code, reason=refusal.reason)
 
-    async def _follow(self, call_id: str) -> None:
+    async def _follow(self, call_id: str, mode: str = "") -> None:
         """Attaches this socket to a live call (SIP or WebRTC) beside its own transport: the session's events
         without the audio, and client events into the same session. Ending the socket leaves the call alone.
 
         Allowed to whom the owner rule allows (:mod:`realtime.access.owner`); to anyone else the call does not
-        exist (the same ``error`` and close as an unknown id). Identifying the caller spends no client secret."""
+        exist (the same ``error`` and close as an unknown id). Identifying the caller spends no client secret.
+
+        ``mode=supervise``: a supervisor (:mod:`realtime.live.supervision`) of any live session, found by its
+        session's id or its call's, allowed by ``Owner.supervises`` (a staff user's cookie will do); it gets the
+        audio of both sides too, and sends only ``supervisor.*`` events."""
+        if mode not in ("", SUPERVISE):
+            error = error_event("invalid_value", f"Invalid 'mode': '{mode[:50]}'. Supported: '{SUPERVISE}'.", "mode")
+            await self.send_event(ServerEvent.of(error))
+            await self.close(code=CLOSE_POLICY, reason="Invalid mode")
+            return
+        self.supervising = mode == SUPERVISE
         try:
-            caller = await owner.identify_scope(self.scope)
+            caller = await (owner.identify_supervisor if self.supervising else owner.identify_scope)(self.scope)
         except auth.AuthError as exc:
             await self.send_event(ServerEvent.of(error_event(exc.code, exc.message, error_type=exc.error_type)))
             await self.close(code=exc.close_code, reason=exc.reason)
             return
-        core = runtime.current().calls.get(call_id)
-        if not isinstance(core, SessionCore) or core.ended or not core.owner.allows(caller):
+        core = live_session(call_id) if self.supervising else runtime.current().calls.get(call_id)
+        if not isinstance(core, SessionCore) or core.ended or not self._may(core, caller):
             answer = ControlAnswer.not_found(call_id)
             await self.send_event(ServerEvent.of(error_event(answer.code, answer.message, answer.param)))
             await self.close(code=CLOSE_POLICY, reason="No such call")
             return
         self.following = core
-        await core.follow(self, caller)
+        await (core.supervise if self.supervising else core.follow)(self, caller)
         if not await owner.still_identified(self.scope, caller):  # revoked while it was joining its key's group
             core.unfollow(self)
             self.following = None
@@ -104,6 +125,11 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_POLICY, reason="API key revoked")
             return
         await self.send_event(ServerEvent.of(server_event("session.created", session=render.as_ga(core.session))))
+        if self.supervising:
+            await self.send_event(core.supervisor_state())
+
+    def _may(self, core: SessionCore, caller: owner.Caller) -> bool:
+        return core.owner.supervises(caller) if self.supervising else core.owner.allows(caller)
 
     async def disconnect(self, code: int) -> None:
         if self.following is not None:
@@ -121,7 +147,10 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         core = self.core or self.following
         if core is not None:
             size = len(text_data) if text_data is not None else len(bytes_data or b"")
-            await core.receive(text_data, size)
+            if self.supervising:
+                await core.receive_supervisor(self, text_data, size)
+            else:
+                await core.receive(text_data, size)
 
     # --- the transport the session core speaks through ---------------------------------
 

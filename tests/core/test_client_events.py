@@ -16,6 +16,7 @@ from realtime.node import runtime
 from realtime.protocol import client_events as ce
 from realtime.protocol.client_items import ClientItem
 from realtime.protocol.conversation import Port
+from realtime.protocol.supervisor_events import SUPERVISOR_EVENTS
 from realtime.protocol.wire import EventError, require
 
 # The client events of the OpenAI Realtime API this server takes, in the order its error message lists them.
@@ -66,9 +67,10 @@ def test_each_event_names_a_handler_of_the_core_that_takes_that_class(kind):
 
 
 def test_every_on_method_of_the_core_is_some_event_s_handler():
-    named = {cls.handler for cls in ce.REGISTRY.values()}
+    named = {cls.handler for cls in (*ce.REGISTRY.values(), *SUPERVISOR_EVENTS.values())}
     handlers = {name for name, _ in inspect.getmembers(SessionCore, inspect.isfunction) if name.startswith("on_")}
     assert handlers == named
+    assert set(SessionCore.SUPERVISOR_HANDLERS) == {cls.handler for cls in SUPERVISOR_EVENTS.values()}
 
 
 def test_a_parsed_event_is_its_typed_class_with_its_fields():
