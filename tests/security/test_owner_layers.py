@@ -61,8 +61,27 @@ def test_staff_means_the_admins_permission_not_is_staff():
     assert session.reads(Caller(reader=True)) and not session.allows(Caller(reader=True))
 
 
+def test_a_supervisor_supervises_any_session_and_nobody_else_does():
+    session = Owner(credential="hash-of-sk", api_key_id=KEY)
+    assert session.supervises(Caller("hash-of-boss", OTHER_KEY, supervisor=True, name="key:boss"))
+    assert session.supervises(Caller(supervisor=True, name="ann"))  # a user with supervise_live_session
+    for stranger in (
+        Caller("hash-of-sk", KEY),  # its own key, not a supervisor's
+        Caller("hash-of-ek", KEY, secret=True),
+        Caller("hash-of-other", OTHER_KEY),
+        Caller(staff=True, reader=True),  # may end and read it, not listen to it
+    ):
+        assert not session.supervises(stranger), stranger
+    assert Owner(open=True).supervises(Caller())  # authentication off: every session is open
+
+
 def test_a_caller_crosses_processes_whole_and_one_that_does_not_say_is_taken_as_a_secret():
-    for caller in (Caller("h", KEY), Caller("h", KEY, secret=True), Caller(staff=True, reader=True)):
+    for caller in (
+        Caller("h", KEY),
+        Caller("h", KEY, secret=True),
+        Caller(staff=True, reader=True),
+        Caller("h", KEY, supervisor=True, name="key:boss"),
+    ):
         assert Caller.from_message(json.loads(json.dumps(caller.as_message()))) == caller
     older = Caller.from_message({"credential": "h", "api_key_id": KEY, "staff": False})
     assert older.secret and not Owner(api_key_id=KEY).allows(older)
@@ -133,6 +152,7 @@ def live(tmp_path_factory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
     server.start()
     server.sip_port = sip_port  # type: ignore[attr-defined]
     keys = {name: server.manage("create_api_key", name).stdout.strip() for name in ("alice", "bob", "phones")}
+    keys["boss"] = server.manage("create_api_key", "boss", "--supervisor").stdout.strip()
     server.manage(
         "shell",
         "-c",
@@ -140,7 +160,9 @@ def live(tmp_path_factory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
         f"User.objects.create_user('nobody', password='{PASSWORD}', is_staff=True)\n"
         f"operator = User.objects.create_user('operator', password='{PASSWORD}', is_staff=True)\n"
         "operator.user_permissions.set(Permission.objects.filter(codename__in="
-        "['end_live_session', 'view_realtimesession']))\n",
+        "['end_live_session', 'view_realtimesession']))\n"
+        f"watcher = User.objects.create_user('watcher', password='{PASSWORD}', is_staff=True)\n"
+        "watcher.user_permissions.set(Permission.objects.filter(codename='supervise_live_session'))\n",
     )
     yield server, keys
     server.stop()
@@ -231,6 +253,43 @@ async def test_a_staff_cookie_needs_the_admins_permission_and_a_csrf_token(live)
         assert (await asyncio.to_thread(operator.get, timings, timeout=10)).status_code == 200
         headers = {"X-CSRFToken": operator.cookies["csrftoken"]}
         assert (await asyncio.to_thread(operator.delete, url, headers=headers, timeout=10)).status_code == 204
+    finally:
+        await call.close()
+
+
+async def test_only_a_supervisor_key_or_a_user_who_may_supervise_reaches_a_session_to_supervise(live):
+    server, keys = live
+    call = WebRTCClient(server.http)
+    try:
+        assert (await call.connect(token=keys["alice"])).status == 201
+        call_id = call.location.rsplit("/", 1)[1]
+        session_id = (await call.events.until("session.created"))["session"]["id"]
+        alices = {"Authorization": f"Bearer {keys['alice']}"}
+        async with websockets.connect(server.ws, additional_headers=alices) as own:  # a WebSocket session too
+            socket_session = json.loads(await asyncio.wait_for(own.recv(), 10))["session"]["id"]
+            secret = await asyncio.to_thread(server.mint_client_secret, keys["alice"])
+            browsers = {}
+            for user in ("nobody", "operator", "watcher"):
+                cookies = await asyncio.to_thread(signed_in, server, user)
+                browsers[user] = {"Cookie": f"sessionid={cookies.cookies['sessionid']}", "Origin": server.http}
+            strangers = [
+                (keys["bob"], None),
+                (keys["alice"], None),  # the owner's own key, without the supervisor's flag
+                (secret, None),
+                ("", browsers["nobody"]),
+                ("", browsers["operator"]),  # may end the session, not listen to it
+                ("", {"Cookie": browsers["watcher"]["Cookie"]}),  # a cookie without a browser's Origin
+            ]
+            for target in (call_id, session_id, socket_session):
+                for token, headers in strangers:
+                    tried = await follow(server, target, token, "supervise", headers)
+                    never = await follow(server, UNKNOWN_SESSION, token, "supervise", headers)
+                    assert tried["close"] == 1008, (target, token[:10], headers)
+                    assert without_id(tried, target) == without_id(never, UNKNOWN_SESSION)
+                for token, headers in ((keys["boss"], None), ("", browsers["watcher"])):
+                    seated = await follow(server, target, token, "supervise", headers)
+                    assert seated["type"] == "session.created" and seated["close"] is None, (target, seated)
+        assert (await call.hang_up(token=keys["alice"])).status == 204
     finally:
         await call.close()
 

@@ -116,11 +116,12 @@ def request(server: LiveServer, name: str, call_or_session: str, token: str | No
     return answer.status, text.replace(call_or_session, "ID")
 
 
-async def follow(server: LiveServer, call_id: str, token: str) -> dict:
-    """The first event a ``?call_id=`` follower gets, and the close code (None: still open)."""
-    async with websockets.connect(
-        f"{server.ws}?call_id={call_id}", additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=10
-    ) as socket:
+async def follow(server: LiveServer, call_id: str, token: str, mode: str = "", headers: dict | None = None) -> dict:
+    """The first event a ``?call_id=`` follower gets (``mode="supervise"``: a supervisor), and the close code (None:
+    still open). ``headers`` instead of the token: a browser's (its cookie and Origin)."""
+    url = f"{server.ws}?call_id={call_id}" + (f"&mode={mode}" if mode else "")
+    headers = headers if headers is not None else {"Authorization": f"Bearer {token}"}
+    async with websockets.connect(url, additional_headers=headers, open_timeout=10) as socket:
         first = json.loads(await asyncio.wait_for(socket.recv(), 10))
         try:
             await asyncio.wait_for(socket.recv(), 1.0)
@@ -152,6 +153,13 @@ async def test_another_key_finds_no_trace_of_a_webrtc_call_on_any_route(live):
         never_issued = await follow(server, UNKNOWN_CALL, keys["bob"])
         assert stranger["type"] == "error" and stranger["close"] == 1008
         assert without_id(stranger, call_id) == without_id(never_issued, UNKNOWN_CALL)
+        # Supervising it (issue 51), by its call's id or its session's: Bob, and Alice too (her key is not a
+        # supervisor's), find nothing there.
+        for target in (call_id, session_id):
+            for name in ("bob", "alice"):
+                tried = await follow(server, target, keys[name], "supervise")
+                never = await follow(server, UNKNOWN_CALL, keys[name], "supervise")
+                assert tried["close"] == 1008 and without_id(tried, target) == without_id(never, UNKNOWN_CALL)
         # Bob's browser secret: refused like Bob, and not spent by the refusal.
         secret = await asyncio.to_thread(server.mint_client_secret, keys["bob"])
         assert (await follow(server, call_id, secret))["error"]["code"] == "call_not_found"
