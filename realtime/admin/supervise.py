@@ -9,18 +9,20 @@ from typing import Any
 from django.contrib.admin.utils import quote
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from realtime.models import RealtimeSession
+from realtime.access.owner import SUPERVISE_PERMISSION
+from realtime.models import RealtimeSession, SupervisorAction, SupervisorActionKind
 from realtime.views import REALTIME_PATH
 
-SUPERVISE = "realtime.supervise_live_session"  # staff who may listen, whisper, take over and hand back
+MOMENTS = (SupervisorActionKind.WHISPER, SupervisorActionKind.HAND_BACK)
 
 
 def may_supervise(request: HttpRequest) -> bool:
-    return request.user.has_perm(SUPERVISE)
+    return request.user.has_perm(SUPERVISE_PERMISSION)
 
 
 def socket_path(session: RealtimeSession) -> str:
@@ -41,4 +43,20 @@ def live_link(session: RealtimeSession) -> SafeString:
 
 def supervision(session: RealtimeSession) -> list[dict[str, str]]:
     """Every listen, whisper, take-over and hand-back: who, what, when, how long (a whisper's note with it)."""
-    return []
+    return [
+        {
+            "who": action.actor,
+            "what": action.get_kind_display(),
+            "when": timezone.localtime(action.started_at).strftime("%H:%M:%S"),
+            "how_long": how_long(action),
+            "text": action.text,
+        }
+        for action in session.supervisor_actions.order_by("started_at", "id")
+    ]
+
+
+def how_long(action: SupervisorAction) -> str:
+    """A listen or a take-over lasts (and may still be going on); a whisper and a hand-back are a moment."""
+    if action.kind in MOMENTS:
+        return "–"
+    return "still going on" if action.duration_s is None else f"{action.duration_s:.1f} s"

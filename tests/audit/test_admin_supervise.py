@@ -12,7 +12,7 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from realtime.apps import AUDITORS_GROUP
-from realtime.models import EndReason, RealtimeSession
+from realtime.models import EndReason, RealtimeSession, SupervisorAction, SupervisorActionKind
 
 pytestmark = pytest.mark.django_db
 SESSIONS = "/admin/realtime/realtimesession/"
@@ -62,3 +62,27 @@ def test_staff_without_the_permission_see_the_page_as_before(client):
     assert not any(control in page for control in CONTROLS)
     assert ">Supervise</a>" not in client.get(SESSIONS).content.decode()
     assert 'data-can-supervise="false"' in client.get("/admin/realtime/node/").content.decode()
+
+
+def test_the_sessions_page_lists_who_supervised_it_what_they_did_when_and_for_how_long(admin_client):
+    done = session("sess_done", live=False)
+    start = done.started_at
+    for kind, offset, length, text in (
+        (SupervisorActionKind.LISTEN, 1, 20.0, ""),
+        (SupervisorActionKind.WHISPER, 2, 0.0, "Offer a callback."),
+        (SupervisorActionKind.TAKE_OVER, 3, 7.5, ""),
+        (SupervisorActionKind.HAND_BACK, 10.5, 0.0, ""),
+    ):
+        at = start + timedelta(seconds=offset)
+        SupervisorAction.objects.create(
+            session=done, kind=kind, actor="sam", text=text, started_at=at, ended_at=at + timedelta(seconds=length)
+        )
+    page = admin_client.get(f"{SESSIONS}{quote('sess_done')}/change/").content.decode()
+    section = page[page.index('id="supervision"') :]
+    rows = section.split("<tr>")[2:]  # after the header row
+    assert len(rows) == 4, section
+    assert "sam" in rows[0] and "listened" in rows[0] and "20.0 s" in rows[0]
+    assert "whispered" in rows[1] and "Offer a callback." in rows[1] and "–" in rows[1]
+    assert "took over" in rows[2] and "7.5 s" in rows[2]
+    assert "handed back" in rows[3]
+    assert "No one supervised this session." not in page
