@@ -242,6 +242,39 @@ def test_the_call_transports_import_nothing_of_each_other(carrier, other):
     assert not wrong, sorted(wrong)
 
 
+# llama-cpp-python's private attributes: a ``Llama``'s (``_ctx``, ``_batch``, ``_input_ids``, ``_model``...) and
+# those of the wrappers they hold. Only the adapter reaches them, so that a version of the library that moves
+# them is one file's work.
+LLAMA_PRIVATE = frozenset(
+    {"_ctx", "_batch", "_input_ids", "_model", "_n_ctx", "_n_tokens", "_scores", "_candidates", "_sampler", "_stack"}
+)
+LLAMA_ADAPTER = "pipelines.backends._llama_adapter"
+
+
+def private_llama_reads(path: Path) -> set[str]:
+    """``name._attribute`` for each of ``LLAMA_PRIVATE`` read on anything but ``self`` (a module's own state)."""
+    return {
+        f"{ast.unparse(node.value)}.{node.attr}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+        and node.attr in LLAMA_PRIVATE
+        and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+    }
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if within(n, "pipelines") and n != LLAMA_ADAPTER))
+def test_only_the_adapter_touches_llama_cpp_python_internals(name):
+    found = private_llama_reads(MODULES[name])
+    assert not found, f"{name} reads {sorted(found)}: ask pipelines/backends/_llama_adapter.py instead"
+
+
+def test_the_internals_check_sees_the_adapter_reach_them():
+    """The test above rests on this: the reads it looks for are the ones the adapter makes."""
+    assert {"context._input_ids", "context._ctx", "context._batch", "context._model"} <= private_llama_reads(
+        MODULES[LLAMA_ADAPTER]
+    )
+
+
 # --- the "where to make a change" table ----------------------------------------------------------------------------
 
 WHERE_TO = re.compile(r"`([\w/.]+\.py)` \(`([\w.]+)`")

@@ -12,6 +12,8 @@ from typing import Any
 
 from pipelines import cpu
 
+from ._llama_adapter import forget_from
+
 # Between the steps of an evaluation llama.cpp asks its abort callback, ``bool (*)(void *data)``, whether to stop.
 # The C library's strlen, given a two-byte buffer, is such a callback that runs no Python: 0 (go on) until the
 # first byte is set, then 1 (stop). A Python callback would take the GIL at every step, on llama.cpp's thread.
@@ -58,7 +60,7 @@ def interruptible(context: Any, stop: Callable[[], bool]) -> Iterator[Callable[[
         except RuntimeError:
             if flag[0] == b"\0":
                 raise  # not stopped: a failure of its own
-            context._ctx.kv_cache_seq_rm(-1, context.n_tokens, -1)  # llama.cpp drops the stopped batch too
+            forget_from(context, context.n_tokens)  # llama.cpp drops the stopped batch too
             return False
         return True
 

@@ -19,7 +19,15 @@ from pipelines import cpu
 from pipelines.interfaces import Cancel
 
 from ._decode import text_pieces
-from ._generation import REPETITION_PENALTY, TOP_K, TOP_P, Generation, shared_prefix
+from ._generation import REPETITION_PENALTY, TOP_K, TOP_P, Generation
+from ._llama_adapter import (
+    decode_every_position,
+    forget_from,
+    position_logits,
+    reuse_prefix,
+    set_threads,
+    vocab,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -72,19 +80,10 @@ class LlamaCppStream(Generation):
         finally:
             self._lm.release(context, self._prefix)
 
-    def _reuse(self, context: Any) -> int:
-        """Keeps the KV cache of the longest prefix this prompt shares with the context's last one."""
-        common = shared_prefix(list(context._input_ids), self._prompt_ids)
-        if common > 0 and context._ctx.kv_cache_seq_rm(-1, common, -1):
-            context.n_tokens = common
-            return common
-        context.reset()  # sliding-window caches cannot be cut: the prompt is computed in full
-        return 0
-
     def _pieces(self, context: Any) -> Iterator[str]:
         import llama_cpp
 
-        self.cached_tokens = self._reuse(context)
+        self.cached_tokens = reuse_prefix(context, self._prompt_ids)
         feed = self._prompt_ids[self.cached_tokens :]
         logger.debug("prompt: %d tokens, %d cached", len(self._prompt_ids), self.cached_tokens)
         if self._seed is not None:
@@ -97,10 +96,10 @@ class LlamaCppStream(Generation):
             # special=True keeps markup tokens such as <tool_call>; end-of-turn tokens never get here.
             return context.detokenize(ids, prev_tokens=self._prompt_ids, special=True).decode("utf-8", errors="replace")
 
-        vocab = context._model.vocab
+        words = vocab(context)
 
         def ends(token: int) -> bool:
-            return llama_cpp.llama_vocab_is_eog(vocab, token)
+            return llama_cpp.llama_vocab_is_eog(words, token)
 
         try:
             yield from text_pieces(self._accepted(tokens, ends), decode)
@@ -150,7 +149,7 @@ class LlamaCppStream(Generation):
         context = self._lm.acquire(self._prefix)
         try:
             prompt = self._prompt_ids
-            self.cached_tokens = self._reuse(context)
+            self.cached_tokens = reuse_prefix(context, prompt)
             feed = prompt[self.cached_tokens : -1]
             if feed:
                 self.run_on_share(context, functools.partial(context.eval, feed))
@@ -165,19 +164,15 @@ class LlamaCppStream(Generation):
     def _greedy_path(self, context: Any, prompt: list[int], tokens: list[int]) -> bool:
         """Evaluates the prompt's last token and ``tokens`` but the last in one batch, with the logits of
         each position; the context then holds the prompt again."""
-        import numpy as np
-
         batch = [prompt[-1], *tokens[:-1]]
         start = len(prompt) - 1
-        context._ctx.kv_cache_seq_rm(-1, start, -1)
+        forget_from(context, start)
         context.n_tokens = start
-        context._batch.set_batch(batch=batch, n_past=start, logits_all=True)
-        self.run_on_share(context, functools.partial(context._ctx.decode, context._batch))
+        self.run_on_share(context, functools.partial(decode_every_position, context, batch, start))
         context.input_ids[start : start + len(batch)] = batch
         context.n_tokens = start + len(batch)
-        logits = np.ctypeslib.as_array(context._ctx.get_logits(), shape=(len(batch), context.n_vocab()))
-        picks = logits.argmax(axis=1).tolist()
-        context._ctx.kv_cache_seq_rm(-1, len(prompt), -1)
+        picks = position_logits(context, len(batch)).argmax(axis=1).tolist()
+        forget_from(context, len(prompt))
         context.n_tokens = len(prompt)
         if picks[:-1] != tokens[:-1]:
             return False
@@ -193,12 +188,11 @@ class LlamaCppStream(Generation):
         with share.core():
             if not (self._lm.adaptive_threads and share.adaptive and share.share == self._lm.threads):
                 return step()
-            threads = share.lm_threads()
-            context._ctx.set_n_threads(threads, threads)
+            set_threads(context, share.lm_threads())
             try:
                 return step()
             finally:
-                context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
+                set_threads(context, self._lm.threads)
 
     def _paced(self, context: Any, tokens: Iterator[int]) -> Generator[int, None, None]:
         """``tokens``, each step on the threads :mod:`pipelines.cpu` chooses (every core while the LM is
@@ -215,7 +209,7 @@ class LlamaCppStream(Generation):
                 with share.core():
                     wanted = share.lm_threads()
                     if wanted != threads:
-                        context._ctx.set_n_threads(wanted, wanted)
+                        set_threads(context, wanted)
                         threads = wanted
                     started = time.perf_counter()
                     before = getattr(tokens, "evaluations", None)
@@ -230,7 +224,7 @@ class LlamaCppStream(Generation):
                 yield token
         finally:
             if threads != self._lm.threads:
-                context._ctx.set_n_threads(self._lm.threads, self._lm.threads)
+                set_threads(context, self._lm.threads)
 
 
 # A call's JSON as the chat templates show it (``json.dumps``): where the grammar allows whitespace but does not
@@ -253,16 +247,16 @@ class _ByteTokens:
         import llama_cpp
         import numpy as np
 
-        vocab = context._model.vocab
+        words = vocab(context)
         token_of: dict[int, int] = {}
         piece = ctypes.create_string_buffer(8)
         for token in range(context.n_vocab()):
-            if llama_cpp.llama_vocab_is_control(vocab, token) or llama_cpp.llama_vocab_is_eog(vocab, token):
+            if llama_cpp.llama_vocab_is_control(words, token) or llama_cpp.llama_vocab_is_eog(words, token):
                 continue
-            if llama_cpp.llama_token_to_piece(vocab, token, piece, len(piece), 0, False) == 1:
+            if llama_cpp.llama_token_to_piece(words, token, piece, len(piece), 0, False) == 1:
                 token_of.setdefault(piece.raw[0], token)
-        end = llama_cpp.llama_vocab_eot(vocab)
-        self.end = end if end >= 0 else llama_cpp.llama_vocab_eos(vocab)
+        end = llama_cpp.llama_vocab_eot(words)
+        self.end = end if end >= 0 else llama_cpp.llama_vocab_eos(words)
         self.token_of = token_of
         self.byte_of = {token: byte for byte, token in token_of.items()}
         self.ids = np.asarray([*self.byte_of, self.end], dtype=np.int32)
@@ -321,7 +315,8 @@ class GreedyUnderGrammar:
         import numpy as np
 
         n_vocab = context.n_vocab()
-        sampler = llama_cpp.llama_sampler_init_grammar(context._model.vocab, grammar.encode(), b"root")
+        words = vocab(context)
+        sampler = llama_cpp.llama_sampler_init_grammar(words, grammar.encode(), b"root")
         if not sampler:
             return  # a grammar llama.cpp cannot parse (it logged why)
         bytes_ = byte_tokens(context)
@@ -359,7 +354,7 @@ class GreedyUnderGrammar:
                         return  # nothing the grammar allows (it cannot happen with a grammar that parses)
                 llama_cpp.llama_sampler_accept(sampler, token)
                 yield token
-                if llama_cpp.llama_vocab_is_eog(context._model.vocab, token):
+                if llama_cpp.llama_vocab_is_eog(words, token):
                     return
                 written = context.detokenize([token], special=True)
                 tokens = [token]

@@ -24,6 +24,7 @@ from pipelines.tool_calls import CALL_OPEN, CALL_SEPARATOR, plain_messages, tool
 
 from ._assembled import assembled
 from ._llama_abort import interruptible
+from ._llama_adapter import reuse_prefix, token_text
 from ._llama_contexts import ConversationCache, LlamaContexts
 from ._llama_stream import LlamaCppStream, byte_tokens
 from ._llama_tools import (
@@ -160,14 +161,13 @@ class LlamaCppLM:
         self.context_length = first.n_ctx()
         meta = first.metadata
         template = fixed_template(chat_template or meta.get("tokenizer.chat_template") or self._fallback_template(meta))
-        vocab = first._model
         bos, eos = first.token_bos(), first.token_eos()
         self._bos_id = bos
-        self._bos_text = vocab.token_get_text(bos) if bos >= 0 else ""
+        self._bos_text = token_text(first, bos) if bos >= 0 else ""
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "false") == "true"
         self.template_has_tools = "tools" in template
         self._format = Jinja2ChatFormatter(
-            template, eos_token=vocab.token_get_text(eos) if eos >= 0 else "", bos_token=self._bos_text
+            template, eos_token=token_text(first, eos) if eos >= 0 else "", bos_token=self._bos_text
         )
         logger.info("Loaded LM %s on llama.cpp (%s, context %d)", self.model_path, device, self.context_length)
         self.answerer: LlamaCppLM | None = None  # a second model for answers in words (None: this one answers)
@@ -353,7 +353,7 @@ class LlamaCppLM:
         stop: Callable[[], bool] | None = None,
     ) -> int:
         """Evaluates the prompts the next generation over ``messages`` starts from into the conversation's
-        contexts (``prefix``), so that it reads only the rest (``LlamaCppStream._reuse``); the tokens evaluated.
+        contexts (``prefix``), so that it reads only the rest (``_llama_adapter.reuse_prefix``); the tokens evaluated.
         Read ahead while the user speaks (the turn so far) and between turns, in chunks, until ``stop()`` says
         so (within milliseconds, part-way through a chunk: ``interruptible``): what was read by then stays in
         the cache.
@@ -399,7 +399,7 @@ class LlamaCppLM:
         read = 0
         stopped = stop or (lambda: False)
         try:
-            cached = stream._reuse(context)
+            cached = reuse_prefix(context, ids)
             started = time.perf_counter()
             at, size = cached, READ_AHEAD_TOKENS
             token_s = 0.0  # a token's share of the last chunk's time

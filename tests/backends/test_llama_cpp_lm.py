@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 
 from pipelines.backends import _assembled
+from pipelines.backends._llama_adapter import vocab
 from pipelines.backends._llama_stream import LlamaCppStream
 from pipelines.backends._llama_tools import (
     AutoCallStream,
@@ -716,7 +717,7 @@ def until_end(context, tokens, limit: int = 48) -> list[int]:
     """``tokens`` up to an end-of-generation token, at most ``limit``."""
     import llama_cpp
 
-    ends = functools.partial(llama_cpp.llama_vocab_is_eog, context._model.vocab)
+    ends = functools.partial(llama_cpp.llama_vocab_is_eog, vocab(context))
     return list(itertools.islice(itertools.takewhile(lambda token: not ends(token), tokens), limit))
 
 

@@ -132,8 +132,8 @@ def test_a_lone_llama_cpp_generation_takes_every_core_and_gives_them_back(monkey
         import llama_cpp
 
         for context in lm.contexts.free:  # each context back on its own count after a generation on two
-            assert llama_cpp.llama_n_threads(context._ctx.ctx) == 1
-            assert llama_cpp.llama_n_threads_batch(context._ctx.ctx) == 1
+            assert llama_cpp.llama_n_threads(context.ctx) == 1
+            assert llama_cpp.llama_n_threads_batch(context.ctx) == 1
     finally:
         cpu.configure(share=1, adaptive=False)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.backends._llama_adapter import held_tokens
 from pipelines.config import SessionSettings
 from pipelines.loopback import FakeLanguageModel
 from pipelines.messages import HistoryItem, UserTurn, UserWordsSoFar
@@ -187,16 +188,16 @@ def test_with_tools_the_turns_own_context_and_the_answer_after_results_are_read_
     prefix = smol.new_prefix_cache()
     whole = smol.encode_chat(conversation, [weather])
     assert smol.prefill(conversation, [weather], prefix) == len(whole) + len(smol.encode_chat(turn, [weather]))
-    assert list(prefix.turn.context._input_ids) == smol.encode_chat(turn, [weather])  # decides, then answers
-    assert list(prefix.context._input_ids) == whole  # for the next turn
+    assert held_tokens(prefix.turn.context) == smol.encode_chat(turn, [weather])  # decides, then answers
+    assert held_tokens(prefix.context) == whole  # for the next turn
     # A first turn: one context decides and answers, the answer's note read ahead too.
     first = smol.new_prefix_cache()
     smol.prefill(turn, [weather], first)
-    assert list(first.context._input_ids) == smol.encode_chat([*turn, ANSWER_FROM_RESULTS], [weather])
+    assert held_tokens(first.context) == smol.encode_chat([*turn, ANSWER_FROM_RESULTS], [weather])
     # While the client runs the function there is no result yet: the conversation as it is.
     waiting = smol.new_prefix_cache()
     smol.prefill(conversation[:-1], [weather], waiting)
-    assert list(waiting.context._input_ids) == smol.encode_chat(conversation[:-1], [weather])
+    assert held_tokens(waiting.context) == smol.encode_chat(conversation[:-1], [weather])
 
 
 class SaysSoFar:
@@ -243,7 +244,7 @@ def test_reading_ahead_stops_a_few_tokens_after_the_turn_ends_and_keeps_what_it_
     asked: list[int] = []
     ids = smol.encode_chat(so_far)
     (context,) = smol.contexts.free
-    held = list(context._input_ids)  # an earlier test's prompt: its system part is shared
+    held = held_tokens(context)  # an earlier test's prompt: its system part is shared
     cached = next((i for i, (a, b) in enumerate(zip(held, ids)) if a != b), min(len(held), len(ids)))
     prefix = smol.new_prefix_cache()
     reader = threading.current_thread()  # the turn is seen to end between two chunks (the reader looks then)
