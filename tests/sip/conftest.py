@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.sip.responder import Responder
 from tests.support.baresip import Baresip, write_wav
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer, free_port
@@ -162,3 +163,17 @@ def webhook() -> Iterator[Webhook]:
     hook = Webhook()
     yield hook
     hook.close()
+
+
+@pytest.fixture
+def responders() -> Iterator[Callable[..., Responder]]:
+    """Makes raw SIP callees (:class:`tests.sip.responder.Responder`) and closes them after the test."""
+    made: list[Responder] = []
+
+    def make(answer: str, host: str = "127.0.0.1") -> Responder:
+        made.append(Responder(answer, host))
+        return made[-1]
+
+    yield make
+    for responder in made:
+        responder.close()

@@ -41,6 +41,7 @@ def test_a_call_is_answered_through_the_pool_and_the_caller_hears_the_reply(serv
     assert row["turns"] >= 1
     assert row["caller"] == "*hone"  # "phone", masked to its last four characters (S2S_SIP_NUMBERS=masked)
     assert row["callee"] == "********1234"
+    assert (row["direction"], row["call_status"], row["sip_code"]) == ("inbound", "", None)
     assert row["client_addr"].startswith("127.0.0.1:")
     assert "baresip" in row["user_agent"]
 

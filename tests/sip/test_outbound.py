@@ -5,35 +5,32 @@ SIP responders on UDP sockets that answer busy, ring for ever, or must hear noth
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import re
-import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import openai
 import pytest
 import websockets
-from aiosipua import SipMessage, SipRequest
 
 from realtime.transports.sip import dialling
 from realtime.transports.sip.dialling import BadTarget
-from tests.sip.conftest import free_units, loud_seconds, sip_server, wait_free
+from tests.sip.conftest import SECRET, Webhook, free_units, loud_seconds, sip_server, sip_sessions, wait_free
+from tests.sip.responder import TRUNK_PASSWORD, TRUNK_USER
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer
 from tests.support.webrtc_client import Answer, post
 
 UNKNOWN_CALL = "rtc_0000000000000000000000"
-TRUNK_USER, TRUNK_PASSWORD, TRUNK_REALM, TRUNK_NONCE = "trunkuser", "trunk-secret", "trunk.example", "5f1e0c"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[LiveServer]:
+def server(tmp_path_factory, webhook: Webhook) -> Iterator[LiveServer]:
     live = sip_server(
         tmp_path_factory.mktemp("sip-outbound"),
         S2S_AUTH_REQUIRED="1",
+        S2S_SIP_WEBHOOK_URL=webhook.url,
+        S2S_SIP_WEBHOOK_SECRET=SECRET,
         S2S_SIP_OUTBOUND_ALLOW="sip:*@127.0.0.1:*",
         S2S_SIP_RING_TIMEOUT_S="3",
         S2S_SIP_OUTBOUND_PER_MINUTE="100",
@@ -73,98 +70,10 @@ def status_becomes(
     return wait_for(check, timeout, what=f"the call {status}")
 
 
-class Responder:
-    """A callee of raw SIP on a UDP socket: ``answer`` is what it says to an INVITE (``busy``: 100 then 486;
-    ``ring``: 180 and nothing more until a CANCEL, then 200 and 487; ``challenge``: 407 with a digest challenge,
-    then 486 to an INVITE whose credentials are right, 403 to one whose are wrong). It keeps every request."""
-
-    def __init__(self, answer: str, host: str = "127.0.0.1") -> None:
-        self.answer = answer
-        self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.socket.bind((host, 0))
-        self.socket.settimeout(0.2)
-        self.port = self.socket.getsockname()[1]
-        self.uri = f"sip:+15551234567@{host}:{self.port}"
-        self.requests: list[SipRequest] = []
-        self.raw: list[bytes] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def methods(self) -> list[str]:
-        return [request.method for request in self.requests]
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data, addr = self.socket.recvfrom(65536)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.raw.append(data)
-            message = SipMessage.parse(data)
-            if not isinstance(message, SipRequest):
-                continue
-            self.requests.append(message)
-            if message.method == "INVITE":
-                self._reply(message, addr, 100, "Trying")
-                if self.answer == "challenge":
-                    self._challenge(message, addr)
-                elif self.answer == "busy":
-                    self._reply(message, addr, 486, "Busy Here")
-                else:
-                    self._reply(message, addr, 180, "Ringing")
-            elif message.method == "CANCEL":
-                self._reply(message, addr, 200, "OK")
-                invite = next(request for request in self.requests if request.method == "INVITE")
-                self._reply(invite, addr, 487, "Request Terminated")
-
-    def _challenge(self, invite: SipRequest, addr: tuple[str, int]) -> None:
-        credentials = invite.headers.get_first("proxy-authorization")
-        if not credentials:
-            challenge = f'Digest realm="{TRUNK_REALM}", nonce="{TRUNK_NONCE}", algorithm=MD5, qop="auth"'
-            self._reply(invite, addr, 407, "Proxy Authentication Required", f"Proxy-Authenticate: {challenge}")
-            return
-        fields = dict(re.findall(r'(\w+)="?([^",]*)"?', credentials))
-        md5 = lambda text: hashlib.md5(text.encode()).hexdigest()  # noqa: E731
-        ha1, ha2 = md5(f"{TRUNK_USER}:{TRUNK_REALM}:{TRUNK_PASSWORD}"), md5(f"INVITE:{fields.get('uri')}")
-        expected = md5(f"{ha1}:{TRUNK_NONCE}:{fields.get('nc')}:{fields.get('cnonce')}:auth:{ha2}")
-        right = fields.get("username") == TRUNK_USER and fields.get("response") == expected
-        self._reply(invite, addr, *((486, "Busy Here") if right else (403, "Forbidden")))
-
-    def _reply(self, request: SipRequest, addr: tuple[str, int], status: int, phrase: str, extra: str = "") -> None:
-        lines = [f"SIP/2.0 {status} {phrase}", *([extra] if extra else [])]
-        lines += [f"Via: {via}" for via in request.headers.get("via")]
-        to = request.headers.get_first("to") or ""
-        lines += [
-            f"From: {request.headers.get_first('from')}",
-            f"To: {to}" + (";tag=callee1" if status > 100 and ";tag=" not in to else ""),
-            f"Call-ID: {request.call_id}",
-            f"CSeq: {request.headers.get_first('cseq')}",
-            "Content-Length: 0",
-            "",
-            "",
-        ]
-        self.socket.sendto("\r\n".join(lines).encode(), addr)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        self.socket.close()
-
-
-@pytest.fixture
-def responders() -> Iterator[Callable[..., Responder]]:
-    made: list[Responder] = []
-
-    def make(answer: str, host: str = "127.0.0.1") -> Responder:
-        made.append(Responder(answer, host))
-        return made[-1]
-
-    yield make
-    for responder in made:
-        responder.close()
+def audited(server: LiveServer, session_id: str, call_status: str) -> dict | None:
+    """The audit's row of an outbound call's session once it says ``call_status``."""
+    row = next((row for row in sip_sessions(server) if row["id"] == session_id), None)
+    return row if row is not None and row["call_status"] == call_status else None
 
 
 # --- the rules, before anything is dialled --------------------------------------------------------
@@ -256,6 +165,35 @@ def test_a_busy_callee_ends_the_call_busy_with_its_486_and_frees_the_unit(server
     invite = callee.requests[0]
     assert invite.headers.get_first("x-campaign") == "reminders"
     wait_for(lambda: "ACK" in callee.methods(), 5, what="the ACK of the 486")
+    assert wait_free(server, 2) == 2
+    # The audit: the direction, the dialled number masked as S2S_SIP_NUMBERS=masked says, how the call went.
+    row = wait_for(lambda: audited(server, placed["session_id"], "busy"), 10, what="the audit's row of the call")
+    assert (row["direction"], row["callee"], row["caller"]) == ("outbound", "********4567", "s2s")
+    assert (row["call_end_reason"], row["sip_code"], row["end_reason"]) == ("sip_486", 486, "client_closed")
+
+
+def posted_statuses(webhook: Webhook, call_id: str, until: str, timeout: float = 15.0) -> list[str]:
+    """The statuses the webhook received for ``call_id``, in order, up to ``until``; each signature checked as the
+    openai SDK checks OpenAI's (``client.webhooks.unwrap`` reads only the events it knows, so the signature alone)."""
+    client = openai.OpenAI(api_key="unused", webhook_secret=SECRET)
+    statuses: list[str] = []
+    deadline = time.monotonic() + timeout
+    while until not in statuses:
+        headers, body = webhook.next(max(0.1, deadline - time.monotonic()))
+        client.webhooks.verify_signature(body, headers)  # raises unless signed with the secret, within 5 minutes
+        event = json.loads(body)
+        if event["data"]["call_id"] == call_id:
+            assert event["type"] == "realtime.call.status_changed" and event["data"]["direction"] == "outbound"
+            statuses.append(event["data"]["status"])
+    return statuses
+
+
+def test_the_webhook_hears_each_status_change_signed_as_the_incoming_call_event(server, webhook, responders):
+    callee = responders("ring")
+    placed = json.loads(dial(server, {"to": callee.uri}).body)
+    status_becomes(server, placed["id"], "ringing", 5)
+    assert hang_up(server, placed["id"]).status == 204
+    assert posted_statuses(webhook, placed["id"], "ended") == ["dialing", "ringing", "ended"]
     assert wait_free(server, 2) == 2
 
 

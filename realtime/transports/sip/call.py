@@ -10,7 +10,6 @@ Every end goes through :meth:`SipCall.finish` or the core's ``end``, which calls
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -22,22 +21,21 @@ from aiosipua import IncomingCall, SdpMessage, SipUAC
 from aiosipua.dialog import DialogState
 from channels.db import database_sync_to_async
 
-from pipelines.ids import new_id
 from realtime.access import auth
 from realtime.access.owner import Caller, Owner, sip_owner
 from realtime.live.core import SessionCore, open_session
 from realtime.live.opening import OpenRequest
 from realtime.live.transport import ControlAnswer, Refusal, ServerEvent
-from realtime.models import EndReason, RealtimeSession, TransportKind
+from realtime.models import CallDirection, EndReason, RealtimeSession, TransportKind
 from realtime.node import cluster
 from realtime.node.runtime import Runtime
 from realtime.protocol.close_codes import CLOSE_NORMAL
 from realtime.protocol.events import server_event
-from realtime.transports.playout import PlaysFromQueue, ReplyQueue
 from realtime.transports.sip import control, uas
 from realtime.transports.sip.config import SipConfig
 from realtime.transports.sip.control import CallStateError
-from realtime.transports.sip.media import FRAME_SAMPLES, RATE, CallMedia, NoCommonCodec, NoPorts
+from realtime.transports.sip.leg import CallLeg
+from realtime.transports.sip.media import NoCommonCodec, NoPorts
 
 if TYPE_CHECKING:
     from aiortp.port_allocator import PortAllocator
@@ -46,7 +44,6 @@ logger = logging.getLogger(__name__)
 
 # SIP statuses for the refusals of the pool: a full pool is busy, a starting or stopping server unavailable.
 REFUSAL_STATUS = {"session_limit_reached": 486}
-MAX_MICROPHONE_BACKLOG = 500  # 10 s of 20 ms frames waiting for the event loop: more is dropped
 HIDDEN_HEADERS = {"authorization", "proxy-authorization"}  # never sent to the webhook
 
 
@@ -62,28 +59,21 @@ def number_of(uri: Any) -> str:
     return str(getattr(getattr(uri, "uri", None), "user", "") or "")
 
 
-class SipCall(PlaysFromQueue):
+class SipCall(CallLeg):
     """One call: ``ringing`` (unit claimed, not answered), ``active`` (answered), ``ended``."""
 
     def __init__(
         self, incoming: IncomingCall, runtime: Runtime, config: SipConfig, ports: PortAllocator, uac: SipUAC
     ) -> None:
         """``uac``: the user agent client on the transport the INVITE came in on (for REFER)."""
-        self.id = new_id("rtc")
+        super().__init__(runtime, config, ports)
         self.incoming = incoming
-        self.runtime = runtime
-        self.config = config
         self.uac = uac
         self.state = "ringing"
-        self.core: SessionCore | None = None
         self.api_key_id: int | None = None  # the key that accepted the call: revoking it ends the call
         self.caller = number_of(incoming.invite.from_addr)
         self.callee = number_of(incoming.invite.to_addr)
-        self.playout = ReplyQueue(RATE, FRAME_SAMPLES, self._playout_started, self._playout_stopped)
-        self.media = CallMedia(config, ports, self._microphone, self._dtmf, self.playout)
         self._answer: SdpMessage | None = None
-        self._microphone_queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_MICROPHONE_BACKLOG)
-        self._tasks: set[asyncio.Task[None]] = set()
         self.on_closed: Callable[[SipCall], None] | None = None
 
     @property
@@ -146,7 +136,9 @@ class SipCall(PlaysFromQueue):
         session_id = self.core.id
         caller, callee = self.config.recorded_number(self.caller), self.config.recorded_number(self.callee)
         self.runtime.writer.submit(
-            lambda: RealtimeSession.objects.filter(id=session_id).update(caller=caller, callee=callee)
+            lambda: RealtimeSession.objects.filter(id=session_id).update(
+                caller=caller, callee=callee, direction=CallDirection.INBOUND
+            )
         )
 
     def ringing(self) -> None:
@@ -167,12 +159,10 @@ class SipCall(PlaysFromQueue):
         elif self.core.owner.answerable:  # accepted by staff: answered, no longer any key's to take
             self.core.change_owner(replace(self.core.owner, answerable=False))
         self.incoming.accept(self._answer)
-        self.media.start_playout()
         if session:
             body = json.dumps({"type": "session.update", "session": session})
             await self.core.receive(body, len(body))
-        self._spawn(self._pump_microphone(), "microphone")
-        self._spawn(self._watch_media(), "rtp-watch")
+        self._listen()
         logger.info("SIP call %s answered (session %s)", self.id, self.core.id)
 
     async def reject(self, status: int) -> None:
@@ -220,13 +210,8 @@ class SipCall(PlaysFromQueue):
         self.state = "closed"
         if self.on_closed is not None:
             self.on_closed(self)
-        current = asyncio.current_task()
-        for task in list(self._tasks):
-            if task is not current:
-                task.cancel()
         uas.stop_timers(self.incoming)
-        self.playout.clear()
-        await self.media.close()
+        await self._release()
 
     # --- core.Transport (core.PlaysAudio: PlaysFromQueue, on self.playout) ------------------------
 
@@ -243,19 +228,6 @@ class SipCall(PlaysFromQueue):
 
     # --- the caller ----------------------------------------------------------------------
 
-    def _microphone(self, pcm: bytes) -> None:
-        try:
-            self._microphone_queue.put_nowait(pcm)
-        except asyncio.QueueFull:
-            logger.warning("SIP call %s: microphone backlog full; a frame dropped", self.id)
-
-    async def _pump_microphone(self) -> None:
-        while True:
-            pcm = await self._microphone_queue.get()
-            if self.core is None or self.core.ended:
-                return
-            await self.core.receive_audio(pcm)
-
     def _dtmf(self, digit: str) -> None:
         """An RFC 4733 key press: ``input_audio_buffer.dtmf_event_received``, as the API sends it."""
         logger.debug("SIP call %s: DTMF %s", self.id, digit)
@@ -263,18 +235,5 @@ class SipCall(PlaysFromQueue):
         if self.core is not None:
             self._spawn(self.core.tell_followers(event), "dtmf")
 
-    async def _watch_media(self) -> None:
-        """Hangs up a caller that sends no RTP (nor RTCP) for ``S2S_SIP_RTP_TIMEOUT_S``."""
-        timeout = self.config.rtp_timeout_s
-        while True:
-            silent_for = self.media.silent_for()
-            if silent_for >= timeout:
-                logger.info("SIP call %s: no RTP for %.0fs; hanging up", self.id, silent_for)
-                await self.finish(EndReason.CLIENT_CLOSED)
-                return
-            await asyncio.sleep(timeout - silent_for)
-
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.create_task(coro, name=f"{name}-{self.id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    async def _no_rtp(self) -> None:
+        await self.finish(EndReason.CLIENT_CLOSED)

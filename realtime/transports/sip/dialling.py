@@ -141,6 +141,13 @@ def check_allowed(uri: str, patterns: tuple[str, ...]) -> None:
         raise BadTarget(message, "sip.to", "outbound_not_allowed", 403)
 
 
+def user_of(uri: str) -> str:
+    """The user part of a ``sip:``/``sips:`` URI (a phone number, or a SIP user); "" when it names none."""
+    scheme, _, rest = uri.partition(":")
+    user, at, _ = rest.partition("@")
+    return user if scheme in ("sip", "sips") and at else ""
+
+
 def status_of(code: int) -> str:
     """The call's status after a final SIP answer of ``code`` (3xx-6xx) to its INVITE."""
     if code in BUSY:

@@ -7,13 +7,17 @@ goes to ``S2S_SIP_OUTBOUND_PROXY`` or the target's host, with digest credentials
 call is ``dialing``, ``ringing`` (a 180/183), ``answered`` (a 200 OK: RTP both ways, a ``response.create``
 sent before plays now), or it ends ``busy``, ``no_answer`` (the ring timeout: CANCEL), ``rejected``,
 ``failed`` or ``ended`` (a hang-up: CANCEL while it rings, BYE once answered; the callee's BYE; no RTP).
-However it ends, the unit goes back and the :class:`CallRecord` says why; :class:`Dialler` keeps the records
-of this process's outbound calls (``GET /v1/realtime/calls/{id}``) and ACKs every non-2xx final answer.
+However it ends, the unit goes back and the :class:`CallRecord` says why; each change of status goes to the
+audit (the session's row: direction, numbers, status, end reason, SIP code) and, where ``S2S_SIP_WEBHOOK_URL`` is
+set, to the webhook (``realtime.call.status_changed``, signed as ``realtime.call.incoming`` is). :class:`Dialler`
+keeps the records of this process's outbound calls (``GET /v1/realtime/calls/{id}``) and ACKs every non-2xx final
+answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -24,18 +28,18 @@ from aiosipua import OutgoingCall, SipRequest, SipResponse, SipUAC
 from aiosipua.auth import SipDigestAuth
 from aiosipua.dialog import DialogState
 
-from pipelines.ids import new_id
 from realtime.access.owner import Owner
 from realtime.access.rate import RateTable
-from realtime.live.core import SessionCore, open_session
+from realtime.live.core import open_session
 from realtime.live.opening import OpenRequest
 from realtime.live.transport import ServerEvent
-from realtime.models import EndReason
+from realtime.models import CallDirection, EndReason, RealtimeSession
 from realtime.node.runtime import Runtime
-from realtime.transports.playout import PlaysFromQueue, ReplyQueue
+from realtime.transports.sip import webhook
 from realtime.transports.sip.config import SipConfig
-from realtime.transports.sip.dialling import Target, status_of
-from realtime.transports.sip.media import FRAME_SAMPLES, RATE, CallMedia, NoCommonCodec
+from realtime.transports.sip.dialling import Target, status_of, user_of
+from realtime.transports.sip.leg import CallLeg
+from realtime.transports.sip.media import NoCommonCodec
 from realtime.transports.sip.uas import branch_of
 
 if TYPE_CHECKING:
@@ -45,7 +49,6 @@ logger = logging.getLogger(__name__)
 
 USER_AGENT = "s2s-realtime"
 MAX_RECORDS = 1000  # the records of ended calls this process keeps (the oldest go first)
-MAX_MICROPHONE_BACKLOG = 500  # 10 s of 20 ms frames
 MAX_ENDED_DIALOGS = 256  # ended calls whose late final answers (a 487 after our CANCEL) are still ACKed
 
 
@@ -98,6 +101,7 @@ class Dialler:
         self._ended: OrderedDict[str, OutboundCall] = OrderedDict()  # by Call-ID: still ACKed, nothing else
         per_minute = config.outbound_per_minute
         self.per_minute = RateTable(per_minute / 60.0, per_minute)
+        self._deliveries: dict[str, asyncio.Task[None]] = {}  # by call id: the last status change still being posted
 
     def record(self, call_id: str) -> CallRecord | None:
         return self.records.get(call_id)
@@ -163,30 +167,47 @@ class Dialler:
         call.ended_by_callee("callee_hung_up")
         return True
 
+    def announce(self, record: CallRecord) -> None:
+        """Posts the record's new status to the webhook, where one is set: each call's changes in order (a change
+        waits for the one before), none holding up the call (each delivery bounded: ``webhook.deliver``)."""
+        if not self.config.webhook_url:
+            return
+        event = webhook.status_event(record.as_json())
+        previous = self._deliveries.get(record.id)
+        task = asyncio.create_task(self._deliver(previous, event, record.id), name=f"webhook-{record.id}")
+        self._deliveries[record.id] = task
+        task.add_done_callback(lambda done: self._delivered(record.id, done))
+
+    async def _deliver(self, previous: asyncio.Task[None] | None, event: dict[str, Any], call_id: str) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        await webhook.deliver(self.config, event, f"SIP outbound call {call_id}")
+
+    def _delivered(self, call_id: str, task: asyncio.Task[None]) -> None:
+        if self._deliveries.get(call_id) is task:
+            del self._deliveries[call_id]
+
     async def stop(self) -> None:
         for call in list(self._calls.values()):
             await call.finish(EndReason.SERVER_CLOSED, "ended", "server_closed")
+        if self._deliveries:  # the last status changes, bounded (two attempts of DELIVERY_TIMEOUT_S each)
+            await asyncio.wait(list(self._deliveries.values()), timeout=webhook.ATTEMPTS * webhook.DELIVERY_TIMEOUT_S)
 
 
-class OutboundCall(PlaysFromQueue):
+class OutboundCall(CallLeg):
     """One call the agent places: a Realtime transport (the reply on RTP) over an aiosipua ``OutgoingCall``."""
+
+    label = "SIP outbound call"
 
     def __init__(
         self, dialler: Dialler, runtime: Runtime, target: Target, remote_addr: tuple[str, int], owner: Owner
     ) -> None:
-        self.id = new_id("rtc")
+        super().__init__(runtime, dialler.config, dialler.ports)
         self.dialler = dialler
-        self.runtime = runtime
-        self.config = dialler.config
         self.target = target
         self.remote_addr = remote_addr
         self.record = CallRecord(self.id, target.to, owner)
-        self.core: SessionCore | None = None
         self.outgoing: OutgoingCall | None = None
-        self.playout = ReplyQueue(RATE, FRAME_SAMPLES, self._playout_started, self._playout_stopped)
-        self.media = CallMedia(self.config, dialler.ports, self._microphone, self._dtmf, self.playout)
-        self._microphone_queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_MICROPHONE_BACKLOG)
-        self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
     @property
@@ -204,12 +225,15 @@ class OutboundCall(PlaysFromQueue):
         self.core = await open_session(self.runtime, self, request)
         self.record.session_id = self.core.id
         self.dialler.add(self)
+        from_uri = self.target.from_uri or self.config.outbound_from or f"sip:s2s@{self.config.sdp_ip}"
+        caller, callee = (self.config.recorded_number(user_of(uri)) for uri in (from_uri, self.target.to))
+        self._audit(direction=CallDirection.OUTBOUND, caller=caller, callee=callee)
+        self._changed()
         try:
             offer = await self.media.offer()
             uac = self.dialler.uac
             if uac is None:
                 raise RuntimeError("the SIP listener has not started")
-            from_uri = self.target.from_uri or self.config.outbound_from or f"sip:s2s@{self.config.sdp_ip}"
             credentials = None
             if self.config.outbound_user:
                 credentials = SipDigestAuth(self.config.outbound_user, self.config.outbound_password)
@@ -233,6 +257,12 @@ class OutboundCall(PlaysFromQueue):
         self._spawn(self._ring_timeout(), "ring-timeout")
         logger.info("SIP outbound call %s: INVITE sent (session %s, branch %s)", self.id, self.core.id, self._branch())
 
+    async def speak_first(self) -> None:
+        """A ``response.create`` into the session now: the agent's first words play as soon as the callee answers."""
+        if self.core is not None and not self.core.ended and self.record.live:
+            body = json.dumps({"type": "response.create"})
+            await self.core.receive(body, len(body))
+
     def _branch(self) -> str:
         return branch_of(self.outgoing.invite) if self.outgoing is not None else ""
 
@@ -240,6 +270,7 @@ class OutboundCall(PlaysFromQueue):
         if self.record.status == "dialing":
             self.record.status = "ringing"
             self.record.ringing_at = int(time.time())
+            self._changed()
 
     async def _answered(self) -> None:
         """A 200 OK (aiosipua ACKed it): RTP to the address its SDP names, the reply's clock, the microphone."""
@@ -256,9 +287,8 @@ class OutboundCall(PlaysFromQueue):
             return
         self.record.status = "answered"
         self.record.answered_at = int(time.time())
-        self.media.start_playout()
-        self._spawn(self._pump_microphone(), "microphone")
-        self._spawn(self._watch_media(), "rtp-watch")
+        self._changed()
+        self._listen()
         logger.info("SIP outbound call %s answered", self.id)
 
     def _rejected(self, code: int, reason: str) -> None:
@@ -280,17 +310,28 @@ class OutboundCall(PlaysFromQueue):
 
     async def finish(self, reason: str, status: str, why: str) -> None:
         """Ends the call as ``status`` for ``why``: the session first (the unit back), then the dialog, the media."""
-        self._ended(status, why, None)
+        self._ended(status, why)
         if self.core is not None and not self.core.ended:
             await self.core.end(reason, None)
         await self._tear_down()
 
-    def _ended(self, status: str, why: str, code: int | None) -> None:
+    def _ended(self, status: str, why: str) -> None:
         if self.record.live:
             self.record.status, self.record.end_reason = status, why
             self.record.ended_at = int(time.time())
-            if code is not None:
-                self.record.sip_code = code
+            self._changed()
+
+    def _changed(self) -> None:
+        """The record's status changed: the audit keeps it, the webhook (``S2S_SIP_WEBHOOK_URL``) hears it."""
+        record = self.record
+        self._audit(call_status=record.status, call_end_reason=record.end_reason or "", sip_code=record.sip_code)
+        self.dialler.announce(record)
+
+    def _audit(self, **fields: Any) -> None:
+        """Writes ``fields`` to the session's row in the audit (after the row the opening wrote: one writer)."""
+        if self.core is not None:
+            session_id = self.core.id
+            self.runtime.writer.submit(lambda: RealtimeSession.objects.filter(id=session_id).update(**fields))
 
     async def _tear_down(self) -> None:
         """CANCEL a call still ringing, BYE an answered one (unless the callee ended it), free the RTP ports."""
@@ -306,12 +347,7 @@ class OutboundCall(PlaysFromQueue):
                     uac.send_bye(outgoing.dialog, self.remote_addr)
             except Exception:
                 logger.exception("SIP outbound call %s: the CANCEL or BYE could not be sent", self.id)
-        current = asyncio.current_task()
-        for task in list(self._tasks):
-            if task is not current:
-                task.cancel()
-        self.playout.clear()
-        await self.media.close()
+        await self._release()
         self.dialler.forget(self)
 
     # --- core.Transport ----------------------------------------------------------------------
@@ -322,39 +358,8 @@ class OutboundCall(PlaysFromQueue):
     async def close(self, code: int, reason: str) -> None:
         """The server ends the call (a hang-up by id, a limit, an admin, a revoked key, shutdown)."""
         logger.info("SIP outbound call %s: ended by the server (%s)", self.id, reason)
-        self._ended("ended", "cancelled" if self.record.status in ("dialing", "ringing") else "hung_up", None)
+        self._ended("ended", "cancelled" if self.record.status in ("dialing", "ringing") else "hung_up")
         await self._tear_down()
 
-    # --- the callee's audio ------------------------------------------------------------------
-
-    def _microphone(self, pcm: bytes) -> None:
-        try:
-            self._microphone_queue.put_nowait(pcm)
-        except asyncio.QueueFull:
-            logger.warning("SIP outbound call %s: microphone backlog full; a frame dropped", self.id)
-
-    async def _pump_microphone(self) -> None:
-        while True:
-            pcm = await self._microphone_queue.get()
-            if self.core is None or self.core.ended:
-                return
-            await self.core.receive_audio(pcm)
-
-    def _dtmf(self, digit: str) -> None:
-        logger.debug("SIP outbound call %s: DTMF %s", self.id, digit)
-
-    async def _watch_media(self) -> None:
-        """Hangs up a callee that sends no RTP (nor RTCP) for ``S2S_SIP_RTP_TIMEOUT_S``."""
-        timeout = self.config.rtp_timeout_s
-        while True:
-            silent_for = self.media.silent_for()
-            if silent_for >= timeout:
-                logger.info("SIP outbound call %s: no RTP for %.0fs; hanging up", self.id, silent_for)
-                await self.finish(EndReason.CLIENT_CLOSED, "ended", "no_rtp")
-                return
-            await asyncio.sleep(timeout - silent_for)
-
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.create_task(coro, name=f"{name}-{self.id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    async def _no_rtp(self) -> None:
+        await self.finish(EndReason.CLIENT_CLOSED, "ended", "no_rtp")

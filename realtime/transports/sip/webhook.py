@@ -1,4 +1,5 @@
-"""``realtime.call.incoming``: an incoming call announced to the operator's webhook, signed as OpenAI signs them.
+"""The operator's webhook: ``realtime.call.incoming`` (a call rings) and ``realtime.call.status_changed`` (an
+outbound call's status changed), signed as OpenAI signs webhooks.
 
 The signature is Standard Webhooks' (what the openai SDK's ``client.webhooks.unwrap`` checks):
 ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature: v1,<base64 HMAC-SHA256 of
@@ -24,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 DELIVERY_TIMEOUT_S = 5.0
 ATTEMPTS = 2
+STATUS_CHANGED = "realtime.call.status_changed"  # an outbound call's status changed (no such event at OpenAI)
 
 
 def sign(secret: str, webhook_id: str, timestamp: int, body: str) -> str:
@@ -44,11 +46,27 @@ def incoming_event(call_id: str, sip_headers: list[dict[str, str]], media_securi
     }
 
 
+def status_event(record: dict[str, Any]) -> dict[str, Any]:
+    """``realtime.call.status_changed``: an outbound call's record (``GET /v1/realtime/calls/{id}``'s body) as it
+    stands after a change of status; ``data.call_id`` names the call as the incoming event does."""
+    return {
+        "object": "event",
+        "id": new_id("evt"),
+        "type": STATUS_CHANGED,
+        "created_at": int(time.time()),
+        "data": {"call_id": record["id"], **record},
+    }
+
+
 async def announce(
     config: SipConfig, call_id: str, sip_headers: list[dict[str, str]], media_security: str = "rtp"
 ) -> bool:
     """Posts ``realtime.call.incoming`` to the webhook; True once it answered 2xx (tried twice, each bounded)."""
-    event = incoming_event(call_id, sip_headers, media_security)
+    return await deliver(config, incoming_event(call_id, sip_headers, media_security), f"SIP call {call_id}")
+
+
+async def deliver(config: SipConfig, event: dict[str, Any], what: str) -> bool:
+    """Posts ``event`` to ``S2S_SIP_WEBHOOK_URL``, signed; True once it answered 2xx (tried twice, each bounded)."""
     body = json.dumps(event)
     for attempt in range(1, ATTEMPTS + 1):
         timestamp = int(time.time())
@@ -63,9 +81,9 @@ async def announce(
             async with httpx.AsyncClient(timeout=DELIVERY_TIMEOUT_S, follow_redirects=False) as client:
                 response = await client.post(config.webhook_url, content=body.encode(), headers=headers)
         except httpx.HTTPError as exc:
-            logger.warning("SIP call %s: webhook attempt %s failed: %s", call_id, attempt, exc)
+            logger.warning("%s: webhook attempt %s failed: %s", what, attempt, exc)
             continue
         if 200 <= response.status_code < 300:
             return True
-        logger.warning("SIP call %s: webhook attempt %s answered %s", call_id, attempt, response.status_code)
+        logger.warning("%s: webhook attempt %s answered %s", what, attempt, response.status_code)
     return False
