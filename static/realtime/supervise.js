@@ -14,7 +14,7 @@ const WORDS = {
   "response.output_audio_transcript.delta": ["agent", true],
   "response.output_audio_transcript.done": ["agent", false],
 };
-const LABELS = { caller: "Caller", agent: "Agent" };
+const LABELS = { caller: "Caller", agent: "Agent", supervisor: "Supervisor" };
 // What the page counts, for people reading the console and for the tests: milliseconds played and sent.
 const stats = (window.s2sSupervise = { state: "idle", callerMs: 0, agentMs: 0, sentMs: 0, events: {} });
 
@@ -48,7 +48,7 @@ function controls() {
 
 function line(side, itemId) {
   const log = $("transcript");
-  let row = [...log.children].find((p) => p.dataset.itemId === itemId && p.dataset.side === side);
+  let row = [...log.children].find((p) => p.dataset.itemId === itemId); // an item keeps the side it began with
   if (!row) {
     row = document.createElement("p");
     row.dataset.itemId = itemId;
@@ -63,7 +63,8 @@ function line(side, itemId) {
 }
 
 function words(event) {
-  const [side, delta] = WORDS[event.type];
+  const [heard, delta] = WORDS[event.type];
+  const side = heard === "agent" && stats.state === "taken_over" ? "supervisor" : heard; // the voice of the take-over
   const text = line(side, event.item_id || "");
   if (delta) text.textContent += event.delta || "";
   else text.textContent = event.transcript ?? text.textContent;
