@@ -4,6 +4,7 @@ and the way to supervise one (its page's controls: ``static/realtime/supervise.j
 from __future__ import annotations
 
 import csv
+from functools import partial
 from typing import Any, ClassVar, cast
 
 from django.conf import settings
@@ -27,6 +28,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
 from realtime.admin import supervise
+from realtime.admin.calling import call_view, phone_call
 from realtime.admin.detail import session_detail
 from realtime.models import (
     TYPED_LATENCY,
@@ -69,6 +71,12 @@ CSV_FIELDS = (
     "errors",
     "audio_in_seconds",
     "audio_out_seconds",
+    "direction",
+    "caller",
+    "callee",
+    "call_status",
+    "call_end_reason",
+    "sip_code",
 )
 
 
@@ -156,10 +164,11 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         "voice_to_voice_p50",
         "end_reason",
         "transport",
+        "phone_call",
         "principal",
     )
     list_display_links = ("started",)
-    list_filter = ("started_at", "end_reason", "transport", "node", PrincipalFilter)
+    list_filter = ("started_at", "end_reason", "transport", "direction", "node", PrincipalFilter)
     search_fields = ("id", "principal", "client_addr", "caller", "callee", "items__text")
     date_hierarchy = "started_at"
     readonly_fields = [f.name for f in RealtimeSession._meta.fields]
@@ -190,6 +199,12 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
             supervisable=Value(supervise.may_supervise(request), BooleanField()),  # the list's link, per request
         )
 
+    @admin.display(description="call", ordering="direction")
+    def phone_call(self, obj: RealtimeSession) -> str:
+        """A phone call's direction and the other side's number as the audit keeps it (``S2S_SIP_NUMBERS``); an
+        outbound call's status and final SIP answer too."""
+        return phone_call(obj)
+
     @admin.display(description="user messages", ordering="n_user_messages")
     def user_messages(self, obj: RealtimeSession) -> str:
         """Typed and spoken alike (``turns`` counts the spoken ones only)."""
@@ -211,6 +226,7 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         return [
             path("<str:session_id>/recording/<int:pk>/", wrap(self.recording_view), name="realtime_recording"),
             path("<str:session_id>/end/", wrap(self.end_view), name="realtime_session_end"),
+            path("call/", wrap(partial(call_view, self)), name="realtime_place_call"),
             *super().get_urls(),
         ]
 

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import socket
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
@@ -27,7 +28,7 @@ from realtime.node import runtime
 from realtime.transports.calls import BadOffer, auth_refused, check_session, control_answered, error_response
 from realtime.transports.sip import dialling, guard
 from realtime.transports.sip.dialling import BadTarget
-from realtime.transports.sip.outbound import Dialler, OutboundCall
+from realtime.transports.sip.outbound import CallRecord, Dialler, OutboundCall
 from realtime.transports.sip.signalling import SipListener
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,10 @@ def dialler() -> Dialler | None:
 
 
 def refused(exc: BadTarget) -> JsonResponse:
+    if exc.status == 429:  # a key's cap: retried after a minute at most
+        limited = error_response(429, exc.code, exc.message, error_type="rate_limit_error")
+        limited["Retry-After"] = "60"
+        return limited
     return error_response(exc.status, exc.code, exc.message, exc.param)
 
 
@@ -76,7 +81,8 @@ async def dial(request: ASGIRequest) -> HttpResponse:
         return auth_refused(exc)
     except BadTarget as exc:
         return refused(exc)
-    placer = dialler()
+    authorization = request.headers.get("Authorization", "")
+    owner = Owner.of(auth.bearer_token(authorization) if authorization else None, principal)
     try:
         if len(request.body) > MAX_BODY_BYTES:
             raise BadTarget(f"The request body is larger than {MAX_BODY_BYTES} bytes.", "sip")
@@ -84,31 +90,42 @@ async def dial(request: ASGIRequest) -> HttpResponse:
             body = json.loads(request.body or b"null")
         except (ValueError, RecursionError):
             raise BadTarget("The request body is not valid JSON (or is nested too deep).", "sip") from None
-        target, session = dialling.read(body)
-        if placer is None:
-            raise BadTarget("This server has no SIP listener (S2S_SIP_BIND).", "sip.to", "outbound_not_allowed", 403)
-        dialling.check_allowed(target.to, placer.config.outbound_allow)
-        why = placer.limited(principal.api_key_id)
-        if why is not None:
-            limited = error_response(429, "rate_limit_exceeded", why, error_type="rate_limit_error")
-            limited["Retry-After"] = "60"
-            return limited
-        await sync_to_async(check_session)(session)
-        remote = await next_hop(target, placer.config.outbound_proxy)
+        record = await place(body, principal, owner, request.headers.get("User-Agent", ""))
     except BadTarget as exc:
         return refused(exc)
     except BadOffer as exc:
         return error_response(400, exc.code, exc.message, exc.param)
-    assert placer is not None
-    authorization = request.headers.get("Authorization", "")
-    owner = Owner.of(auth.bearer_token(authorization) if authorization else None, principal)
+    except Refusal as refusal:
+        return error_response(refusal.http_status, refusal.code, refusal.message, refusal.param, refusal.error_type)
+    response = JsonResponse(record.as_json(), status=201)
+    response["Location"] = CALLS_PATH + record.id
+    return response
+
+
+async def place(
+    body: Any, principal: auth.Principal, owner: Owner, user_agent: str, speak_first: bool = False
+) -> CallRecord:
+    """Places the call a request's JSON body asks for, by ``principal`` (an API key, or staff in the admin), owned by
+    ``owner``: the body, the allow-list, the caps, the session, the claim, in that order, then the INVITE (and, with
+    ``speak_first``, a ``response.create``: the agent speaks as soon as the callee answers). Raises
+    :class:`BadTarget` (400, 403, 429: nothing sent), ``BadOffer`` (the session's settings), ``Refusal`` (the pool)."""
+    placer = dialler()
+    target, session = dialling.read(body)
+    if placer is None:
+        raise BadTarget("This server has no SIP listener (S2S_SIP_BIND).", "sip.to", "outbound_not_allowed", 403)
+    dialling.check_allowed(target.to, placer.config.outbound_allow)
+    why = placer.limited(principal.api_key_id)
+    if why is not None:
+        raise BadTarget(why, "sip", "rate_limit_exceeded", 429)
+    await sync_to_async(check_session)(session)
+    remote = await next_hop(target, placer.config.outbound_proxy)
     call = OutboundCall(placer, runtime.current(), target, remote, owner)
     open_request = OpenRequest(
         transport=TransportKind.SIP,
         principal=principal,
         model=(session or {}).get("model") or None,
         client_addr=call.client_addr,
-        user_agent=request.headers.get("User-Agent", ""),
+        user_agent=user_agent,
         call_id=call.id,
         call_config=session,
         owner=owner,
@@ -117,11 +134,11 @@ async def dial(request: ASGIRequest) -> HttpResponse:
         await call.dial(open_request)
     except Refusal as refusal:
         logger.info("SIP outbound call %s refused: %s", call.id, refusal.code)
-        return error_response(refusal.http_status, refusal.code, refusal.message, refusal.param, refusal.error_type)
+        raise
+    if speak_first:
+        await call.speak_first()
     logger.info("SIP outbound call %s to %s placed by %s", call.id, target.to, principal.name or "anonymous")
-    response = JsonResponse(call.record.as_json(), status=201)
-    response["Location"] = CALLS_PATH + call.id
-    return response
+    return call.record
 
 
 async def status(call_id: str, caller: Caller) -> HttpResponse:
