@@ -11,6 +11,8 @@ from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
+from realtime import views
+from realtime.admin import supervise
 from realtime.apps import AUDITORS_GROUP
 from realtime.models import EndReason, RealtimeSession, SupervisorAction, SupervisorActionKind
 
@@ -86,3 +88,7 @@ def test_the_sessions_page_lists_who_supervised_it_what_they_did_when_and_for_ho
     assert "took over" in rows[2] and "7.5 s" in rows[2]
     assert "handed back" in rows[3]
     assert "No one supervised this session." not in page
+
+
+def test_the_page_opens_the_socket_the_views_name():
+    assert supervise.REALTIME_PATH == views.REALTIME_PATH
