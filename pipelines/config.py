@@ -147,7 +147,7 @@ class EngineConfig:
     lm_context: int = 4096  # llama_cpp: tokens of context per generation slot (one slot per unit)
     # The LM's history of one session, in tokens (0: the model's context length); older items are forgotten.
     lm_history_tokens: int = 0
-    tts_backend: str = "piper"  # piper | coqui
+    tts_backend: str = "piper"  # piper | coqui | kokoro
     tts_model: str | None = None
     tts_config: str | None = None
     tts_model_name: str | None = None
@@ -160,6 +160,13 @@ class EngineConfig:
     denoiser_library: str | None = None
     # Extra voices: (name, model path) pairs, each loaded once like the default voice.
     extra_voices: tuple[tuple[str, str], ...] = ()
+    # Kokoro-82M (make kokoro): the folder of its model and phoneme table (None: the packaged one, joined on first
+    # use), the folder of its voice files (None: where make kokoro puts them), the voice S2S_TTS_BACKEND=kokoro
+    # plays, and the Kokoro voices offered by name beside the others (af_heart, ...: one model plays them all).
+    kokoro_model_dir: str | None = None
+    kokoro_voices_dir: str | None = None
+    kokoro_voice: str = "af_heart"
+    kokoro_voices: tuple[str, ...] = ()
     # Partial transcripts while the user speaks, every this many ms of speech (0: none).
     partial_every_ms: int = 1000
     # The longest spoken turn: unbroken speech (or a TV, a fan) is committed and answered at this length, as if
@@ -198,6 +205,8 @@ class EngineConfig:
     @property
     def tts_name(self) -> str:
         """The configured voice, in words."""
+        if self.tts_backend == "kokoro":
+            return f"Kokoro {self.kokoro_voice}"
         return _name(self.tts_model or self.tts_model_name or "") or "Piper en_US-joe-medium"
 
     def voice_table(self) -> dict[str, str]:
@@ -205,6 +214,7 @@ class EngineConfig:
         (``S2S_TTS_VOICES``, which may reuse an OpenAI name to give it a voice of its own)."""
         table = {name: self.tts_name for name in self.voices}
         table.update({name: _name(path) for name, path in self.extra_voices})
+        table.update({name: f"Kokoro {name}" for name in self.kokoro_voices if name not in table})
         return table
 
     def voice_notes(self) -> list[str]:
@@ -233,7 +243,8 @@ class EngineConfig:
 
     @property
     def all_voices(self) -> tuple[str, ...]:
-        return self.voices + tuple(name for name, _ in self.extra_voices if name not in self.voices)
+        extra = tuple(name for name, _ in self.extra_voices if name not in self.voices)
+        return self.voices + extra + tuple(n for n in self.kokoro_voices if n not in self.voices + extra)
 
 
 def _name(value: str) -> str:

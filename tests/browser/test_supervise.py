@@ -219,19 +219,29 @@ def test_a_supervisor_hears_the_caller_whispers_takes_over_and_hands_back(server
         assert again["response"]["status"] == "completed", again
         assert caller.audio_s(mark)[0] > 0.5
         assert NOTE not in json.dumps(caller.events), "the whisper reached the caller"
+        assert page.is_hidden("#supervise-error"), page.inner_text("#supervise-error")  # nothing went wrong
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "admin-supervise.png"), full_page=True)
-    finally:
-        page.close()  # leaving the page ends listening
-        caller.close()
+        page.close()  # leaving the page ends listening; the call goes on
 
-    record = signed_in(browser, server, "supervisor", failed)  # the session's page lists who did what
-    record.goto(f"{server.http}/admin/realtime/realtimesession/{quote(caller.session_id)}/change/")
-    rows = record.locator("#supervision tbody tr").all_inner_texts()
-    for kind in ("listened", "whispered", "took over", "handed back"):  # realtime.supervision_models
-        assert any(kind in row.lower() and "supervisor" in row for row in rows), (kind, rows)
-    assert any(NOTE in row for row in rows), rows
-    record.close()
+        record = signed_in(browser, server, "supervisor", failed)  # the session's page lists who did what
+
+        def listened() -> list[str] | None:
+            record.goto(f"{server.http}/admin/realtime/realtimesession/{quote(caller.session_id)}/change/")
+            rows = record.locator("#supervision tbody tr").all_inner_texts()
+            over = any("listened" in row and not row.rstrip().endswith("still going on") for row in rows)
+            return rows if over else None
+
+        rows = wait_for(listened, 20, interval=1, what="the listen's end in the records")
+        assert "Still active" in record.inner_text("#facts")  # the listen ended with the page, not with the call
+        for kind in ("listened", "whispered", "took over", "handed back"):  # realtime.supervision_models
+            assert any(kind in row.lower() and "supervisor" in row for row in rows), (kind, rows)
+        assert any(NOTE in row for row in rows), rows
+        record.close()
+    finally:
+        if not page.is_closed():
+            page.close()
+        caller.close()
     assert failed == []
 
 
