@@ -59,8 +59,11 @@ def phones(tmp_path: Path) -> Iterator[Callable[..., Baresip]]:
     """Makes baresip phones (each speaking ``microphone``, a WAV) and stops them all after the test."""
     made: list[Baresip] = []
 
-    def make(microphone: Path | None = None, codec: str = "PCMU", account: str = "") -> Baresip:
-        phone = Baresip(tmp_path / f"phone{len(made)}", microphone or a_tone(tmp_path), codec, account).start()
+    def make(
+        microphone: Path | None = None, codec: str = "PCMU", account: str = "", certificate: Path | None = None
+    ) -> Baresip:
+        home = tmp_path / f"phone{len(made)}"
+        phone = Baresip(home, microphone or a_tone(tmp_path), codec, account, certificate).start()
         made.append(phone)
         return phone
 

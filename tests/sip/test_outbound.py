@@ -14,11 +14,14 @@ import pytest
 import websockets
 
 from realtime.transports.sip import dialling
+from realtime.transports.sip.config import SipConfigError, parse_proxy
 from realtime.transports.sip.dialling import BadTarget
+from realtime.transports.sip.outbound_views import next_hop
 from tests.sip.conftest import SECRET, Webhook, free_units, loud_seconds, sip_server, sip_sessions, wait_free
 from tests.sip.responder import TRUNK_PASSWORD, TRUNK_USER
+from tests.sip.test_security import self_signed
 from tests.support.polling import wait_for
-from tests.support.server import LiveServer
+from tests.support.server import LiveServer, free_port
 from tests.support.webrtc_client import Answer, post
 
 UNKNOWN_CALL = "rtc_0000000000000000000000"
@@ -26,8 +29,14 @@ UNKNOWN_CALL = "rtc_0000000000000000000000"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, webhook: Webhook) -> Iterator[LiveServer]:
+    directory = tmp_path_factory.mktemp("sip-outbound")
+    cert, key = self_signed(directory)  # the TLS listener's, and the TLS callee's (trusted as its own CA)
     live = sip_server(
-        tmp_path_factory.mktemp("sip-outbound"),
+        directory,
+        S2S_SIP_TLS_BIND=f"127.0.0.1:{free_port()}",
+        S2S_SIP_TLS_CERT=str(cert),
+        S2S_SIP_TLS_KEY=str(key),
+        S2S_SIP_OUTBOUND_TLS_CA=str(cert),
         S2S_AUTH_REQUIRED="1",
         S2S_SIP_WEBHOOK_URL=webhook.url,
         S2S_SIP_WEBHOOK_SECRET=SECRET,
@@ -42,6 +51,8 @@ def server(tmp_path_factory, webhook: Webhook) -> Iterator[LiveServer]:
         name: live.manage("create_api_key", name).stdout.strip() for name in ("alice", "bob", "carol")
     }
     live.api_key = live.keys["alice"]  # type: ignore[attr-defined]
+    live.phone_pem = directory / "phone.pem"  # type: ignore[attr-defined]
+    live.phone_pem.write_bytes(cert.read_bytes() + key.read_bytes())  # type: ignore[attr-defined]
     yield live
     live.stop()
 
@@ -82,7 +93,10 @@ def audited(server: LiveServer, session_id: str, call_status: str) -> dict | Non
 @pytest.mark.parametrize(
     "sip, param",
     [
-        ({"to": "sip:+1555@127.0.0.1:5060;transport=tcp"}, "sip.to"),
+        ({"to": "sip:+1555@127.0.0.1:5060;transport=sctp"}, "sip.to"),
+        ({"to": "sip:+1555@127.0.0.1:5060;maddr=10.0.0.1"}, "sip.to"),
+        ({"to": "sips:+1555@127.0.0.1:5061;transport=udp"}, "sip.to"),
+        ({"to": "sip:+1555@127.0.0.1", "from": "sip:me@127.0.0.1;transport=tcp"}, "sip.from"),
         ({"to": "sip:+1555@127.0.0.1:5060\r\nX-Evil: 1"}, "sip.to"),
         ({"to": "sip:+1555@127.0.0.1:5060?Subject=hi"}, "sip.to"),
         ({"to": "<sip:+1555@127.0.0.1:5060>"}, "sip.to"),
@@ -110,6 +124,11 @@ def test_the_allow_list_is_a_glob_over_the_whole_uri_and_none_means_off():
         assert refusal == (403, "outbound_not_allowed", "sip.to")
     with pytest.raises(BadTarget):
         dialling.check_allowed("sip:bob@127.0.0.1:5080", ())
+    # Whom a URI calls, however it gets there: sips: and ;transport= change the way, not the number.
+    dialling.check_allowed("sips:+442071234567@trunk.example;transport=tls", allowed)
+    dialling.check_allowed("sip:bob@127.0.0.1:5080;transport=tcp", allowed)
+    with pytest.raises(BadTarget):
+        dialling.check_allowed("sips:+15551234567@trunk.example", allowed)
 
 
 def test_final_answers_map_to_the_calls_status():
@@ -133,7 +152,7 @@ def test_targets_outside_the_allow_list_and_injections_are_refused_with_nothing_
     error = json.loads(answer.body)["error"]
     assert (error["code"], error["param"]) == ("outbound_not_allowed", "sip.to")
     for sip in (
-        {"to": inside.uri + ";transport=tcp"},
+        {"to": inside.uri + ";maddr=127.0.0.2"},
         {"to": inside.uri + "\r\nX-Evil: 1"},
         {"to": inside.uri, "from": "sip:me@127.0.0.1\r\nVia: SIP/2.0/UDP 127.0.0.1:1"},
         {"to": inside.uri, "headers": {"Contact": "<sip:evil@127.0.0.1>"}},
@@ -310,4 +329,59 @@ def test_a_callee_that_hangs_up_ends_the_call_and_frees_the_unit(server, phones)
     phone.hang_up()
     ended = status_becomes(server, placed["id"], "ended", 10)
     assert ended["end_reason"] == "callee_hung_up"
+    assert wait_free(server, 2) == 2
+
+
+def test_a_tcp_target_is_called_over_tcp_answered_heard_and_hung_up(server, phones):
+    phone = phones(account=";answermode=auto")
+    target = {"to": f"sip:phone@127.0.0.1:{phone.sip_port};transport=tcp"}
+    placed = json.loads(dial(server, target, session={"type": "realtime", "instructions": "Say hello."}).body)
+    assert placed["transport"] == "tcp"
+    answered = status_becomes(server, placed["id"], "answered", 15)
+    assert answered["sip_code"] == 200
+    assert hang_up(server, placed["id"]).status == 204
+    wait_for(phone.hung_up, 10, what="the BYE over TCP at the callee")
+    assert record(server, placed["id"])[1]["end_reason"] == "hung_up"
+    assert wait_free(server, 2) == 2
+
+
+async def test_the_trunk_and_its_transport_come_from_the_proxy_setting_and_sips_needs_tls():
+    tcp, _ = dialling.read({"sip": {"to": "sip:+15551234567@127.0.0.1;transport=tcp"}})
+    assert await next_hop(tcp, None) == (("127.0.0.1", 5060), "tcp")
+    plain, _ = dialling.read({"sip": {"to": "sip:+15551234567@127.0.0.1"}})
+    assert await next_hop(plain, parse_proxy("127.0.0.1:5070;transport=tcp")) == (("127.0.0.1", 5070), "tcp")
+    secure, _ = dialling.read({"sip": {"to": "sips:+15551234567@127.0.0.1"}})
+    assert await next_hop(secure, None) == (("127.0.0.1", 5061), "tls")
+    with pytest.raises(BadTarget):
+        await next_hop(secure, parse_proxy("127.0.0.1:5070"))  # sips: over a UDP trunk: refused
+    assert parse_proxy("127.0.0.1:5070") == ("127.0.0.1", 5070, "udp")
+    for bad in ("127.0.0.1:5070;transport=sctp", "127.0.0.1:5070;maddr=1.2.3.4"):
+        with pytest.raises(SipConfigError):
+            parse_proxy(bad)
+
+
+def test_a_sips_target_is_called_over_tls_with_srtp_answered_heard_and_hung_up(server, phones):
+    phone = phones(account=";answermode=auto;mediaenc=srtp-mand", certificate=server.phone_pem)
+    target = {"to": f"sips:phone@127.0.0.1:{phone.sip_port + 1}"}  # baresip's TLS port: its SIP port + 1
+    answer = dial(server, target, session={"type": "realtime", "instructions": "Say hello."})
+    assert answer.status == 201, answer.body
+    placed = json.loads(answer.body)
+    assert placed["transport"] == "tls"
+    status_becomes(server, placed["id"], "answered", 15)
+    # The reply reached the phone through SRTP: it decrypts and hears it (a key it could not use: silence).
+    wait_for(lambda: loud_seconds(*phone.heard()) >= 0.5, 20, what="the reply heard over SRTP")
+    assert "AES_CM_128_HMAC_SHA1_80" in phone.log() or "srtp" in phone.log().lower()
+    assert hang_up(server, placed["id"]).status == 204
+    wait_for(phone.hung_up, 10, what="the BYE over TLS at the callee")
+    assert wait_free(server, 2) == 2
+
+
+def test_a_tls_callee_whose_certificate_is_not_trusted_is_not_called(server, phones, tmp_path):
+    stranger_cert, stranger_key = self_signed(tmp_path)  # not S2S_SIP_OUTBOUND_TLS_CA's
+    pem = tmp_path / "stranger.pem"
+    pem.write_bytes(stranger_cert.read_bytes() + stranger_key.read_bytes())
+    phone = phones(account=";answermode=auto;mediaenc=srtp-mand", certificate=pem)
+    placed = json.loads(dial(server, {"to": f"sips:phone@127.0.0.1:{phone.sip_port + 1}"}).body)
+    ended = status_becomes(server, placed["id"], "failed", 15)
+    assert ended["end_reason"] == "unreachable" and ended["sip_code"] is None
     assert wait_free(server, 2) == 2

@@ -53,8 +53,12 @@ def read_wav(path: Path) -> tuple[np.ndarray, int]:
 class Baresip:
     """One phone: ``dial(uri)``, ``hang_up()``, ``heard()`` (what it received, as float samples)."""
 
-    def __init__(self, home: Path, microphone: Path, codec: str = "PCMU", account: str = "") -> None:
-        """``account``: parameters of its SIP account, e.g. ``;auth_pass=secret;mediaenc=srtp-mand``."""
+    def __init__(
+        self, home: Path, microphone: Path, codec: str = "PCMU", account: str = "", certificate: Path | None = None
+    ) -> None:
+        """``account``: parameters of its SIP account, e.g. ``;auth_pass=secret;mediaenc=srtp-mand``;
+        ``certificate``: a PEM of a certificate and its key, with which the phone listens for SIP over TLS too (on
+        its SIP port + 1)."""
         self.home = home
         self.home.mkdir(parents=True, exist_ok=True)
         self.ctrl_port = free_port()
@@ -62,6 +66,7 @@ class Baresip:
         self.microphone = microphone
         self.codec = codec
         self.account = account
+        self.certificate = certificate
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = home / "baresip.log"
 
@@ -101,6 +106,7 @@ class Baresip:
                     f"ctrl_tcp_listen 127.0.0.1:{self.ctrl_port}",
                     f"snd_path {self.home}",
                     "rtp_timeout 0",
+                    *([f"sip_certificate {self.certificate}"] if self.certificate else []),
                     "",
                 ]
             )

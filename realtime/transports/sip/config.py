@@ -54,7 +54,8 @@ class SipConfig:
     # Outbound calls (POST /v1/realtime/calls with {"sip": ...}, realtime.transports.sip.outbound): off until
     # outbound_allow names what may be dialled (glob patterns over the target URI).
     outbound_allow: tuple[str, ...] = ()
-    outbound_proxy: tuple[str, int] | None = None  # where INVITEs go (the trunk); None: the target URI's host
+    outbound_proxy: tuple[str, int, str] | None = None  # where INVITEs go (the trunk) and how; None: the target's host
+    outbound_tls_ca: str = ""  # a PEM file of the CAs a TLS callee or trunk is checked against; empty: the system's
     outbound_from: str = ""  # the From URI when the request names none; empty: sip:s2s@<the advertised address>
     outbound_user: str = ""  # digest credentials for the trunk's 401/407 challenge
     outbound_password: str = field(default="", repr=False)
@@ -197,11 +198,13 @@ def parse_allow(raw: str) -> tuple[str, ...]:
     return patterns
 
 
-def parse_proxy(raw: str) -> tuple[str, int] | None:
-    """``host:port`` (an IP address; ``;transport=udp`` may follow), or empty: none."""
+def parse_proxy(raw: str) -> tuple[str, int, str] | None:
+    """``host:port`` (an IP address) and the transport to it, ``;transport=udp`` (the default), ``tcp`` or
+    ``tls``; empty: none."""
     address, _, params = raw.strip().partition(";")
     if not address:
         return None
-    if params and params.strip().lower() != "transport=udp":
-        raise SipConfigError(f"{raw!r}: outbound calls go over UDP only for now (transport=udp)")
-    return parse_bind(address)
+    transport = params.strip().lower().removeprefix("transport=") if params else "udp"
+    if transport not in ("udp", "tcp", "tls") or (params and not params.strip().lower().startswith("transport=")):
+        raise SipConfigError(f"{raw!r}: the transport to the trunk is ;transport=udp, tcp or tls")
+    return (*parse_bind(address), transport)

@@ -17,15 +17,20 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 MAX_URI = 256
+TRANSPORT_PARAM = r"(?:;transport=(?P<transport>udp|tcp|tls))?"
+TRANSPORTS = ("udp", "tcp", "tls")
+DEFAULT_PORTS = {"udp": 5060, "tcp": 5060, "tls": 5061}
 MAX_HEADERS = 16
 MAX_HEADER_VALUE = 256
 # sip:user@host[:port]: the user part as RFC 3261's unreserved and user-unreserved characters (and %-escapes),
-# the host a name, an IPv4 address or a bracketed IPv6 one. Nothing else: no parameters, no headers.
+# the host a name, an IPv4 address or a bracketed IPv6 one. Nothing else: no parameters, no headers. A target may
+# be sips: (TLS) and may end in one parameter, ;transport=udp|tcp|tls (TARGET_URI); a From may not.
 SIP_URI = re.compile(
-    r"^sip:(?P<user>[A-Za-z0-9\-_.!~*'()&=+$,%]{1,64})@"
+    r"^(?P<scheme>sip):(?P<user>[A-Za-z0-9\-_.!~*'()&=+$,%]{1,64})@"
     r"(?P<host>[A-Za-z0-9](?:[A-Za-z0-9\-.]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])"
     r"(?::(?P<port>[0-9]{1,5}))?$"
 )
+TARGET_URI = re.compile(SIP_URI.pattern.replace("(?P<scheme>sip)", "(?P<scheme>sips?)")[:-1] + TRANSPORT_PARAM + "$")
 HEADER_NAME = re.compile(r"^X-[A-Za-z0-9\-]{1,64}$")
 STATUSES = ("dialing", "ringing", "answered", "busy", "no_answer", "rejected", "failed", "ended")
 BUSY = frozenset({486, 600})
@@ -49,24 +54,41 @@ class Target:
     headers: dict[str, str] = field(default_factory=dict)
 
     @property
-    def host_port(self) -> tuple[str, int]:
-        """The URI's host (brackets off) and port (5060 when it names none)."""
-        match = SIP_URI.match(self.to)
+    def transport(self) -> str:
+        """How the INVITE goes when no proxy says otherwise: ``tls`` for ``sips:``, else the URI's ``;transport=``
+        (``udp`` when it names none)."""
+        match = TARGET_URI.match(self.to)
         assert match is not None  # checked by read()
-        return match["host"].strip("[]"), int(match["port"] or 5060)
+        return "tls" if match["scheme"] == "sips" else match["transport"] or "udp"
+
+    @property
+    def secure(self) -> bool:
+        """A ``sips:`` target: TLS to the callee, and SRTP offered (RFC 3261 s26.2)."""
+        return self.to.startswith("sips:")
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        """The URI's host (brackets off) and port (5060, 5061 for TLS, when it names none)."""
+        match = TARGET_URI.match(self.to)
+        assert match is not None  # checked by read()
+        return match["host"].strip("[]"), int(match["port"] or DEFAULT_PORTS[self.transport])
 
 
-def check_uri(value: Any, param: str) -> str:
-    """A plain ``sip:user@host[:port]`` URI, or :class:`BadTarget` (400)."""
+def check_uri(value: Any, param: str, target: bool = False) -> str:
+    """A plain ``sip:user@host[:port]`` URI (a ``target`` may be ``sips:`` and end in ``;transport=udp|tcp|tls``),
+    or :class:`BadTarget` (400)."""
     if not isinstance(value, str) or not value:
         raise BadTarget(f"{param} must be a sip: URI (sip:user@host).", param)
-    if len(value) > MAX_URI or not SIP_URI.match(value):
+    shape = TARGET_URI if target else SIP_URI
+    match = shape.match(value) if len(value) <= MAX_URI else None
+    if match is None:
+        allowed = "only ;transport=udp|tcp|tls" if target else "no parameters (;)"
         raise BadTarget(
-            f"{param} must be a plain sip:user@host[:port] URI: no parameters (;), headers (?), spaces or line breaks.",
+            f"{param} must be a plain sip:user@host[:port] URI: {allowed}, no headers (?), spaces or line breaks.",
             param,
         )
-    match = SIP_URI.match(value)
-    assert match is not None
+    if target and match["scheme"] == "sips" and match["transport"] == "udp":
+        raise BadTarget(f"{param}: a sips: URI goes over TLS, not UDP.", param)
     port = match["port"]
     if port is not None and not 1 <= int(port) <= 65535:
         raise BadTarget(f"{param}: the port is out of range.", param)
@@ -117,7 +139,7 @@ def read(body: Any) -> tuple[Target, dict[str, Any] | None]:
     if unknown:
         raise BadTarget(f"sip: unknown field {sorted(unknown)[0][:80]!r}.", "sip")
     target = Target(
-        check_uri(sip.get("to"), "sip.to"),
+        check_uri(sip.get("to"), "sip.to", target=True),
         check_uri(sip["from"], "sip.from") if sip.get("from") is not None else "",
         check_headers(sip.get("headers")),
     )
@@ -127,8 +149,17 @@ def read(body: Any) -> tuple[Target, dict[str, Any] | None]:
     return target, session
 
 
+def allow_form(uri: str) -> str:
+    """The URI the allow-list is matched against: whom it calls, however it gets there (``sips:`` as ``sip:``, no
+    ``;transport=``)."""
+    plain = uri.split(";", 1)[0]
+    return "sip:" + plain[5:] if plain.startswith("sips:") else plain
+
+
 def check_allowed(uri: str, patterns: tuple[str, ...]) -> None:
-    """Raises :class:`BadTarget` (403) unless a pattern of ``S2S_SIP_OUTBOUND_ALLOW`` matches ``uri``."""
+    """Raises :class:`BadTarget` (403) unless a pattern of ``S2S_SIP_OUTBOUND_ALLOW`` matches ``uri`` (as
+    :func:`allow_form` writes it)."""
+    uri = allow_form(uri)
     if not patterns:
         raise BadTarget(
             "Outbound calls are off on this server: S2S_SIP_OUTBOUND_ALLOW names no target.",

@@ -15,6 +15,7 @@ socket, before aiortp reads it, and protected as aiortp hands it to the socket.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -30,7 +31,18 @@ from pipelines import audio
 from realtime.transports.playout import ReplyQueue
 from realtime.transports.sip import guard
 from realtime.transports.sip.config import SipConfig
-from realtime.transports.sip.srtp import SrtpContext, Unacceptable, choose
+from realtime.transports.sip.srtp import (
+    KEY_BYTES,
+    OFFERED_CRYPTO_TAG,
+    OFFERED_SUITE,
+    SECURE_PROFILES,
+    Crypto,
+    SrtpContext,
+    Unacceptable,
+    choose,
+    offered_crypto,
+    parse_crypto,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +170,7 @@ class CallMedia:
         self.session: GuardedRTPSession | None = None
         self._port: int | None = None
         self._clock: MediaClock | None = None
+        self._offered_key: bytes | None = None  # an outbound call's SRTP offer: our master key and salt
         self.frames_sent = 0
 
     async def open(self, offer: SdpMessage, signalling_host: str) -> SdpMessage:
@@ -204,9 +217,10 @@ class CallMedia:
             answer.audio.attributes["crypto"] = [session.srtp.answer]
         return answer
 
-    async def offer(self) -> SdpMessage:
-        """An outbound call's offer (PCMU, PCMA, RFC 4733 events) on an RTP port pair bound now; raises
-        :class:`NoPorts`. Nothing is heard until :meth:`answered` names the callee's address."""
+    async def offer(self, srtp: bool = False) -> SdpMessage:
+        """An outbound call's offer (PCMU, PCMA, RFC 4733 events) on an RTP port pair bound now, as ``RTP/SAVP`` with
+        a key of our own (SDES) when ``srtp``; raises :class:`NoPorts`. Nothing is heard until :meth:`answered`
+        names the callee's address."""
         try:
             self._port, _ = await self.ports.allocate()
         except RuntimeError as exc:
@@ -216,6 +230,10 @@ class CallMedia:
         assert audio is not None
         audio.formats.insert(1, "8")
         audio.attributes["rtpmap"].insert(1, "8 PCMA/8000")
+        if srtp:
+            self._offered_key = os.urandom(KEY_BYTES)
+            audio.proto = "RTP/SAVP"
+            audio.attributes["crypto"] = [offered_crypto(OFFERED_CRYPTO_TAG, self._offered_key)]
         return offer
 
     async def answered(self, answer: SdpMessage, signalling_host: str) -> None:
@@ -228,6 +246,8 @@ class CallMedia:
         chosen = [int(pt) for pt in answer.audio.formats if pt.isdigit() and int(pt) in G711]
         if not chosen:
             raise NoCommonCodec("the answer chose neither PCMU nor PCMA")
+        # Our SRTP offer: the callee's key for the suite offered, or no call.
+        crypto = self._answered_crypto(answer) if self._offered_key is not None else None
         session = await GuardedRTPSession.create(
             local_addr=(self.config.media_ip, self._port),
             remote_addr=remote,
@@ -236,11 +256,23 @@ class CallMedia:
             dtmf_payload_type=telephone_event_type(answer) or OFFERED_DTMF,
             symmetric_rtp=True,
         )
+        if crypto is not None:
+            session.srtp = SrtpContext(crypto, local_key=self._offered_key)
         session.allowed_hosts = frozenset({remote[0], signalling_host})
         session.heard_at = time.monotonic()
         session.on_audio = self._caller_audio
         session.on_dtmf = lambda digit, _duration: self._on_dtmf(digit)
         self.session = session
+
+    @staticmethod
+    def _answered_crypto(answer: SdpMessage) -> Crypto:
+        """The answer's ``a=crypto`` to our SRTP offer (our tag, our suite, the callee's key); raises NoCommonCodec."""
+        assert answer.audio is not None
+        taken = [crypto for crypto in map(parse_crypto, answer.audio.attributes.get("crypto", [])) if crypto]
+        chosen = [crypto for crypto in taken if crypto.tag == OFFERED_CRYPTO_TAG and crypto.suite == OFFERED_SUITE]
+        if not chosen or answer.audio.proto.upper() not in SECURE_PROFILES:
+            raise NoCommonCodec("the answer does not take our SRTP offer (RTP/SAVP, a=crypto)")
+        return chosen[0]
 
     def start_playout(self) -> None:
         """Starts the 20 ms clock: from now on a frame goes out every 20 ms (the reply, or silence)."""

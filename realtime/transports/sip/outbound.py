@@ -59,6 +59,7 @@ class CallRecord:
     id: str
     to: str
     owner: Owner
+    transport: str = "udp"  # how the INVITE went: udp, tcp, tls
     session_id: str = ""
     status: str = "dialing"
     created_at: int = field(default_factory=lambda: int(time.time()))
@@ -79,6 +80,7 @@ class CallRecord:
             "status": self.status,
             "direction": "outbound",
             "to": self.to,
+            "transport": self.transport,
             "session_id": self.session_id,
             "created_at": self.created_at,
             "ringing_at": self.ringing_at,
@@ -95,7 +97,7 @@ class Dialler:
     def __init__(self, config: SipConfig, ports: PortAllocator) -> None:
         self.config = config
         self.ports = ports
-        self.uac: SipUAC | None = None  # the UDP agent's client, once the listener has started
+        self.uacs: dict[str, SipUAC] = {}  # the agents' clients by transport (udp, tcp, tls), once the listener started
         self.records: OrderedDict[str, CallRecord] = OrderedDict()
         self._calls: dict[str, OutboundCall] = {}
         self._ended: OrderedDict[str, OutboundCall] = OrderedDict()  # by Call-ID: still ACKed, nothing else
@@ -135,8 +137,14 @@ class Dialler:
             self._ended[call.sip_call_id] = call
             while len(self._ended) > MAX_ENDED_DIALOGS:
                 self._ended.popitem(last=False)
-        if self.uac is not None:
-            self.uac.remove_call(call.sip_call_id)
+        if call.uac is not None:
+            call.uac.remove_call(call.sip_call_id)
+            if call.transport != "udp" and not any(
+                other.uac is call.uac and other.remote_addr == call.remote_addr for other in self._calls.values()
+            ):  # our connection to the callee or trunk, once no call of ours is on it
+                disconnect = getattr(call.uac.transport, "disconnect", None)
+                if disconnect is not None:
+                    disconnect(call.remote_addr)
 
     def response(self, response: SipResponse, addr: tuple[str, int]) -> None:
         """Every non-2xx final answer to one of our INVITEs is ACKed (RFC 3261 s17.1.1.3; aiosipua does not),
@@ -156,8 +164,8 @@ class Dialler:
         ack.headers.set_single("CSeq", f"{cseq.seq} ACK")
         ack.headers.set_single("Max-Forwards", "70")
         ack.headers.set_single("Content-Length", "0")
-        if self.uac is not None:
-            self.uac.transport.send(ack, call.remote_addr)
+        if call.uac is not None:
+            call.uac.transport.send(ack, call.remote_addr)
 
     def hung_up(self, sip_call_id: str) -> bool:
         """The callee's BYE (aiosipua answered it 200): True if it was one of our calls."""
@@ -200,14 +208,23 @@ class OutboundCall(CallLeg):
     label = "SIP outbound call"
 
     def __init__(
-        self, dialler: Dialler, runtime: Runtime, target: Target, remote_addr: tuple[str, int], owner: Owner
+        self,
+        dialler: Dialler,
+        runtime: Runtime,
+        target: Target,
+        remote_addr: tuple[str, int],
+        owner: Owner,
+        transport: str = "udp",
     ) -> None:
+        """``remote_addr``: where the INVITE goes (the trunk, or the target's host), over ``transport``."""
         super().__init__(runtime, dialler.config, dialler.ports)
         self.dialler = dialler
         self.target = target
         self.remote_addr = remote_addr
-        self.record = CallRecord(self.id, target.to, owner)
+        self.record = CallRecord(self.id, target.to, owner, transport)
         self.outgoing: OutgoingCall | None = None
+        self.transport = transport
+        self.uac: SipUAC | None = None  # the client of the listener's agent on that transport
         self._closed = False
 
     @property
@@ -230,10 +247,15 @@ class OutboundCall(CallLeg):
         self._audit(direction=CallDirection.OUTBOUND, caller=caller, callee=callee)
         self._changed()
         try:
-            offer = await self.media.offer()
-            uac = self.dialler.uac
+            # SRTP (SDES) over TLS, as S2S_SIP_SRTP allows it; over UDP or TCP only where it is required.
+            srtp = self.config.srtp == "required" or (self.transport == "tls" and self.config.srtp != "off")
+            offer = await self.media.offer(srtp=srtp)
+            uac = self.uac = self.dialler.uacs.get(self.transport)
             if uac is None:
-                raise RuntimeError("the SIP listener has not started")
+                raise RuntimeError(f"the SIP listener has no {self.transport} agent")
+            connect = getattr(uac.transport, "connect", None)
+            if self.transport != "udp" and connect is not None:
+                await connect(self.remote_addr)
             credentials = None
             if self.config.outbound_user:
                 credentials = SipDigestAuth(self.config.outbound_user, self.config.outbound_password)
@@ -246,9 +268,9 @@ class OutboundCall(CallLeg):
                 user_agent=USER_AGENT,
                 auth=credentials,
             )
-        except Exception as exc:
+        except Exception as exc:  # OSError: no connection (refused, timed out, a certificate not trusted)
             logger.warning("SIP outbound call %s: could not be placed: %s", self.id, exc)
-            await self.finish(EndReason.ERROR, "failed", "failed")
+            await self.finish(EndReason.ERROR, "failed", "unreachable" if isinstance(exc, OSError) else "failed")
             return
         self.outgoing.on_ringing = lambda _call: self._ringing()
         self.outgoing.on_answer = lambda _call: self._spawn(self._answered(), "answered")
@@ -338,7 +360,7 @@ class OutboundCall(CallLeg):
         if self._closed:
             return
         self._closed = True
-        uac, outgoing = self.dialler.uac, self.outgoing
+        uac, outgoing = self.uac, self.outgoing
         if uac is not None and outgoing is not None:
             try:
                 if outgoing.dialog.state == DialogState.EARLY:

@@ -50,9 +50,14 @@ def refused(exc: BadTarget) -> JsonResponse:
     return error_response(exc.status, exc.code, exc.message, exc.param)
 
 
-async def next_hop(target: dialling.Target, proxy: tuple[str, int] | None) -> tuple[str, int]:
-    """Where the INVITE goes: the trunk's proxy, or the target's host (a name is resolved); raises BadTarget."""
-    host, port = proxy or target.host_port
+async def next_hop(target: dialling.Target, proxy: tuple[str, int, str] | None) -> tuple[tuple[str, int], str]:
+    """Where the INVITE goes and over what: the trunk's proxy, or the target's host (a name is resolved) over the
+    target's transport; raises BadTarget."""
+    host, port, transport = proxy or (*target.host_port, target.transport)
+    if target.secure and transport != "tls":
+        raise BadTarget(
+            "sip.to: a sips: target needs TLS to the trunk (S2S_SIP_OUTBOUND_PROXY ;transport=tls).", "sip.to"
+        )
     try:
         found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_DGRAM)
     except OSError:
@@ -60,7 +65,7 @@ async def next_hop(target: dialling.Target, proxy: tuple[str, int] | None) -> tu
     address = guard.destination((str(found[0][4][0]), port)) if found else None
     if address is None:
         raise BadTarget("sip.to: the host is not an address this server can send to.", "sip.to")
-    return address
+    return address, transport
 
 
 async def _principal(request: HttpRequest) -> auth.Principal:
@@ -118,8 +123,12 @@ async def place(
     if why is not None:
         raise BadTarget(why, "sip", "rate_limit_exceeded", 429)
     await sync_to_async(check_session)(session)
-    remote = await next_hop(target, placer.config.outbound_proxy)
-    call = OutboundCall(placer, runtime.current(), target, remote, owner)
+    remote, transport = await next_hop(target, placer.config.outbound_proxy)
+    if transport not in placer.uacs:
+        raise BadTarget(
+            f"sip.to: this server does not listen for SIP over {transport.upper()} (S2S_SIP_TLS_BIND).", "sip.to"
+        )
+    call = OutboundCall(placer, runtime.current(), target, remote, owner, transport)
     open_request = OpenRequest(
         transport=TransportKind.SIP,
         principal=principal,

@@ -40,6 +40,7 @@ from realtime.transports.sip.sockets import (
     TcpTransport,
     TlsTransport,
     UdpTransport,
+    client_tls_context,
     server_tls_context,
 )
 from realtime.transports.sip.srtp import Unacceptable, choose
@@ -102,8 +103,8 @@ class SipListener:
         ]
         if self.config.tls_host:
             tls_address = (self.config.tls_host, self.config.tls_port)
-            context = server_tls_context(self.config)
-            tls = TlsTransport(local_addr=tls_address, ssl_context=context, **bounds)
+            context, client = server_tls_context(self.config), client_tls_context(self.config)
+            tls = TlsTransport(local_addr=tls_address, ssl_context=context, client_context=client, **bounds)
             transports.append((tls, self.config.tls_contact))
         for transport, advertised in transports:
             agent = uas.make_agent(transport, advertised, USER_AGENT, self._agents[0] if self._agents else None)
@@ -115,7 +116,8 @@ class SipListener:
             await agent.start()
             transport.on_message = partial(self._guarded, transport, transport.on_message)
             self._agents.append(agent)
-        self.dialler.uac = self._agents[0].uac  # outbound calls go over UDP
+        # Outbound calls go out by the agent of their transport (UDP, TCP, TLS where it listens).
+        self.dialler.uacs = dict(zip(("udp", "tcp", "tls"), (agent.uac for agent in self._agents), strict=False))
         self._watchdog = asyncio.create_task(self._watch(), name="sip-watchdog")
         logger.info("SIP listening on %s:%s (UDP and TCP), RTP on %s-%s", *address, *self.config.rtp_ports)
         if self.config.tls_host:

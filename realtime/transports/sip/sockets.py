@@ -162,10 +162,46 @@ class TcpTransport(TcpSipTransport):
         super().send_reply(response)
 
     def send(self, message: SipRequest | SipResponse, addr: tuple[str, int]) -> None:
+        self._name_transport(message)
         try:
             super().send(message, addr)
         except Exception as exc:  # no connection to that address (any more)
             self.failed_sends.failed(addr, exc)
+
+    def _name_transport(self, message: SipRequest | SipResponse) -> None:
+        """A request we send (an outbound call's INVITE, ACK, CANCEL, BYE; a REFER) names this transport in its top
+        ``Via`` and its ``Contact`` (aiosipua writes UDP and no transport): the answers, and the other side's
+        requests in the dialog, come back over it."""
+        if not isinstance(message, SipRequest):
+            return
+        contact = message.headers.get_first("contact")
+        if contact and "transport=" not in contact.lower() and contact.endswith(">"):
+            message.headers.set_single("Contact", contact[:-1] + f";transport={self.name.lower()}>")
+        vias = message.headers.get("via")
+        if vias and vias[0].upper().startswith("SIP/2.0/UDP "):
+            message.headers.remove("via")
+            for index, via in enumerate(vias):
+                message.headers.append("Via", f"SIP/2.0/{self.name} " + via[12:] if index == 0 else via)
+
+    async def connect(self, remote_addr: tuple[str, int]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection of our own to ``remote_addr`` (an outbound call's callee or trunk), reused while it is open;
+        it carries the call's requests and answers and is closed by :meth:`disconnect`."""
+        if remote_addr in self._connections:
+            return self._connections[remote_addr]
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reader, writer = await self._open(remote_addr)
+        self._connections[remote_addr] = (reader, writer)
+        self._spawn(self._handle_incoming(reader, writer, remote_addr))
+        return reader, writer
+
+    async def _open(self, remote_addr: tuple[str, int]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(remote_addr[0], remote_addr[1])
+
+    def disconnect(self, remote_addr: tuple[str, int]) -> None:
+        """Closes the connection to ``remote_addr`` once its last call is over (what is written still goes out)."""
+        connection = self._connections.pop(remote_addr, None)
+        if connection is not None:
+            connection[1].close()
 
     @property
     def alive(self) -> bool:
@@ -180,6 +216,7 @@ class TcpTransport(TcpSipTransport):
         await self.start()
 
 
+CONNECT_TIMEOUT_S = 10.0  # an outbound call's TCP or TLS connection to its callee or trunk
 MAX_SOURCES = 4096  # requests whose connection is remembered for their responses
 _BRANCH = re.compile(rb"^(?:via|v)\s*:[^\r\n]*?;\s*branch=([^;,\s]+)", re.IGNORECASE | re.MULTILINE)
 
@@ -199,6 +236,7 @@ class TlsTransport(TcpTransport):
 
     ssl_context: ssl.SSLContext | None = None
     handshake_timeout_s: float = 10.0
+    client_context: ssl.SSLContext | None = None  # an outbound call's TLS to its callee or trunk
     name = "TLS"
 
     async def start(self) -> None:
@@ -210,20 +248,31 @@ class TlsTransport(TcpTransport):
             ssl_handshake_timeout=self.handshake_timeout_s,
         )
 
-    def send(self, message: SipRequest | SipResponse, addr: tuple[str, int]) -> None:
+    def _name_transport(self, message: SipRequest | SipResponse) -> None:
+        """Requests as on TCP; the Contact of our answers too (the caller's BYE comes back over TLS)."""
         contact = message.headers.get_first("contact")
-        if contact and "transport=" not in contact.lower() and contact.endswith(">"):
+        if isinstance(message, SipResponse) and contact and "transport=" not in contact.lower() and contact[-1] == ">":
             message.headers.set_single("Contact", contact[:-1] + ";transport=tls>")
-        if isinstance(message, SipRequest):
-            vias = message.headers.get("via")
-            if vias and vias[0].upper().startswith("SIP/2.0/UDP "):
-                message.headers.remove("via")
-                for index, via in enumerate(vias):
-                    message.headers.append("Via", "SIP/2.0/TLS " + via[12:] if index == 0 else via)
-        super().send(message, addr)
+        super()._name_transport(message)
+
+    async def _open(self, remote_addr: tuple[str, int]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """TLS to ``remote_addr``, its certificate checked against ``S2S_SIP_OUTBOUND_TLS_CA`` (else the system's
+        CAs) for the address dialled."""
+        context = self.client_context or ssl.create_default_context()
+        return await asyncio.open_connection(
+            remote_addr[0], remote_addr[1], ssl=context, server_hostname=remote_addr[0], ssl_handshake_timeout=10
+        )
 
 
 TRANSPORT_NAMES = {UdpTransport: "sip-udp", TcpTransport: "sip-tcp", TlsTransport: "sip-tls"}
+
+
+def client_tls_context(config: SipConfig) -> ssl.SSLContext:
+    """An outbound call's TLS: TLS 1.2 at least, the peer's certificate checked (``S2S_SIP_OUTBOUND_TLS_CA``, else
+    the system's CAs) and its name or address."""
+    context = ssl.create_default_context(cafile=config.outbound_tls_ca or None)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
 
 
 def server_tls_context(config: SipConfig) -> ssl.SSLContext:

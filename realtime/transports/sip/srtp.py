@@ -44,6 +44,15 @@ class Crypto:
     key: bytes
 
 
+OFFERED_CRYPTO_TAG = "1"  # an outbound call offers one suite, the first of SUITES
+OFFERED_SUITE = "AES_CM_128_HMAC_SHA1_80"
+
+
+def offered_crypto(tag: str, key: bytes) -> str:
+    """An outbound call's ``a=crypto`` offer: our key for :data:`OFFERED_SUITE` (the callee answers with its own)."""
+    return f"{tag} {OFFERED_SUITE} inline:{base64.b64encode(key).decode()}"
+
+
 def parse_crypto(value: str) -> Crypto | None:
     """An ``a=crypto`` value we can take, or None (another suite, a key of the wrong size, an MKI, session params)."""
     match = _CRYPTO.match(value.strip())
