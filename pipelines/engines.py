@@ -279,7 +279,7 @@ def _voices(
         if path not in loaded:
             loaded[path] = _timed(f"voice {name}", functools.partial(_voice, config, path, device), timings, progress)
         voices[name] = loaded[path]
-    kokoro = [name for name in config.kokoro_voices if name not in voices]  # an OpenAI or extra name keeps its own
+    kokoro = [name for name in config.kokoro_names if name not in voices]  # an OpenAI or extra name keeps its own
     if kokoro:
         model = _timed("tts (kokoro voices)", lambda: _kokoro_model(config), timings, progress)
         voices.update({name: model.voice(name) for name in kokoro})

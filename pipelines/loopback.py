@@ -22,7 +22,7 @@ from pipelines.interfaces import Cancel
 from pipelines.messages import FunctionTool, ToolChoice
 from pipelines.stages.base import SessionContext
 from pipelines.tool_calls import CALL_CLOSE, call_head
-from pipelines.translation import Heard, TranslationEngines, Translations
+from pipelines.translation import TARGETS, Heard, TranslationEngines, Translations
 
 
 class _Memory:
@@ -192,7 +192,12 @@ class FakeTranslator:
         source = f"audio de {seconds:.2f} segundos" if with_source else ""
         return Heard("es", source, f"audio of {seconds:.2f} seconds")
 
+    def hear(self, audio_16k: np.ndarray, language: str | None = None) -> Heard:
+        return Heard("es", f"audio de {len(audio_16k) / audio.PIPELINE_RATE:.2f} segundos", "")
+
 
 def loopback_translations() -> Translations:
     """FAKE translation engines: the energy VAD, :class:`FakeTranslator`, a tone for the voice."""
-    return Translations(lambda: TranslationEngines(FakeEnergyVad(), FakeTranslator(), FakeSynthesizer(_Memory())))
+    return Translations(
+        lambda: TranslationEngines(FakeEnergyVad(), FakeTranslator(), FakeSynthesizer(_Memory()), targets=TARGETS)
+    )

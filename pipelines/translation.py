@@ -12,19 +12,20 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from pipelines import audio, cpu
 from pipelines.input_audio import InputAudio
-from pipelines.interfaces import DenoiserModel, Synthesizer, VadModel
+from pipelines.interfaces import DenoiserModel, LanguageModel, Synthesizer, VadModel
+from pipelines.translation_targets import kokoro_targets, translate_text
 
 logger = logging.getLogger(__name__)
 
-TARGETS = ("en",)  # what Whisper's translate task produces: the languages a session may ask for
+TARGETS = ("en",)  # what Whisper's translate task produces: the languages a session may ask for (target_languages)
 FRAME = 512  # samples at 16 kHz, 32 ms: the frame the VAD scores
 FRAME_MS = FRAME * 1000 // audio.PIPELINE_RATE
 SPEECH_PROB = 0.5
@@ -56,6 +57,18 @@ class Translator(Protocol):
         """``language`` None: detected in this phrase."""
         ...
 
+    def hear(self, audio: np.ndarray, language: str | None = None) -> Heard:
+        """The phrase's transcript in its own language (``Heard.source``; ``Heard.text`` empty): what the LM puts
+        into a target other than English."""
+        ...
+
+
+def target_languages(voices_dir: str | None = None) -> tuple[str, ...]:
+    """The output languages a translation session may ask for, the first the default: the one place that says
+    (a client secret's settings are checked against it before any model loads). English, and each language whose
+    Kokoro voice is installed in ``voices_dir`` (None: where make kokoro puts them; pipelines.translation_targets)."""
+    return TARGETS + tuple(kokoro_targets(voices_dir))
+
 
 @dataclass(frozen=True)
 class TranslationEngines:
@@ -63,7 +76,9 @@ class TranslationEngines:
     translator: Translator
     voice: Synthesizer  # speaks the translation (TARGETS' language)
     denoiser: DenoiserModel | None = None
-    targets: tuple[str, ...] = TARGETS
+    lm: LanguageModel | None = None  # translates into the other targets, which ``voices`` speak (by language)
+    voices: Mapping[str, Synthesizer] = field(default_factory=dict)
+    targets: tuple[str, ...] = field(default_factory=target_languages)
 
 
 class Translations:
@@ -142,6 +157,7 @@ class LiveTranslation:
         self.with_source = False
         self.noise_reduction: str | None = None
         self.language: str | None = None  # the speaker's, once detected surely enough (KEEP_LANGUAGE_PROBABILITY)
+        self.target = TARGETS[0]  # the language spoken (audio.output.language): one of the engines' targets
         self._stopped = threading.Event()
         self._audio: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._phrases: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -229,21 +245,35 @@ class LiveTranslation:
                 logger.exception("a phrase could not be translated")
                 self._emit(TranslationFailed(f"{type(exc).__name__}: {exc}"))
 
+    def _into(self, heard: Heard, target: str) -> str:
+        """The phrase's transcript put into ``target`` by the LM."""
+        if self.engines.lm is None:
+            raise RuntimeError(f"no language model to translate into {target!r}")
+        with cpu.current().busy():
+            return translate_text(self.engines.lm, heard.source, heard.language, target, self._stopped)
+
     def _translate(self, phrase: _Phrase) -> None:
+        target = self.target.split("-")[0]
+        english = target == TARGETS[0]
         with cpu.current().busy(), cpu.current().core():
-            heard = self.engines.translator.translate(phrase.samples, self.with_source, self.language)
+            translator = self.engines.translator
+            if english:
+                heard = translator.translate(phrase.samples, self.with_source, self.language)
+            else:
+                heard = translator.hear(phrase.samples, self.language)
         if self._stopped.is_set():
             return
         if self.language is None and heard.language and heard.probability >= KEEP_LANGUAGE_PROBABILITY:
             self.language = heard.language
         if self.with_source and heard.source:
             self._emit(SourceText(heard.source + " ", heard.language, phrase.elapsed_ms))
-        if not heard.text:
+        text = heard.text if english else self._into(heard, target)
+        if not text or self._stopped.is_set():
             return
-        self._emit(TranslatedText(heard.text + " ", phrase.elapsed_ms))
-        voice = self.engines.voice
+        self._emit(TranslatedText(text + " ", phrase.elapsed_ms))
+        voice = self.engines.voices.get(target, self.engines.voice)
         with cpu.current().busy():
-            for chunk in voice.synthesize(heard.text, self._stopped):
+            for chunk in voice.synthesize(text, self._stopped):
                 if self._stopped.is_set():
                     return
                 pcm = audio.encode(audio.resample(chunk, voice.sample_rate, audio.RATES[audio.PCM]), audio.PCM)

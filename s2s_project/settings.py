@@ -14,7 +14,6 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from pipelines.backends.kokoro_tts import offered_voices
 from pipelines.backends.registry import DENOISERS, LM_BACKENDS, TTS_BACKENDS
 from pipelines.config import ENGINE_DEFAULTS, POOL_DEFAULTS, EngineConfig, PoolConfig
 from realtime.protocol.mcp.config import McpPolicy
@@ -157,7 +156,6 @@ S2S_DEFAULT_MODEL = envstr("S2S_DEFAULT_MODEL", "gpt-realtime")
 
 # Each default is the dataclass field's (pipelines/config.py), read here rather than written a second time.
 _pool, _engine = POOL_DEFAULTS, ENGINE_DEFAULTS
-_kokoro_voices_dir = envstr("S2S_KOKORO_VOICES_DIR", "") or _engine.kokoro_voices_dir
 S2S_POOL = PoolConfig(
     size=envint("S2S_POOL_SIZE", _pool.size, minimum=1, maximum=256),
     profile=envchoice("S2S_PIPELINE", _pool.profile, ("real", "loopback")),
@@ -194,9 +192,9 @@ S2S_POOL = PoolConfig(
         tts_piper_cuda=envbool("S2S_TTS_PIPER_CUDA", _engine.tts_piper_cuda),
         extra_voices=envpairs("S2S_TTS_VOICES") or _engine.extra_voices,
         kokoro_model_dir=envstr("S2S_KOKORO_MODEL_DIR", "") or _engine.kokoro_model_dir,
-        kokoro_voices_dir=_kokoro_voices_dir,
+        kokoro_voices_dir=envstr("S2S_KOKORO_VOICES_DIR", "") or _engine.kokoro_voices_dir,
         kokoro_voice=envstr("S2S_KOKORO_VOICE", _engine.kokoro_voice),
-        kokoro_voices=offered_voices(envlist("S2S_KOKORO_VOICES", ("english",)), _kokoro_voices_dir),
+        kokoro_voices=envlist("S2S_KOKORO_VOICES", _engine.kokoro_voices),
         denoiser=envchoice("S2S_DENOISER", _engine.denoiser, tuple(DENOISERS)),
         denoiser_library=envstr("S2S_DENOISER_LIBRARY", "") or _engine.denoiser_library,
         partial_every_ms=envint("S2S_PARTIAL_TRANSCRIPT_MS", _engine.partial_every_ms, minimum=0),

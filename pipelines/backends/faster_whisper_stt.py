@@ -263,3 +263,21 @@ class WhisperEngine:
         if with_source:
             source = text if info.language == "en" else self._full(audio, info.language, None)
         return Heard(info.language, source, text, float(info.language_probability))
+
+    def hear(self, audio: np.ndarray, language: str | None = None) -> Heard:
+        """``audio``'s transcript in the language it is spoken in (``language``, None: detected), as
+        ``Heard.source`` (``Heard.text`` empty): what the LM puts into a target other than English."""
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if audio.size == 0:
+            return Heard("", "", "")
+        segments, info = self._model.transcribe(
+            audio,
+            task="transcribe",
+            language=language,
+            beam_size=1,
+            vad_filter=False,
+            condition_on_previous_text=False,
+            without_timestamps=True,
+        )
+        source = " ".join(s.text.strip() for s in segments).strip()
+        return Heard(info.language, source, "", float(info.language_probability))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 
 from pipelines.errors import ModelLoadError
 from pipelines.interfaces import Cancel
+from pipelines.kokoro_voices import default_voices_dir, language_of
 
 logger = logging.getLogger(__name__)
 
@@ -35,42 +35,11 @@ MODEL_FILE = "kokoro-v1.0.int8.onnx"
 VOCAB_FILE = "vocab.json"
 STYLE_SIZE = 256
 MAX_TOKENS = 510  # the model's 512 less the pad at each end: a longer sentence is cut at its clauses
-# A voice's language by the first letter of its name: espeak-ng's voice for its phonemes, and the language it speaks.
+# espeak-ng's voice for the phonemes of a Kokoro voice, by the first letter of its name (LANGUAGES' letters).
 ESPEAK_VOICES = {"a": "en-us", "b": "en", "e": "es", "f": "fr", "h": "hi", "i": "it", "p": "pt-br"}
-LANGUAGES = {"a": "en", "b": "en", "e": "es", "f": "fr", "h": "hi", "i": "it", "p": "pt"}
 # espeak-ng's English as Kokoro's English voices were trained on it (kokoro-onnx's tokenizer does the same).
 ENGLISH_FIXES = str.maketrans({"ʲ": "j", "r": "ɹ", "x": "k", "ɬ": "l"})
 _FLAGS = re.compile(r"\([^)]+\)")  # espeak-ng's language switches, "(en)" around a foreign word
-
-
-def default_voices_dir() -> Path:
-    """Where ``make kokoro`` puts the voice files: inside the virtual environment."""
-    return Path(sys.prefix) / "share" / "kokoro-js" / "voices"
-
-
-def installed_voices(voices_dir: str | Path | None = None) -> tuple[str, ...]:
-    """The voices in ``voices_dir`` (None: the default) whose language is offered, sorted; none when absent."""
-    folder = Path(voices_dir) if voices_dir else default_voices_dir()
-    if not folder.is_dir():
-        return ()
-    return tuple(sorted(p.stem for p in folder.glob("*.bin") if p.stem[:1] in ESPEAK_VOICES))
-
-
-def offered_voices(setting: tuple[str, ...], voices_dir: str | Path | None = None) -> tuple[str, ...]:
-    """The Kokoro voices offered by name (``S2S_KOKORO_VOICES``): ``english`` (the default) the English ones
-    installed, ``all`` every one installed, ``off`` none, or the names given (checked when the pool loads)."""
-    if setting in (("english",), ("all",)):
-        installed = installed_voices(voices_dir)
-        return installed if setting == ("all",) else tuple(v for v in installed if LANGUAGES[v[0]] == "en")
-    return () if setting == ("off",) else setting
-
-
-def language_of(voice: str) -> str:
-    """The language ``voice`` speaks (ISO 639-1), by its name."""
-    language = LANGUAGES.get(voice[:1])
-    if language is None:
-        raise ValueError(f"{voice!r} is not a Kokoro voice this server speaks ({', '.join(sorted(LANGUAGES))}_...)")
-    return language
 
 
 def _model_dir(given: str | None) -> Path:

@@ -205,6 +205,7 @@ class TranslationSession(SessionControl):
 
     def _apply(self) -> None:
         self.translation.with_source = self.settings.transcription is not None
+        self.translation.target = self.settings.language
         self.translation.noise_reduction = self.settings.noise_reduction_type
 
     # --- server -> client ------------------------------------------------------------
