@@ -16,7 +16,7 @@ from realtime.protocol.conversation import Conversation
 from realtime.protocol.events import server_event
 from realtime.protocol.mcp.session import McpSession
 from realtime.protocol.session import render
-from realtime.protocol.session.config import SessionConfig
+from realtime.protocol.session.config import ResponseOptions, SessionConfig
 from realtime.protocol.wire import EventError
 
 logger = logging.getLogger(__name__)
@@ -34,8 +34,10 @@ class ClientEventHandlers:
     player: PlaysAudio | None
 
     if TYPE_CHECKING:
+        # realtime.live.supervision: quiet while taken over, the supervisors' whispers read after the instructions
+        def pipeline_settings(self) -> SessionSettings: ...
 
-        def pipeline_settings(self) -> SessionSettings: ...  # realtime.live.supervision: quiet while taken over
+        def steered(self, options: ResponseOptions) -> ResponseOptions: ...
 
     def handle(self, event: ce.ClientEvent) -> list[Event]:
         """Carries out one parsed client event; returns the events that answer it."""
@@ -129,7 +131,7 @@ class ClientEventHandlers:
 
     def on_response_create(self, event: ce.ResponseCreate) -> list[Event]:
         options = self.session.response_options(event.response, self.opening.beta, event.prompts)
-        return self.conversation.create_response(options, event.event_id)
+        return self.conversation.create_response(self.steered(options), event.event_id)
 
     def on_response_cancel(self, event: ce.ResponseCancel) -> list[Event]:
         return self.conversation.cancel_response(event.response_id)

@@ -7,8 +7,9 @@ audio (``supervisor.input_audio.delta``) and the supervisors' own events (``supe
 ``supervisor.whisper.added``), and may send only ``supervisor.*`` events
 (:mod:`realtime.protocol.supervisor_events`):
 
-- a whisper becomes a system item of the LM's conversation, never an item of the caller's conversation: no event
-  carries it to the caller or an ordinary follower, and it is never spoken;
+- a whisper joins the instructions the LM reads (after the session's own, in the pipeline's settings alone), never
+  the caller's conversation nor the session the caller sees: no event carries it to the caller or an ordinary
+  follower, and it is never spoken;
 - a take-over cuts the answer in progress (as barge-in does), and the pipeline settings say ``create_response``
   off until the hand-back, so the caller's turns are still transcribed into the conversation, unanswered; the
   supervisor's voice goes to the caller as responses (:mod:`realtime.live.supervisor_speech`);
@@ -51,12 +52,13 @@ if TYPE_CHECKING:
     from realtime.live.transport import ClearedReply, PlaysAudio
     from realtime.node.runtime import Runtime
     from realtime.protocol.conversation import Conversation
-    from realtime.protocol.session.config import SessionConfig
+    from realtime.protocol.session.config import ResponseOptions, SessionConfig
 
 logger = logging.getLogger(__name__)
 
-# How a whisper reads to the agent: an instruction with the conversation, which the caller does not hear.
-WHISPER_NOTE = "A supervisor's note, not heard by the caller (follow it from your next answer on): "
+# How whispers read to the agent: instructions after the session's own, which the caller does not hear.
+WHISPER_NOTES = "A supervisor's notes, which the caller does not hear. Follow them from your next answer on:"
+MAX_WHISPERS = 10  # the latest ones are kept
 
 
 @dataclass(eq=False)
@@ -82,6 +84,13 @@ class Desk:
     holder: Seat | None = None
     taken_at: datetime | None = None
     speech: SupervisorSpeech | None = None
+    whispers: list[str] = field(default_factory=list)
+
+
+def noted(instructions: str, whispers: list[str]) -> str:
+    """Instructions with the supervisors' whispers read after them."""
+    notes = "\n".join([WHISPER_NOTES, *(f"- {text}" for text in whispers)])
+    return f"{instructions}\n\n{notes}".strip()
 
 
 def quiet(settings_: SessionSettings) -> SessionSettings:
@@ -185,7 +194,17 @@ class Supervision(Followers):
     def pipeline_settings(self) -> SessionSettings:
         """What the unit's stages work with: the session's settings, made quiet while taken over."""
         current = self.session.settings()
+        if self.desk.whispers:
+            current = replace(current, instructions=noted(current.instructions, self.desk.whispers))
         return quiet(current) if self.desk.holder is not None else current
+
+    def steered(self, options: ResponseOptions) -> ResponseOptions:
+        """A client's ``response.create``, its instructions (its own or the session's) with the whispers after."""
+        if not self.desk.whispers:
+            return options
+        instructions = options.overrides.get("instructions", self.session.settings().instructions)
+        overrides = {**options.overrides, "instructions": noted(instructions, self.desk.whispers)}
+        return replace(options, overrides=overrides)
 
     # --- the supervisor's events ------------------------------------------------------------
 
@@ -218,17 +237,14 @@ class Supervision(Followers):
             )
 
     async def on_supervisor_whisper(self, seat: Seat, event: se.Whisper) -> None:
-        """The note goes into the LM's conversation as a system item (never the caller's conversation): the
-        agent reads it from its next answer on."""
-        item_id = new_id("item")
-        port = self.conversation.port
-        port.submit(
-            m.AddItem(generation=port.generation, item=m.HistoryItem(item_id, "system", WHISPER_NOTE + event.text))
-        )
+        """The note joins the instructions the LM reads (never the caller's conversation, nor the session the
+        caller sees): the agent follows it from its next answer on, read ahead now."""
+        self.desk.whispers = [*self.desk.whispers, event.text][-MAX_WHISPERS:]
+        self._apply_settings()
         self.conversation.read_ahead()
         now = timezone.now()
         records.supervisor_action(self.runtime.writer, self.id, Kind.WHISPER, seat.actor, now, event.text, now)
-        await self.tell_supervisors(server_event(se.WHISPER_ADDED, item_id=item_id, text=event.text))
+        await self.tell_supervisors(server_event(se.WHISPER_ADDED, item_id=new_id("item"), text=event.text))
 
     async def on_supervisor_take_over(self, seat: Seat, event: se.TakeOver) -> None:
         holder = self.desk.holder

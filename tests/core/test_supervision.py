@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +18,6 @@ from channels.testing import WebsocketCommunicator
 
 from pipelines import audio, messages as m
 from pipelines.stages.lm import LmStage
-from realtime.live.supervision import WHISPER_NOTE
 from realtime.models import SupervisorAction
 from realtime.node import runtime
 from s2s_project.asgi import application
@@ -52,9 +52,12 @@ def pcm_of(events: list[dict], kind: str, key: str = "delta") -> bytes:
     return b"".join(base64.b64decode(e[key]) for e in events if e["type"] == kind)
 
 
+def session_core(session_id: str) -> Any:
+    return next(s for s in runtime.current().sessions if getattr(s, "id", None) == session_id)
+
+
 def lm_history(session_id: str) -> list[m.HistoryItem]:
-    core = next(s for s in runtime.current().sessions if getattr(s, "id", None) == session_id)
-    lm = next(stage for stage in core.lease.unit.stages() if isinstance(stage, LmStage))  # type: ignore[attr-defined]
+    lm = next(stage for stage in session_core(session_id).lease.unit.stages() if isinstance(stage, LmStage))
     return [item for item in lm.history.values() if isinstance(item, m.HistoryItem)]
 
 
@@ -95,11 +98,22 @@ async def test_a_whisper_reaches_the_agent_and_no_caller_or_follower_event(direc
     event_id = await boss.send("supervisor.whisper", text=secret)
     added = await boss.until("supervisor.whisper.added")
     assert added["text"] == secret and added["item_id"].startswith("item_")
-    await asyncio.sleep(0.2)
-    assert m.HistoryItem(added["item_id"], "system", WHISPER_NOTE + secret) in lm_history(session_id)
+    core = session_core(session_id)
+    assert secret in core.lease.unit.context.settings.instructions  # what the LM reads from the next answer on
+    assert secret not in core.session.instructions  # not the session the caller sees
+    asked: list[m.ResponseRequest] = []
+    submit = core.conversation.port.submit
+
+    def spied(msg: m.Downstream) -> None:
+        if isinstance(msg, m.ResponseRequest):
+            asked.append(msg)
+        submit(msg)
+
+    core.conversation.port.submit = spied
     await call.say_text("hello")
     await call.until("response.done")
     await follower.until("response.done")
+    assert asked and secret in asked[-1].instructions  # a client's response.create reads it too
     for client in (call, follower):
         assert secret not in json.dumps(client.received) and added["item_id"] not in json.dumps(client.received)
     assert event_id not in json.dumps(call.received)
@@ -129,6 +143,10 @@ async def test_take_over_silences_the_agent_and_the_caller_hears_the_supervisor(
     assert audio.encode(voice, audio.PCM).startswith(heard[: len(heard) // 2]) and len(heard) >= 0.5 * 48000
     item = said[-1]["response"]["output"][0]
     assert item["role"] == "assistant" and item["content"][0]["transcript"].startswith("audio of ")
+    for _ in range(50):  # the LM's conversation gets it through the unit's queues
+        if item["id"] in [i.item_id for i in lm_history(session_id) if i.role == "assistant"]:
+            break
+        await asyncio.sleep(0.05)
     assert item["id"] in [i.item_id for i in lm_history(session_id) if i.role == "assistant"]
     await boss.send("supervisor.hand_back")
     assert (await boss.until("supervisor.state"))["state"] == "listening"
