@@ -264,6 +264,9 @@ S2S_WS_HANDSHAKE_TIMEOUT_S = envint("S2S_WS_HANDSHAKE_TIMEOUT_S", 30, minimum=1)
 S2S_MAX_PENDING_PER_ADDRESS = envint("S2S_MAX_PENDING_PER_ADDRESS", 32, minimum=0)
 S2S_MAX_SESSION_SECONDS = envint("S2S_MAX_SESSION_SECONDS", 3600, minimum=1)
 S2S_IDLE_TIMEOUT_S = envint("S2S_IDLE_TIMEOUT_S", 600, minimum=0)  # 0: no idle limit
+# A sentence the agent says as each voice session starts, e.g. that the call may be monitored (issue 51:
+# supervisors listen to, whisper to and take over live sessions); empty: none.
+S2S_SUPERVISOR_NOTICE = envstr("S2S_SUPERVISOR_NOTICE", "")
 # A response asked for that has not started after this long fails (response_timeout); 0: never.
 S2S_RESPONSE_START_TIMEOUT_S = envfloat("S2S_RESPONSE_START_TIMEOUT_S", 30.0, minimum=0.0)
 S2S_MAX_EVENTS_PER_SECOND = envint("S2S_MAX_EVENTS_PER_SECOND", 200, minimum=1)

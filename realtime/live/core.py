@@ -278,6 +278,7 @@ class SessionCore(Supervision, ClientEventHandlers, SessionGuards, SessionContro
         self._spawn(self._send_loop(), "send")
         self._spawn(self._watch_limits(), "limits")
         await self._send(server_event("session.created", session=self._session_obj()))
+        await self.say_notice()  # S2S_SUPERVISOR_NOTICE, if set
         for event in self.mcp.servers_changed():  # MCP servers the session opened with
             await self._send(event)
 

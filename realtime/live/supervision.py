@@ -206,6 +206,44 @@ class Supervision(Followers):
         overrides = {**options.overrides, "instructions": noted(instructions, self.desk.whispers)}
         return replace(options, overrides=overrides)
 
+    async def say_notice(self) -> None:
+        """``S2S_SUPERVISOR_NOTICE``, said by the agent as the session starts (the unit's TTS speaks it as a
+        response of its own), and kept as the assistant's words in the conversation."""
+        notice = settings.S2S_SUPERVISOR_NOTICE
+        current = self.session.settings()
+        if (
+            not notice
+            or self.lease is None
+            or self.session.transcription_only
+            or "audio" not in current.output_modalities
+        ):
+            return
+        port, response_id, item_id = self.conversation.port, new_id("resp"), new_id("item")
+        await self._speak(
+            m.ResponseStarted(
+                generation=port.generation,
+                response_id=response_id,
+                item_id=item_id,
+                output_modalities=("audio",),
+                output_format=current.output_format,
+                voice=current.voice,
+                out_of_band=False,
+            )
+        )
+        for message in (
+            m.TextForSpeech(
+                generation=port.generation,
+                response_id=response_id,
+                text=notice,
+                voice=current.voice,
+                output_format=current.output_format,
+                speed=current.speed,
+            ),
+            m.ResponseEnd(generation=port.generation, response_id=response_id, status="completed"),
+            m.AddItem(generation=port.generation, item=m.HistoryItem(item_id, "assistant", notice)),
+        ):
+            port.submit(message)
+
     # --- the supervisor's events ------------------------------------------------------------
 
     async def receive_supervisor(self, transport: Transport, text: str | None, size: int) -> None:

@@ -216,3 +216,42 @@ async def test_an_unknown_session_or_mode_is_refused_as_an_unknown_id(connect):
     assert (await comm.connect(timeout=10))[0]
     odd = SupervisorClient.over_communicator(comm)
     assert (await odd.error())["param"] == "mode"
+
+
+async def test_over_a_call_the_supervisors_voice_is_played_as_the_calls_outgoing_audio(direct):
+    """A transport that plays the reply itself (WebRTC's track, SIP's RTP): the supervisor's voice is handed to it
+    as the reply's audio (in the session's output format), and a reply being played is cut by the take-over."""
+    call = await direct(playing=True, call_id="rtc_supervisedcall0000000002")
+    session_id = call.created["session"]["id"]
+    await call.update_session(**{**TRANSCRIBED, "audio": {"output": {"format": {"type": "audio/pcmu"}}}})
+    await call.say_text("slow answer please")  # the fake LM's long, slow answer
+    await call.until("output_audio_buffer.started", timeout=15)
+    boss = await supervise("rtc_supervisedcall0000000002")
+    await boss.until("supervisor.state")
+    await boss.send("supervisor.take_over")
+    cut = await call.until("response.done", timeout=15)
+    assert cut["response"]["status"] == "cancelled"
+    assert "output_audio_buffer.cleared" in types(call.received)
+    played_before = len(call.transport.played)  # type: ignore[attr-defined]
+    voice = np.concatenate([tone(0.5, freq=330.0), silence(1.0)])
+    data = audio.encode(voice, audio.PCM)
+    for at in range(0, len(data), 960):
+        await boss.send("supervisor.audio.append", audio=base64.b64encode(data[at : at + 960]).decode())
+    said = await call.until(lambda e: e["type"] == "response.done" and e["response"]["id"] != cut["response"]["id"])
+    assert said["response"]["status"] == "completed" and "response.output_audio.delta" not in types(call.received)
+    played = call.transport.played[played_before:]  # type: ignore[attr-defined]
+    assert {fmt for _, _, fmt in played} == {"audio/pcmu"}
+    assert {a.response_id for _, a, _ in played} == {said["response"]["id"]}
+    assert sum(len(a.data) for _, a, _ in played) >= 0.5 * 8000  # μ-law at 8 kHz: the half second of voice
+    assert said["response"]["id"] in call.transport.ended_replies  # type: ignore[attr-defined]
+    assert session_id
+
+
+async def test_the_supervisor_notice_is_said_as_the_session_starts(connect, settings):
+    settings.S2S_SUPERVISOR_NOTICE = "This call may be monitored."
+    client = await connect()
+    done = await client.until("response.done", timeout=15)
+    assert done["response"]["status"] == "completed"
+    item = done["response"]["output"][0]
+    assert item["role"] == "assistant" and item["content"][0]["transcript"] == "This call may be monitored."
+    assert audio.duration_ms(len(pcm_of(client.received, "response.output_audio.delta")), audio.PCM) > 100
