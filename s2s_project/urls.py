@@ -7,6 +7,7 @@ from realtime import views
 from realtime.access import views as auth_views
 from realtime.transports import call_routes, calls as call_views
 from realtime.transports.sip import views as sip_views
+from realtime.transports.webrtc import views as webrtc_views
 
 urlpatterns = [
     path("", views.index, name="index"),
@@ -14,6 +15,12 @@ urlpatterns = [
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),
     path("v1/realtime/client_secrets", auth_views.client_secrets, name="client_secrets"),
+    path(
+        "v1/realtime/translations/client_secrets",
+        auth_views.translation_client_secrets,
+        name="translation_client_secrets",
+    ),
+    path("v1/realtime/translations/calls", webrtc_views.create_translation_call, name="translation_calls"),
     path("v1/realtime/slots", views.slots, name="slots"),
     path("v1/realtime/calls", call_routes.create_call, name="calls"),
     path("v1/realtime/calls/<slug:call_id>", call_routes.call, name="call"),

@@ -39,6 +39,13 @@ logger = logging.getLogger(__name__)
 KEY_PREFIX = "sk-s2s-"
 SECRET_PREFIX = "ek_"
 SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
+# The kinds of session a client secret opens: a voice agent's (``/v1/realtime``, the GA ``realtime`` and
+# ``transcription`` types) or a translation's (``/v1/realtime/translations``), never the other.
+REALTIME, TRANSLATION = "realtime", "translation"
+INVALID_SECRET = (
+    "The client secret is invalid, expired or already used (a secret opens only the kind of session it was "
+    "made for: /v1/realtime or /v1/realtime/translations)."
+)
 
 
 class AuthError(Exception):
@@ -259,11 +266,20 @@ def mark_used(principal: Principal, at: datetime) -> None:
         ApiKey.objects.filter(pk=principal.api_key_id).update(last_used_at=at)
 
 
-def use_client_secret(token: str, session_id: str) -> Principal:
-    """Spends an ``ek_`` secret on ``session_id``: one atomic UPDATE, so two connections cannot both use it."""
+def secret_kind(session_config: Mapping[str, Any] | None) -> str:
+    """The kind of session a secret minted with ``session_config`` opens."""
+    return TRANSLATION if (session_config or {}).get("type") == TRANSLATION else REALTIME
+
+
+def use_client_secret(token: str, session_id: str, kind: str = REALTIME) -> Principal:
+    """Spends an ``ek_`` secret on ``session_id``: one atomic UPDATE, so two connections cannot both use it. A
+    secret made for the other ``kind`` of session is refused as an unknown one is, and is not spent."""
     digest = hash_token(token)
     now = timezone.now()
     try:
+        config = ClientSecret.objects.filter(secret_hash=digest).values_list("session_config", flat=True).first()
+        if secret_kind(config) != kind:
+            raise AuthError("invalid_api_key", INVALID_SECRET, reason="Invalid client secret")
         live = Q(secret_hash=digest, used_at__isnull=True, expires_at__gt=now) & (
             Q(api_key__isnull=True) | Q(api_key__revoked_at__isnull=True)
         )
@@ -300,7 +316,7 @@ def give_back_secret(principal: Principal) -> None:
         ClientSecret.objects.filter(pk=principal.secret_id).update(used_at=None, session_id="")
 
 
-def authenticate_token(token: str | None, session_id: str) -> Principal:
+def authenticate_token(token: str | None, session_id: str, kind: str = REALTIME) -> Principal:
     if not token:
         raise AuthError(
             "invalid_api_key",
@@ -309,26 +325,29 @@ def authenticate_token(token: str | None, session_id: str) -> Principal:
             reason="Missing credentials",
         )
     if token.startswith(SECRET_PREFIX):
-        return use_client_secret(token, session_id)
+        return use_client_secret(token, session_id, kind)
     return verify_api_key(token)
 
 
-async def authenticate(scope: Mapping[str, Any], session_id: str) -> Principal:
-    """Checks the Origin and the credentials of a WebSocket handshake; raises :class:`AuthError`."""
+async def authenticate(scope: Mapping[str, Any], session_id: str, kind: str = REALTIME) -> Principal:
+    """Checks the Origin and the credentials of a WebSocket handshake (a client secret: one made for ``kind``);
+    raises :class:`AuthError`."""
     check_origin(scope)
     if not settings.S2S_AUTH_REQUIRED:
         return ANONYMOUS
-    return await database_sync_to_async(authenticate_token)(scope_token(scope), session_id)
+    return await database_sync_to_async(authenticate_token)(scope_token(scope), session_id, kind)
 
 
-async def authenticate_request(scope: Mapping[str, Any], authorization: str, session_id: str) -> Principal:
+async def authenticate_request(
+    scope: Mapping[str, Any], authorization: str, session_id: str, kind: str = REALTIME
+) -> Principal:
     """The same checks for an HTTP request (a WebRTC offer; ``scope`` its ASGI scope): the Origin, then
     ``Authorization: Bearer`` with an API key or an ``ek_`` client secret; raises :class:`AuthError`."""
     check_origin(scope)
     if not settings.S2S_AUTH_REQUIRED:
         return ANONYMOUS
     token = bearer_token(authorization) if authorization else None
-    return await database_sync_to_async(authenticate_token)(token, session_id)
+    return await database_sync_to_async(authenticate_token)(token, session_id, kind)
 
 
 def expires_at_epoch(moment: datetime) -> int:

@@ -1,4 +1,6 @@
-"""``POST /v1/realtime/client_secrets``: mints a short-lived ``ek_`` secret, in OpenAI's GA shape.
+"""``POST /v1/realtime/client_secrets`` and ``POST /v1/realtime/translations/client_secrets``: mint a
+short-lived ``ek_`` secret, in OpenAI's GA shape, that opens one session of its kind (a voice agent's, or a
+translation's) and no other.
 
 Who may ask: a client with an API key (``Authorization: Bearer KEY``, a
 backend minting secrets for its browsers), a signed-in staff user of this
@@ -9,6 +11,7 @@ anyone when ``S2S_AUTH_REQUIRED`` is off.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -18,8 +21,10 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from pipelines.ids import new_id
+from pipelines.translation import target_languages
 from realtime.access import auth
 from realtime.models import ApiKey, Prompt
+from realtime.protocol import translation
 from realtime.protocol.session import render
 from realtime.protocol.session.config import SessionConfig
 from realtime.protocol.wire import EventError, loads
@@ -85,8 +90,65 @@ def _ttl(body: dict[str, Any]) -> int:
     return seconds
 
 
-@csrf_exempt  # bearer-key callers carry no ambient credentials; the cookie path is CSRF-checked in _caller
-def client_secrets(request: HttpRequest) -> JsonResponse:
+Minted = tuple[dict[str, Any], dict[str, Any]]  # (the settings the secret keeps, the session as the answer shows it)
+
+
+def _fits(config: dict[str, Any]) -> None:
+    limit = settings.S2S_MAX_CLIENT_SECRET_CONFIG_BYTES
+    size = len(json.dumps(config))
+    if size > limit:
+        raise EventError(
+            "session_too_large",
+            f"The session settings are {size} bytes of JSON; a client secret may carry at most {limit}.",
+            "session",
+        )
+
+
+def _model(requested: dict[str, Any], default: str) -> str:
+    model = requested.get("model") or default
+    if not isinstance(model, str):
+        raise EventError("invalid_type", "Invalid type for 'session.model': expected a string.", "session.model")
+    return model
+
+
+def _voice_session(requested: dict[str, Any]) -> Minted:
+    """A voice agent's (or a transcription's) settings, checked now: a bad setting fails here, not at connect."""
+    if requested.get("type", "realtime") not in ("realtime", "transcription"):
+        raise EventError(
+            "invalid_value",
+            "Invalid value for 'session.type': expected 'realtime' or 'transcription'.",
+            "session.type",
+        )
+    session = SessionConfig(
+        new_id("sess"),
+        _model(requested, settings.S2S_DEFAULT_MODEL),
+        settings.S2S_POOL.engines.all_voices,
+        settings.S2S_MAX_INSTRUCTIONS_BYTES,
+        settings.S2S_MAX_SESSION_SECONDS,
+    )
+    config = {key: value for key, value in requested.items() if key not in ("model", "client_secret")}
+    _fits(config)
+    session.update(config, beta=False, prompts=Prompt.objects.lookup)
+    return config, render.as_ga(session)
+
+
+def _translation_session(requested: dict[str, Any]) -> Minted:
+    """A translation session's settings (``audio.output.language``, ``audio.input.transcription`` and
+    ``noise_reduction``), checked now; the secret keeps its type, so it opens only a translation session."""
+    if requested.get("type", auth.TRANSLATION) != auth.TRANSLATION:
+        raise EventError("invalid_value", "Invalid value for 'session.type': expected 'translation'.", "session.type")
+    model = _model(requested, translation.DEFAULT_MODEL)
+    rest = {key: value for key, value in requested.items() if key not in ("type", "model")}
+    config = {"type": auth.TRANSLATION, "model": model, **rest}
+    _fits(config)
+    session = translation.new_settings(new_id("sess"), model, target_languages(), settings.S2S_MAX_SESSION_SECONDS)
+    session.update(rest)
+    return config, session.as_wire()
+
+
+def _mint(request: HttpRequest, session_of: Callable[[dict[str, Any]], Minted]) -> JsonResponse:
+    """The one way a secret is minted, whatever session it opens: who asks, the body, its lifetime, the
+    settings (``session_of``), the answer in OpenAI's shape."""
     if request.method != "POST":
         return api_error(405, "method_not_allowed", "Use POST.")
     api_key, rejected = _caller(request)
@@ -106,35 +168,20 @@ def client_secrets(request: HttpRequest) -> JsonResponse:
         requested = body.get("session") or {}
         if not isinstance(requested, dict):
             raise EventError("invalid_type", "Invalid type for 'session': expected an object.", "session")
-        if requested.get("type", "realtime") not in ("realtime", "transcription"):
-            raise EventError(
-                "invalid_value",
-                "Invalid value for 'session.type': expected 'realtime' or 'transcription'.",
-                "session.type",
-            )
-        model = requested.get("model") or settings.S2S_DEFAULT_MODEL
-        if not isinstance(model, str):
-            raise EventError("invalid_type", "Invalid type for 'session.model': expected a string.", "session.model")
-        session = SessionConfig(
-            new_id("sess"),
-            model,
-            settings.S2S_POOL.engines.all_voices,
-            settings.S2S_MAX_INSTRUCTIONS_BYTES,
-            settings.S2S_MAX_SESSION_SECONDS,
-        )
-        config = {key: value for key, value in requested.items() if key not in ("model", "client_secret")}
-        size = len(json.dumps(config))
-        if size > limit:
-            raise EventError(
-                "session_too_large",
-                f"The session settings are {size} bytes of JSON; a client secret may carry at most {limit}.",
-                "session",
-            )
-        # Validated now: a bad setting fails here, not at connect.
-        session.update(config, beta=False, prompts=Prompt.objects.lookup)
+        config, shown = session_of(requested)
     except EventError as exc:
         return api_error(400, exc.code, exc.message, exc.param)
     secret, value = auth.create_client_secret(api_key, config, ttl)
-    return JsonResponse(
-        {"value": value, "expires_at": auth.expires_at_epoch(secret.expires_at), "session": render.as_ga(session)}
-    )
+    return JsonResponse({"value": value, "expires_at": auth.expires_at_epoch(secret.expires_at), "session": shown})
+
+
+@csrf_exempt  # bearer-key callers carry no ambient credentials; the cookie path is CSRF-checked in _caller
+def client_secrets(request: HttpRequest) -> JsonResponse:
+    """``POST /v1/realtime/client_secrets``: a secret for one voice-agent (or transcription) session."""
+    return _mint(request, _voice_session)
+
+
+@csrf_exempt  # as client_secrets
+def translation_client_secrets(request: HttpRequest) -> JsonResponse:
+    """``POST /v1/realtime/translations/client_secrets``: a secret for one translation session."""
+    return _mint(request, _translation_session)

@@ -30,6 +30,7 @@ from django.utils import timezone
 from realtime.admin import supervise
 from realtime.admin.calling import call_view, phone_call
 from realtime.admin.detail import session_detail
+from realtime.admin.translation import KindFilter, kind_of
 from realtime.models import (
     TYPED_LATENCY,
     ConversationItem,
@@ -164,11 +165,12 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         "voice_to_voice_p50",
         "end_reason",
         "transport",
+        "kind",
         "phone_call",
         "principal",
     )
     list_display_links = ("started",)
-    list_filter = ("started_at", "end_reason", "transport", "direction", "node", PrincipalFilter)
+    list_filter = ("started_at", "end_reason", "transport", KindFilter, "direction", "node", PrincipalFilter)
     search_fields = ("id", "principal", "client_addr", "caller", "callee", "items__text")
     date_hierarchy = "started_at"
     readonly_fields = [f.name for f in RealtimeSession._meta.fields]
@@ -178,6 +180,11 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
 
     def has_end_live_session_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("realtime.end_live_session")
+
+    @admin.display(description="kind")
+    def kind(self, obj: RealtimeSession) -> str:
+        """A voice agent's session (``realtime``) or a translation's."""
+        return kind_of(obj)
 
     @admin.display(description="started", ordering="started_at")
     def started(self, obj: RealtimeSession) -> str:
@@ -334,6 +341,8 @@ def slot_board() -> list[dict[str, Any]]:
             if session is None or slot["state"] in ("idle", "gone"):
                 continue
             slot["transport"] = session.get_transport_display()
+            if kind_of(session) != "realtime":  # a translation says so beside its transport
+                slot["transport"] += f" · {kind_of(session)}"
             slot["client"] = " · ".join(part for part in (session.principal, session.client_addr) if part) or "–"
     return nodes
 

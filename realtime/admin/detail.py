@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from pipelines.timeline import spans
 from realtime.admin.supervise import supervision
+from realtime.admin.translation import kind_of, phrases
 from realtime.models import REQUEST_TO_AUDIO, TYPED_LATENCY, RealtimeSession, Recording, ResponseRecord, Stage
 
 # A turn's breakdown (pipelines/timeline.py): each span named by the moment that ends it.
@@ -60,6 +61,7 @@ def session_detail(session: RealtimeSession) -> dict[str, Any]:
         "summarized": session.summary is not None,
         "turns": turns(session, responses),
         "chart": chart(responses),
+        "phrases": phrases(session),  # a translation's: source beside translation
         "supervision": supervision(session),  # issue 51: who listened, whispered, took over
     }
 
@@ -81,6 +83,7 @@ def facts(session: RealtimeSession, responses: list[ResponseRecord]) -> list[tup
         ("Who", session.principal or "–"),
         ("Client", f"{session.client_addr or '–'} · {session.user_agent or '–'}"),
         ("Transport", session.get_transport_display()),
+        ("Kind", kind_of(session)),
         ("Node and unit", f"{session.node} · unit {session.unit_index if session.unit_index is not None else '–'}"),
         ("Models", model),
         ("Audio", f"{session.audio_in_seconds:.1f} s in · {session.audio_out_seconds:.1f} s out"),

@@ -169,6 +169,12 @@ def session_updated(writer: RecordWriter, session_id: str, **fields: Any) -> Non
 session_ended = session_updated
 
 
+def item(writer: RecordWriter, session_id: str, item_id: str, **fields: Any) -> None:
+    """Writes one item of a session's transcript that no conversation holds (a translation session's phrase)."""
+    fields.setdefault("created_at", timezone.now())
+    writer.submit(lambda: upsert(ConversationItem, {"session_id": session_id, "item_id": item_id}, fields))
+
+
 def supervisor_action(
     writer: RecordWriter,
     session_id: str,

@@ -30,6 +30,7 @@ from realtime.access import auth
 from realtime.access.owner import Caller, Owner
 from realtime.audit import records
 from realtime.live.control import SessionControl
+from realtime.live.ending import wind_up
 from realtime.live.guards import SessionGuards, session_limits
 from realtime.live.handlers import ClientEventHandlers
 from realtime.live.mailbox import Mailbox
@@ -278,7 +279,6 @@ class SessionCore(Supervision, ClientEventHandlers, SessionGuards, SessionContro
         self._spawn(self._send_loop(), "send")
         self._spawn(self._watch_limits(), "limits")
         await self._send(server_event("session.created", session=self._session_obj()))
-        await self.say_notice()  # S2S_SUPERVISOR_NOTICE, if set
         for event in self.mcp.servers_changed():  # MCP servers the session opened with
             await self._send(event)
 
@@ -303,34 +303,26 @@ class SessionCore(Supervision, ClientEventHandlers, SessionGuards, SessionContro
         self.outbox.closed = True
         if self.call_id is not None and self.runtime.calls.get(self.call_id) is self:
             del self.runtime.calls[self.call_id]
-        try:
-            if error is not None:
-                await self._send(error_event(error.code, error.message, error.param, None, error.error_type))
-            current = asyncio.current_task()
-            for task in [*self._tasks, self._turn_timeout, self._response_deadline]:
-                if task is not None and task is not current:
-                    task.cancel()
-            try:
-                if self.lease is not None and self.runtime.pool is not None:
-                    await asyncio.wrap_future(self.runtime.pool.release(self.lease))
-            finally:
-                self.runtime.session_ended(
-                    self,
-                    self.id,
-                    ended_at=timezone.now(),
-                    end_reason=reason,
-                    close_code=close_code,
-                    turns=self.conversation.turns,
-                    errors=self.conversation.errors,
-                    audio_in_seconds=self.conversation.audio_in_seconds,
-                )
-            if close_reason and close_code is not None:
-                await self.transport.close(close_code, close_reason)
-            followers, self._followers = list(self._followers), {}
-            for follower in followers:
-                await follower.close(CLOSE_NORMAL, "The call ended")
-        finally:
-            await self.mailbox.close()
+        await wind_up(
+            self,
+            self._send,
+            reason,
+            close_code,
+            error,
+            close_reason,
+            [*self._tasks, self._turn_timeout, self._response_deadline],
+            lambda: {
+                "turns": self.conversation.turns,
+                "errors": self.conversation.errors,
+                "audio_in_seconds": self.conversation.audio_in_seconds,
+            },
+            self._close_followers,
+        )
+
+    async def _close_followers(self) -> None:
+        followers, self._followers = list(self._followers), {}
+        for follower in followers:
+            await follower.close(CLOSE_NORMAL, "The call ended")
 
     @property
     def client_addr(self) -> str:

@@ -59,6 +59,7 @@ class OpenRequest:
     prepare: Callable[[auth.Principal], Awaitable[dict[str, Any] | None]] | None = None
     session_id: str = field(default_factory=lambda: new_id("sess"))
     owner: Owner | None = None  # None: whoever the credentials are (realtime.access.owner); a SIP call's is set
+    kind: str = auth.REALTIME  # the kind of session opened: a client secret made for the other is refused
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ async def authenticate(request: OpenRequest) -> auth.Principal:
     if request.principal is not None:  # the transport authenticated otherwise
         return request.principal
     try:
-        return await auth.authenticate(request.scope or {}, request.session_id)
+        return await auth.authenticate(request.scope or {}, request.session_id, request.kind)
     except auth.AuthError as exc:
         raise Refusal(
             exc.code, exc.message, exc.close_code, exc.reason, exc.error_type, AUTH_STATUS.get(exc.code, 503)

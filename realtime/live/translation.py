@@ -13,16 +13,19 @@ import asyncio
 import functools
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
-from pipelines import audio, translation as t
+from pipelines import audio, messages as m, translation as t
 from pipelines.pool import Lease
 from realtime.access import auth
 from realtime.access.owner import Owner
+from realtime.audit import records
 from realtime.live.control import SessionControl
+from realtime.live.ending import wind_up
 from realtime.live.guards import session_limits
 from realtime.live.mailbox import Mailbox
 from realtime.live.opening import (
@@ -34,7 +37,7 @@ from realtime.live.opening import (
     principal_name,
     session_limit,
 )
-from realtime.live.transport import Refusal, ServerEvent, Transport
+from realtime.live.transport import PlaysAudio, Refusal, ServerEvent, Transport
 from realtime.models import EndReason
 from realtime.node.runtime import Runtime
 from realtime.protocol import limits, translation as wire
@@ -44,7 +47,7 @@ from realtime.protocol.wire import EventError
 
 logger = logging.getLogger(__name__)
 
-ENGINES = "translation: Whisper's translate task (multilingual), the pool's VAD and voice"
+ENGINES = f"{wire.KIND}: Whisper's translate task (multilingual), the pool's VAD and voice"  # the record's kind
 
 
 async def open_translation(runtime: Runtime, transport: Transport, request: OpenRequest) -> TranslationSession:
@@ -60,8 +63,17 @@ async def open_translation(runtime: Runtime, transport: Transport, request: Open
     principal: auth.Principal | None = None
     session: TranslationSession | None = None
     try:
-        principal = await authenticate(request)
-        opening = Opening(**{**opening.__dict__, "principal": principal_name(principal, request.scope)})
+        principal = await authenticate(replace(request, kind=auth.TRANSLATION))  # a voice agent's secret: refused
+        # A call's own checks (a WebRTC offer read and applied), once the credentials passed, before any claim.
+        call_config = await request.prepare(principal) if request.prepare is not None else request.call_config
+        config = principal.session_config or {}  # a translation secret's settings
+        opening = replace(
+            opening,
+            principal=principal_name(principal, request.scope),
+            model=request.model or config.get("model") or wire.DEFAULT_MODEL,
+            session_config=config or None,
+            call_config=call_config,
+        )
         pool = runtime.pool
         if pool is None or not pool.warm or pool.translations is None:
             raise Refusal(
@@ -101,7 +113,8 @@ async def open_translation(runtime: Runtime, transport: Transport, request: Open
             raise
         token = auth.scope_token(request.scope) if request.scope is not None else None
         session.owner = Owner.of(token, principal)
-        await session.mailbox.open(groups(session.id, session.owner.api_key_id, None))
+        session.call_id = request.call_id
+        await session.mailbox.open(groups(session.id, session.owner.api_key_id, request.call_id))
         await session.start()
     except BaseException as exc:
         if principal is not None:
@@ -113,38 +126,58 @@ async def open_translation(runtime: Runtime, transport: Transport, request: Open
             logger.exception("translation session %s failed to start", session.id)
             await asyncio.shield(session.end(EndReason.ERROR, None))
         raise
+    if request.call_id is not None:
+        runtime.calls[request.call_id] = session
     used_at = session.started_at
     runtime.writer.submit(lambda: auth.mark_used(principal, used_at))
     return session
 
 
 class TranslationSession(SessionControl):
-    """One translation session: client events in (:meth:`receive`), the translation's output out, one end."""
+    """One translation session: client events in (:meth:`receive`, or a call's microphone :meth:`receive_audio`),
+    the translation's output out (events; over a call, the translated speech on its track), one end."""
 
     def __init__(
         self, runtime: Runtime, transport: Transport, opening: Opening, lease: Lease, engines: t.TranslationEngines
     ) -> None:
         self.runtime = runtime
         self.transport = transport
+        # A transport that plays the translation itself (WebRTC) is handed the audio, not audio deltas.
+        self.player: PlaysAudio | None = transport if isinstance(transport, PlaysAudio) else None
         self.opening = opening
         self.id = opening.session_id
         self.lease: Lease | None = lease
-        self.call_id = None
+        self.call_id: str | None = None
         self.owner = Owner()
         self.limits = session_limits()
         self.settings = wire.new_settings(self.id, opening.model, engines.targets, self.limits.max_session_s)
         self.bucket = limits.TokenBucket(self.limits.events_per_second, self.limits.burst)
         self.started_at = timezone.now()
-        self._opened = time.monotonic()
+        self._opened = self._heard_at = time.monotonic()
         self.ended = False
         self.closing = False
-        self.phrases = self.errors = 0
-        self.audio_in_bytes = 0
+        self.phrases = self.errors = self._seq = 0
+        self.audio_in_bytes = self.audio_out_bytes = 0
+        self._playing: str | None = None  # the phrase whose speech the player was last handed
         self._loop = asyncio.get_running_loop()
         self._out: asyncio.Queue[t.TranslationOutput] = asyncio.Queue(maxsize=settings.S2S_SEND_BUFFER_EVENTS)
         self._tasks: set[asyncio.Task[None]] = set()
         self.mailbox = Mailbox(self.id, {kind: functools.partial(act, self) for kind, act in self.MAILBOX.items()})
+        for config in (opening.session_config, opening.call_config):  # a secret's, then a call's: checked before
+            if config:
+                self._open_with(config)
         self.translation = t.LiveTranslation(engines, self._from_thread, name=f"translate-{lease.unit.index}")
+        self._apply()
+
+    def _open_with(self, config: dict[str, Any]) -> None:
+        try:
+            self.settings.update({key: value for key, value in config.items() if key == "audio"})
+        except EventError:
+            logger.exception("translation session %s: the settings it opened with no longer apply", self.id)
+
+    @property
+    def client_addr(self) -> str:
+        return self.opening.client_addr
 
     async def start(self) -> None:
         assert self.lease is not None
@@ -163,7 +196,7 @@ class TranslationSession(SessionControl):
             **self.owner.record_fields(),
         )
         self._spawn(self._send_loop(), "send")
-        self._spawn(self._watch_length(), "length")
+        self._spawn(self._watch_limits(), "limits")
         await self._send(wire.created(self.settings))
 
     def _spawn(self, coro: Any, name: str) -> None:
@@ -196,10 +229,16 @@ class TranslationSession(SessionControl):
             event_id = exc.event_id or (event.event_id if event is not None else None)
             await self._send(error_event(exc.code, exc.message, exc.param, event_id, exc.error_type))
 
+    async def receive_audio(self, data: bytes) -> None:
+        """A call's microphone (24 kHz PCM16): an ``session.input_audio_buffer.append`` without the event."""
+        if not self.ended:
+            self._append(data)
+
     def _append(self, data: bytes) -> None:
         if len(data) % 2:
             raise EventError("invalid_value", "'audio' must be 24 kHz PCM16: an even number of bytes.", "audio")
         if not self.closing:
+            self._heard_at = time.monotonic()
             self.audio_in_bytes += len(data)
             self.translation.feed(data)
 
@@ -233,12 +272,15 @@ class TranslationSession(SessionControl):
             out = await self._out.get()
             match out:
                 case t.SourceText(text=text, elapsed_ms=at):
+                    self._record("user", f"phrase_{at}_source", text)
                     await self._send(wire.input_transcript(text, at))
                 case t.TranslatedText(text=text, elapsed_ms=at):
                     self.phrases += 1
+                    self._record("assistant", f"phrase_{at}", text)
                     await self._send(wire.output_transcript(text, at))
                 case t.TranslatedAudio(pcm16=pcm, elapsed_ms=at):
-                    await self._send(wire.output_audio(pcm, at))
+                    self.audio_out_bytes += len(pcm)
+                    await self._speak(pcm, at)
                 case t.TranslationFailed(message=message):
                     self.errors += 1
                     await self._send(
@@ -251,23 +293,62 @@ class TranslationSession(SessionControl):
                         )
                     )
                 case t.Flushed() if self.closing:
+                    self._end_playing()
                     await self._send(wire.closed())
                     self._spawn(self.end(EndReason.CLIENT_CLOSED, CLOSE_NORMAL, close_reason="Session closed"), "close")
+
+    async def _speak(self, pcm: bytes, at: int) -> None:
+        """A phrase's speech: an audio delta, or, to a transport that plays it (a call's track), the audio."""
+        if self.player is None:
+            await self._send(wire.output_audio(pcm, at))
+            return
+        phrase = f"phrase_{at}"
+        if self._playing != phrase:
+            self._end_playing()  # the last phrase's speech is all queued: it plays out, then this one
+            self._playing = phrase
+        self.player.play_audio(phrase, m.AudioOut(0, phrase, pcm), audio.PCM)  # generation: the player ignores it
+
+    def _end_playing(self) -> None:
+        if self.player is not None and self._playing is not None:
+            self.player.end_reply(self._playing)
+            self._playing = None
+
+    def output_audio_started(self, response_id: str) -> None:
+        """A call's track began a phrase's speech (translation sessions send no event for it)."""
+
+    def output_audio_stopped(self, response_id: str) -> None:
+        """A call's track played the last of a phrase's speech."""
+
+    def _record(self, role: str, item_id: str, text: str) -> None:
+        """A phrase in the session's record: the source (``user``) beside its translation (``assistant``)."""
+        self._seq += 1
+        records.item(self.runtime.writer, self.id, item_id, seq=self._seq, role=role, text=text.strip())
 
     async def _send(self, event: dict[str, Any]) -> None:
         await self.transport.send_event(ServerEvent.of(event))
 
-    async def _watch_length(self) -> None:
-        """The session's longest life (``S2S_MAX_SESSION_S``), as for voice sessions."""
-        await asyncio.sleep(max(0.0, self.limits.max_session_s - (time.monotonic() - self._opened)))
-        await self.end(
-            EndReason.SERVER_CLOSED,
-            CLOSE_POLICY,
-            EventError(
-                "session_expired", "The session reached its maximum length.", error_type="invalid_request_error"
-            ),
-            "Session expired",
-        )
+    async def _watch_limits(self) -> None:
+        """The session's longest life (``S2S_MAX_SESSION_S``) and, as for voice sessions, its idle limit
+        (``S2S_IDLE_TIMEOUT_S``), here counted from the last audio heard: a translation with nothing to
+        translate holds its unit no longer than that."""
+        idle_s = self.limits.idle_timeout_s
+        while True:
+            now = time.monotonic()
+            ends_at = self._opened + self.limits.max_session_s
+            if now >= ends_at:
+                await self._end_by_limit(limits.expired(self.limits))
+                return
+            if idle_s:
+                idle_at = self._heard_at + idle_s
+                if now >= idle_at:
+                    await self._end_by_limit(wire.no_audio(idle_s))
+                    return
+                ends_at = min(ends_at, idle_at)
+            await asyncio.sleep(ends_at - now)
+
+    async def _end_by_limit(self, exc: EventError) -> None:
+        logger.info("translation session %s: %s", self.id, exc.code)
+        await self.end(EndReason.SERVER_CLOSED, CLOSE_POLICY, exc, exc.code)
 
     # --- end ----------------------------------------------------------------------------
 
@@ -278,34 +359,26 @@ class TranslationSession(SessionControl):
     async def end(
         self, reason: str, close_code: int | None, error: EventError | None = None, close_reason: str = ""
     ) -> None:
-        """The one way a translation session ends: say why, stop the translation, give the unit back, record,
-        close. Runs once."""
+        """The one way a translation session ends: stop the translation, then as every session ends
+        (:func:`realtime.live.ending.wind_up`). Runs once."""
         if self.ended:
             return
         self.ended = True
         self.translation.close()
-        try:
-            if error is not None:
-                await self._send(error_event(error.code, error.message, error.param, None, error.error_type))
-            current = asyncio.current_task()
-            for task in list(self._tasks):
-                if task is not current:
-                    task.cancel()
-            try:
-                if self.lease is not None and self.runtime.pool is not None:
-                    await asyncio.wrap_future(self.runtime.pool.release(self.lease))
-            finally:
-                self.runtime.session_ended(
-                    self,
-                    self.id,
-                    ended_at=timezone.now(),
-                    end_reason=reason,
-                    close_code=close_code,
-                    turns=self.phrases,
-                    errors=self.errors,
-                    audio_in_seconds=audio.duration_ms(self.audio_in_bytes, audio.PCM) / 1000,
-                )
-            if close_reason and close_code is not None:
-                await self.transport.close(close_code, close_reason)
-        finally:
-            await self.mailbox.close()
+        if self.call_id is not None and self.runtime.calls.get(self.call_id) is self:
+            del self.runtime.calls[self.call_id]
+        await wind_up(
+            self,
+            self._send,
+            reason,
+            close_code,
+            error,
+            close_reason,
+            self._tasks,
+            lambda: {
+                "turns": self.phrases,
+                "errors": self.errors,
+                "audio_in_seconds": audio.duration_ms(self.audio_in_bytes, audio.PCM) / 1000,
+                "audio_out_seconds": audio.duration_ms(self.audio_out_bytes, audio.PCM) / 1000,
+            },
+        )

@@ -174,6 +174,15 @@ def new_settings(
     return TranslationSettings(session_id, model or DEFAULT_MODEL, targets, expires, language=targets[0])
 
 
+def no_audio(idle_s: float) -> EventError:
+    """Why a translation session that heard no audio for ``idle_s`` seconds was closed."""
+    return EventError(
+        "session_idle_timeout",
+        f"No audio for {idle_s:g} seconds: the translation session was closed.",
+        error_type="invalid_request_error",
+    )
+
+
 # --- the server's events ------------------------------------------------------------------
 
 

@@ -18,15 +18,15 @@ from django.conf import settings
 
 from realtime.protocol.events import error_event
 
-CALLS_PREFIX = "/v1/realtime/calls"
-CLIENT_SECRETS = "/v1/realtime/client_secrets"
+CALLS_PREFIX = ("/v1/realtime/calls", "/v1/realtime/translations/calls")
+CLIENT_SECRETS = ("/v1/realtime/client_secrets", "/v1/realtime/translations/client_secrets")
 
 
 def cap_for(path: str) -> int:
     """The most bytes a request body to ``path`` may have."""
     if path.startswith(CALLS_PREFIX):
         return settings.S2S_MAX_CALL_BODY_BYTES
-    if path == CLIENT_SECRETS:
+    if path in CLIENT_SECRETS:
         return 2 * settings.S2S_MAX_CLIENT_SECRET_CONFIG_BYTES
     return settings.S2S_MAX_REQUEST_BODY_BYTES
 

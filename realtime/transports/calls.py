@@ -17,14 +17,16 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
+from pipelines.translation import target_languages
 from realtime.access import auth, owner
 from realtime.access.owner import Caller
-from realtime.live.core import SessionCore
+from realtime.live.control import SessionControl
 from realtime.live.opening import AUTH_STATUS
 from realtime.live.transport import ControlAnswer
 from realtime.models import Prompt
 from realtime.node import runtime
 from realtime.node.cluster import control_elsewhere
+from realtime.protocol import translation
 from realtime.protocol.events import error_event
 from realtime.protocol.session.config import SessionConfig
 from realtime.protocol.wire import EventError
@@ -63,6 +65,17 @@ def check_session(session: dict[str, Any] | None) -> None:
             raise BadOffer("The 'session' field is nested too deep.", "session") from None
 
 
+def check_translation(session: dict[str, Any] | None) -> None:
+    """Validates a translation call's settings as its ``session.update`` would (the output language, the source
+    transcript, noise reduction), before any unit is claimed."""
+    if session:
+        trial = translation.new_settings("check", None, target_languages(), settings.S2S_MAX_SESSION_SECONDS)
+        try:
+            trial.update({key: value for key, value in session.items() if key not in ("type", "model")})
+        except EventError as exc:
+            raise BadOffer(exc.message, exc.param, exc.code) from None
+
+
 def auth_refused(exc: auth.AuthError) -> JsonResponse:
     """A request whose credentials are refused, as the API's JSON error (401, 403; 503 when unverifiable)."""
     return error_response(AUTH_STATUS.get(exc.code, 503), exc.code, exc.message, error_type=exc.error_type)
@@ -74,7 +87,7 @@ async def reach_call(call_id: str, action: str, body: dict[str, Any], caller: Ca
     (:meth:`realtime.live.core.SessionCore.control`), so a call the caller may not reach and one that does not
     exist get the same 404 wherever they are asked."""
     core = runtime.current().calls.get(call_id)  # a live call's session, whichever transport carries it
-    if isinstance(core, SessionCore):
+    if isinstance(core, SessionControl):  # a voice agent's or a translation's
         return await core.control(action, body, caller)
     if not settings.REDIS_URL:  # the in-memory channel layer reaches this process only
         return ControlAnswer.not_found(call_id)

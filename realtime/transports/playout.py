@@ -11,13 +11,19 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pipelines import audio, messages as m
 from realtime.live.transport import ClearedReply
 
-if TYPE_CHECKING:
-    from realtime.live.core import SessionCore
+
+class HearsPlayout(Protocol):
+    """The session behind such a transport (a voice agent's, a translation's): told as each reply starts and stops
+    going out."""
+
+    def output_audio_started(self, response_id: str) -> None: ...
+
+    def output_audio_stopped(self, response_id: str) -> None: ...
 
 
 @dataclass
@@ -121,7 +127,7 @@ class PlaysFromQueue:
     tell the transport's session (``self.core``) as each reply starts and stops going out."""
 
     playout: ReplyQueue
-    core: SessionCore | None
+    core: HearsPlayout | None
 
     @property
     def playing(self) -> str | None:

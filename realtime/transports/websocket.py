@@ -43,50 +43,97 @@ def live_session(session_or_call_id: str) -> SessionCore | None:
     return found if isinstance(found, SessionCore) else None
 
 
-class RealtimeConsumer(AsyncWebsocketConsumer):
-    """One Realtime session per socket, or a follower of a live call (``?call_id=``, through the owner rule)."""
-
-    owner_rule = True  # every way in asks realtime.access.owner (tests/security/test_owner_routes.py)
+class SessionSocket(AsyncWebsocketConsumer):
+    """What the WebSocket endpoints share (``/v1/realtime``, ``/v1/realtime/translations``): the handshake (only
+    the ``realtime`` subprotocol echoed, never ``openai-insecure-api-key.KEY``), the request a session opens
+    with, a refusal said and closed, events as JSON text, and the unit given back whatever ends the consumer."""
 
     # The socket needs no channel of its own: the session's mailbox (realtime.live.mailbox) is on the layer.
     channel_layer_alias = None
-    core: SessionCore | None = None
-    following: SessionCore | None = None  # ``?call_id=``: the live call's session this socket steers
-    supervising = False  # ``&mode=supervise``: as a supervisor (realtime.live.supervision)
+
+    def live(self) -> Any:
+        """The session this socket carries (None until it opened); it has ``ended`` and ``end``."""
+        return None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Whatever ends this consumer, even an exception no handler caught, the unit goes back."""
         try:
             await super().__call__(scope, receive, send)
         finally:
-            if self.core is not None and not self.core.ended:
-                logger.error("session %s ended without a disconnect; releasing its unit", self.core.id)
-                await asyncio.shield(self.core.end(EndReason.ERROR, None))
+            session = self.live()
+            if session is not None and not session.ended:
+                logger.error("session %s ended without a disconnect; releasing its unit", session.id)
+                await asyncio.shield(session.end(EndReason.ERROR, None))
 
-    async def connect(self) -> None:
+    async def accept_session(self) -> dict[str, list[str]]:
+        """Accepts the handshake; returns its query."""
         offered = self.scope.get("subprotocols") or []
-        query = parse_qs(self.scope.get("query_string", b"").decode())
-        # Only "realtime" is ever echoed: never the "openai-insecure-api-key.KEY" subprotocol.
         await self.accept(subprotocol="realtime" if "realtime" in offered else None)
-        if query.get("call_id"):
-            await self._follow(query["call_id"][0], query.get("mode", [""])[0])
-            return
+        return parse_qs(self.scope.get("query_string", b"").decode())
+
+    def open_request(self, query: dict[str, list[str]], **fields: Any) -> OpenRequest:
         client = self.scope.get("client") or ("", 0)
-        request = OpenRequest(
+        return OpenRequest(
             transport=TransportKind.WEBSOCKET,
             scope=self.scope,
             model=query.get("model", [None])[0],
+            client_addr=str(client[0] or ""),
+            user_agent=self._header("user-agent"),
+            **fields,
+        )
+
+    async def refuse(self, refusal: Refusal) -> None:
+        await self.send_event(refusal.event())
+        await self.close(code=refusal.close_code, reason=refusal.reason)
+
+    @staticmethod
+    def end_reason(code: int) -> str:
+        """Why the session ends when the socket closed with ``code``: 1008 from the protocol itself dropped a
+        client that does not read (send buffer full); a code only a server sends is the peer's end."""
+        if code == CLOSE_POLICY:
+            return EndReason.SERVER_CLOSED
+        return SERVER_CLOSE_CODES.get(code, EndReason.CLIENT_CLOSED)
+
+    async def send_event(self, event: ServerEvent) -> None:
+        await self.send(text_data=json.dumps(event.to_wire()))
+
+    # ``close(code, reason)`` is AsyncWebsocketConsumer's own.
+
+    def _header(self, name: str) -> str:
+        for key, value in self.scope.get("headers", []):
+            if key.decode("latin1").lower() == name:
+                return value.decode("latin1")
+        return ""
+
+
+class RealtimeConsumer(SessionSocket):
+    """One Realtime session per socket, or a follower of a live call (``?call_id=``, through the owner rule)."""
+
+    owner_rule = True  # every way in asks realtime.access.owner (tests/security/test_owner_routes.py)
+
+    core: SessionCore | None = None
+    following: SessionCore | None = None  # ``?call_id=``: the live call's session this socket steers
+    supervising = False  # ``&mode=supervise``: as a supervisor (realtime.live.supervision)
+
+    def live(self) -> SessionCore | None:
+        return self.core
+
+    async def connect(self) -> None:
+        query = await self.accept_session()
+        if query.get("call_id"):
+            await self._follow(query["call_id"][0], query.get("mode", [""])[0])
+            return
+        offered = self.scope.get("subprotocols") or []
+        request = self.open_request(
+            query,
             # Browsers cannot send the header: the "openai-beta.realtime-v1" subprotocol says the same.
             beta=("realtime=v1" in self._header("openai-beta").replace(" ", "").lower() or BETA_SUBPROTOCOL in offered),
             transcription=query.get("intent", [""])[0] == "transcription",
-            client_addr=str(client[0] or ""),
-            user_agent=self._header("user-agent"),
         )
         try:
             self.core = await open_session(runtime.current(), self, request)
         except Refusal as refusal:
-            await self.send_event(refusal.event())
-            await self.close(code=refusal.close_code, reason=refusal.reason)
+            await self.refuse(refusal)
 
     async def _follow(self, call_id: str, mode: str = "") -> None:
         """Attaches this socket to a live call (SIP or WebRTC) beside its own transport: the session's events
@@ -135,13 +182,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         if self.following is not None:
             self.following.unfollow(self)
         if self.core is not None:
-            # 1008 from the protocol itself: it dropped a client that does not read (send buffer full).
-            reason = (
-                EndReason.SERVER_CLOSED
-                if code == CLOSE_POLICY
-                else SERVER_CLOSE_CODES.get(code, EndReason.CLIENT_CLOSED)
-            )
-            await self.core.end(reason, code)
+            await self.core.end(self.end_reason(code), code)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         core = self.core or self.following
@@ -151,16 +192,3 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                 await core.receive_supervisor(self, text_data, size)
             else:
                 await core.receive(text_data, size)
-
-    # --- the transport the session core speaks through ---------------------------------
-
-    async def send_event(self, event: ServerEvent) -> None:
-        await self.send(text_data=json.dumps(event.to_wire()))
-
-    # ``close(code, reason)`` is AsyncWebsocketConsumer's own.
-
-    def _header(self, name: str) -> str:
-        for key, value in self.scope.get("headers", []):
-            if key.decode("latin1").lower() == name:
-                return value.decode("latin1")
-        return ""

@@ -1,4 +1,6 @@
-"""The Realtime WebRTC transport: one peer connection (aiortc) carries one :class:`SessionCore`.
+"""The Realtime WebRTC transport: one peer connection (aiortc) carries one session: a voice agent's
+:class:`SessionCore`, or a translation's (``/v1/realtime/translations/calls``: the translated speech on the track, its
+events on the channel).
 
 Client and server events travel as JSON on the ``oai-events`` data channel, as over a
 WebSocket, except the reply's audio: it rides the outgoing Opus track
@@ -21,17 +23,18 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from aiortc import RTCConfiguration, RTCDataChannel, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from django.conf import settings
 
-from realtime.live.core import SessionCore, open_session
-from realtime.live.opening import OpenRequest
-from realtime.live.transport import ServerEvent
+from realtime.live.core import open_session
+from realtime.live.opening import Opening, OpenRequest
+from realtime.live.transport import ServerEvent, Transport
 from realtime.models import EndReason
 from realtime.node.runtime import Runtime
 from realtime.protocol.events import error_event
@@ -47,6 +50,28 @@ EVENTS_CHANNEL = "oai-events"
 MAX_EARLY_EVENTS = 1000  # events sent before the data channel opened, kept until it does
 
 
+class CallSession(Protocol):
+    """The session a call carries: a voice agent's (:class:`realtime.live.core.SessionCore`) or a translation's
+    (:class:`realtime.live.translation.TranslationSession`)."""
+
+    id: str
+    ended: bool
+    opening: Opening
+
+    async def receive(self, text: str | None, size: int) -> None: ...
+
+    async def receive_audio(self, data: bytes) -> None: ...
+
+    async def end(self, reason: str, close_code: int | None) -> None: ...
+
+    def output_audio_started(self, response_id: str) -> None: ...
+
+    def output_audio_stopped(self, response_id: str) -> None: ...
+
+
+Opener = Callable[[Runtime, Transport, OpenRequest], Awaitable[CallSession]]
+
+
 def ice_servers() -> list[RTCIceServer]:
     return [
         RTCIceServer(urls=s["urls"], username=s.get("username"), credential=s.get("credential"))
@@ -55,16 +80,18 @@ def ice_servers() -> list[RTCIceServer]:
 
 
 class WebRTCCall(PlaysFromQueue):
-    """One call: its peer connection, its data channel, its tracks, and the session behind them."""
+    """One call: its peer connection, its data channel, its tracks, and the session behind them (``opener`` opens
+    it: a voice agent's, or a translation's)."""
 
-    def __init__(self, call_id: str, runtime: Runtime, address: str = "") -> None:
+    def __init__(self, call_id: str, runtime: Runtime, address: str = "", opener: Opener = open_session) -> None:
         self.id = call_id
         self.runtime = runtime
+        self.opener = opener
         self.address = address  # the client's, for the per-address limits
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice_servers()))
         self.reply = ReplyTrack(self._playout_started, self._playout_stopped)
         self.playout = self.reply.queue  # what PlaysFromQueue plays from
-        self.core: SessionCore | None = None
+        self.core: CallSession | None = None
         self.channel: RTCDataChannel | None = None
         self.closed = False
         self._early: list[str] = []
@@ -86,7 +113,7 @@ class WebRTCCall(PlaysFromQueue):
     async def answer(self, request: OpenRequest) -> str:
         """Opens the session (raises :class:`realtime.live.core.Refusal`; ``request.prepare`` applies the
         offer), then answers; the session starts at once."""
-        self.core = await open_session(self.runtime, self, replace(request, call_id=self.id))
+        self.core = await self.opener(self.runtime, self, replace(request, call_id=self.id))
         try:
             self.pc.addTrack(self.reply)
             await self.pc.setLocalDescription(await self.pc.createAnswer())

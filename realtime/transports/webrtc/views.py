@@ -1,4 +1,5 @@
-"""WebRTC signalling as OpenAI's GA API does it: ``POST /v1/realtime/calls`` with an SDP offer.
+"""WebRTC signalling as OpenAI's GA API does it: ``POST /v1/realtime/calls`` with an SDP offer (a voice agent's
+call), and ``POST /v1/realtime/translations/calls`` (a translation's, the same way).
 
 The body is the offer itself (``Content-Type: application/sdp``) or a multipart form with
 ``sdp`` and ``session`` (settings applied before the first event). The answer is
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from aiortc.sdp import SessionDescription
@@ -33,15 +35,17 @@ from django.views.decorators.http import require_http_methods
 from pipelines.ids import new_id
 from realtime.access.auth import Principal
 from realtime.access.rate import Limited
+from realtime.live.core import open_session
 from realtime.live.opening import OpenRequest, session_limit
+from realtime.live.translation import open_translation
 from realtime.live.transport import Refusal
 from realtime.models import TransportKind
 from realtime.node import runtime
 from realtime.node.runtime import Runtime
 from realtime.protocol.close_codes import CLOSE_POLICY
-from realtime.transports.calls import BadOffer, check_session, error_response
+from realtime.transports.calls import BadOffer, check_session, check_translation, error_response
 from realtime.transports.webrtc import offer_limits
-from realtime.transports.webrtc.call import WebRTCCall
+from realtime.transports.webrtc.call import Opener, WebRTCCall
 
 logger = logging.getLogger(__name__)
 
@@ -138,9 +142,12 @@ def check_sdp(sdp: str) -> None:
             raise BadOffer(f"The SDP offer's {media.kind} m-line has no ICE credentials (a=ice-ufrag, a=ice-pwd).")
 
 
-async def _read_call(request: ASGIRequest, call: WebRTCCall, principal: Principal) -> dict[str, Any] | None:
+async def _read_call(
+    request: ASGIRequest, call: WebRTCCall, principal: Principal, check: Callable[[dict[str, Any] | None], None]
+) -> dict[str, Any] | None:
     """The key's limits, then the offer read, checked and applied, once the credentials passed (before any
-    claim); returns the call's settings; raises :class:`Refusal` (a 429 or a 400)."""
+    claim); returns the call's settings (checked by ``check``, as its kind of session takes them); raises
+    :class:`Refusal` (a 429 or a 400)."""
     rt, address, key = call.runtime, call.address, str(principal.api_key_id or "")
     limited = rt.call_limits.offer_by(key) or rt.call_limits.live_calls(
         ((live.client_addr, str(live.owner.api_key_id or "")) for live in rt.calls.values()), address, key
@@ -150,7 +157,7 @@ async def _read_call(request: ASGIRequest, call: WebRTCCall, principal: Principa
     try:
         sdp, call_config = read_offer(request)
         await asyncio.to_thread(check_sdp, sdp)
-        await sync_to_async(check_session)(call_config)
+        await sync_to_async(check)(call_config)
     except BadOffer as exc:
         raise Refusal(exc.code, exc.message, CLOSE_POLICY, "Bad offer", http_status=400, param=exc.param) from None
     if not offer_limits.local_targets_allowed(request.scope.get("server")):
@@ -169,9 +176,25 @@ async def _read_call(request: ASGIRequest, call: WebRTCCall, principal: Principa
 @csrf_exempt
 @require_http_methods(["POST"])
 async def create_call(request: ASGIRequest) -> HttpResponse:
-    """``POST /v1/realtime/calls``: meter, authenticate, check the offer, claim a unit, answer (201)."""
+    """``POST /v1/realtime/calls``: a voice agent's call."""
+    return await answer_call(request, open_session, check_session)
+
+
+@csrf_exempt
+@require_http_methods(["POST"])
+async def create_translation_call(request: ASGIRequest) -> HttpResponse:
+    """``POST /v1/realtime/translations/calls``: a translation's call, as OpenAI's guide has it (the source speech
+    on the client's track, the translated speech on the answer's, the translation's events on ``oai-events``); its
+    credentials a translation's (an API key, or a client secret minted for a translation)."""
+    return await answer_call(request, open_translation, check_translation)
+
+
+async def answer_call(
+    request: ASGIRequest, opener: Opener, check: Callable[[dict[str, Any] | None], None]
+) -> HttpResponse:
+    """Meter, authenticate, check the offer, claim a unit, answer (201), for either kind of call."""
     rt = runtime.current()
-    call = WebRTCCall(new_id("rtc"), rt, str(request.META.get("REMOTE_ADDR") or ""))
+    call = WebRTCCall(new_id("rtc"), rt, str(request.META.get("REMOTE_ADDR") or ""), opener)
     limited = rt.call_limits.offer_from(call.address)  # before anything costs: no database, no parsing
     if limited is not None:
         await call.discard()
@@ -186,7 +209,7 @@ async def create_call(request: ASGIRequest) -> HttpResponse:
         scope=request.scope,
         client_addr=call.address,
         user_agent=request.headers.get("User-Agent", ""),
-        prepare=lambda principal: _read_call(request, call, principal),
+        prepare=lambda principal: _read_call(request, call, principal, check),
     )
     try:
         answer = await call.answer(open_request)
@@ -201,5 +224,5 @@ async def create_call(request: ASGIRequest) -> HttpResponse:
     assert call.core is not None
     logger.info("call %s: session %s answered (%s)", call.id, call.core.id, call.core.opening.principal or "anonymous")
     response = HttpResponse(answer, status=201, content_type="application/sdp")
-    response["Location"] = CALLS_PATH + call.id
+    response["Location"] = CALLS_PATH + call.id  # hung up there, whichever kind it is
     return response
