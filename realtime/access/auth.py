@@ -285,11 +285,7 @@ def use_client_secret(token: str, session_id: str, kind: str = REALTIME) -> Prin
         )
         spent = ClientSecret.objects.filter(live).update(used_at=now, session_id=session_id)
         if spent != 1:
-            raise AuthError(
-                "invalid_api_key",
-                "The client secret is invalid, expired or already used.",
-                reason="Invalid client secret",
-            )
+            raise AuthError("invalid_api_key", INVALID_SECRET, reason="Invalid client secret")
         secret = ClientSecret.objects.select_related("api_key").get(secret_hash=digest)
     except DatabaseError:
         logger.exception("cannot check a client secret: the database does not answer")
