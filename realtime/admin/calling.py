@@ -4,7 +4,7 @@ keeps it, an outbound call's status), and "Call a number" (:func:`call_view`) fo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from django import forms
@@ -16,12 +16,12 @@ from django.urls import reverse
 
 from realtime.access import auth
 from realtime.access.owner import Owner
-from realtime.live.transport import Refusal
 from realtime.models import CallDirection, RealtimeSession
-from realtime.transports.calls import BadOffer
-from realtime.transports.sip import dialling, outbound_views
+from realtime.transports.sip import dialling
 from realtime.transports.sip.dialling import BadTarget
-from realtime.transports.sip.outbound import CallRecord
+
+if TYPE_CHECKING:
+    from realtime.transports.sip.outbound import CallRecord
 
 MAX_INSTRUCTIONS = 4000
 
@@ -95,6 +95,11 @@ def call_view(model_admin: admin.ModelAdmin[Any], request: HttpRequest) -> HttpR
 
 def place(request: HttpRequest, form: CallForm) -> CallRecord | None:
     """The call placed (its record), or None with the reason on the form."""
+    # Here, not at the top: the admin is loaded where the SIP stack's libraries are not (make lint's mypy).
+    from realtime.live.transport import Refusal
+    from realtime.transports.calls import BadOffer
+    from realtime.transports.sip import outbound_views
+
     principal = auth.Principal("staff", request.user.get_username())
     user_agent = f"admin ({request.headers.get('User-Agent', '')})"[:500]
     try:

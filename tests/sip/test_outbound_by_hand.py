@@ -134,7 +134,7 @@ def test_staff_with_the_permission_call_from_the_admin_and_land_on_the_live_sess
     assert http.get(f"{server.http}{CALL_PAGE}", timeout=10).status_code == 200
     landed = place_from_the_admin(http, server, to=ringing.uri, instructions="Confirm the appointment.")
     assert landed.status_code == 200 and "/change/" in landed.url, landed.text[:500]
-    call_id = re.search(r"call (rtc_\w+)", landed.text)[1]  # type: ignore[index]
+    call_id = re.search(r"call (rtc_\w+)", landed.text)[1]
     session_id = unquote(landed.url.rstrip("/").split("/")[-2])  # as the admin quotes it (_ is _5F)
     wait_for(lambda: "INVITE" in ringing.methods(), 5, what="the INVITE")
     # The call is staff's: to an API key it does not exist, exactly as an unknown id.

@@ -51,7 +51,8 @@ def whisper():
 
 async def first_sentence(server: LiveServer, call_id: str) -> str:
     """Follows the call, asks for the agent's first words once answered, and returns their transcript."""
-    sideband = openai.AsyncOpenAI(api_key=server.api_key, base_url=f"{server.http}/v1", max_retries=0)
+    key = server.api_key  # type: ignore[attr-defined]
+    sideband = openai.AsyncOpenAI(api_key=key, base_url=f"{server.http}/v1", max_retries=0)
     said, stopped = "", False
     async with sideband.realtime.connect(call_id=call_id) as connection:
         assert (await asyncio.wait_for(connection.recv(), 10)).type == "session.created"
