@@ -84,7 +84,7 @@ def translate_text(lm: LanguageModel, text: str, source: str, target: str, cance
     answer = ""
     for piece in lm.generate_stream(prompt(text, source, target), MAX_TOKENS, 0.0, until):
         answer += piece
-        until.done = until.done or "\n" in answer.strip()  # the generation then stops at its next token
+        until.done = until.done or "\n" in answer.lstrip()  # the generation then stops at its next token
     return clean(answer)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from pipelines.errors import ModelLoadError
+from pipelines.kokoro_voices import installed_voices
 
 if TYPE_CHECKING:
     from pipelines.backends.kokoro_tts import KokoroModel
@@ -186,6 +187,10 @@ def unmet(config: EngineConfig) -> list[str]:
     for loader in chosen:
         if isinstance(loader, OnTorch) and (missing := not_installed(loader.modules)):
             messages.append(torch_missing(loader.choice, missing))
+    if config.tts_backend == "kokoro" and config.kokoro_voice not in installed_voices(config.kokoro_voices_dir):
+        messages.append(
+            f"S2S_TTS_BACKEND=kokoro needs the Kokoro voice {config.kokoro_voice}: install it with `make kokoro`"
+        )
     if config.device == "cuda" and not_installed(("torch",)):
         messages.append(torch_missing("S2S_DEVICE=cuda", ["torch"]))
     return messages
