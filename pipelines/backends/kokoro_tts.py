@@ -20,6 +20,7 @@ import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +103,7 @@ class KokoroModel:
         self.voices_dir = Path(voices_dir) if voices_dir else default_voices_dir()
         self.threads = threads
         self._lock = threading.Lock()
-        self._session: object | None = None
+        self._session: Any = None
         self._vocab: dict[str, int] = {}
         self._styles: dict[str, np.ndarray] = {}
 
@@ -115,6 +116,8 @@ class KokoroModel:
 
     def load(self) -> None:
         """Loads the model now (otherwise the first synthesis does)."""
+        if self._session is not None:
+            return
         with self._lock:
             if self._session is not None:
                 return
@@ -136,6 +139,7 @@ class KokoroModel:
 
     def tokens(self, phonemes: str) -> list[int]:
         """The phoneme string as the model's token ids; a symbol it has no id for is left out."""
+        self.load()
         return [self._vocab[c] for c in phonemes if c in self._vocab]
 
     def render(self, tokens: list[int], styles: np.ndarray, speed: float) -> np.ndarray:
@@ -147,7 +151,7 @@ class KokoroModel:
             "style": np.ascontiguousarray(style, dtype=np.float32),
             "speed": np.array([speed], dtype=np.float32),
         }
-        (audio, *_) = self._session.run(None, feed)  # type: ignore[attr-defined]
+        (audio, *_) = self._session.run(None, feed)
         return np.asarray(audio, dtype=np.float32).reshape(-1)
 
 
