@@ -1,14 +1,16 @@
-"""Translation sessions with real parts (issue 55): the openai Python SDK's own translation client
-(``client.realtime.translations.connect``) against ``manage.py serve`` with the real default models, Spanish speech
-from espeak-ng translated into English by the packaged multilingual Whisper base and spoken by the Piper voice;
-a target language with no voice refused; a full pool refused. Every event the server sends is checked against the
-SDK's translation types."""
+"""Translation sessions with real parts (issue 55): the openai SDKs' own translation clients, Python's
+(``client.realtime.translations.connect``) and Node's (``OpenAIRealtimeTranslationWS``), against ``manage.py serve``
+on https/wss with the real default models, Spanish speech from espeak-ng translated into English by the packaged
+multilingual Whisper base and spoken by the Piper voice; a target language with no voice refused; a full pool
+refused. Every event the server sends is checked against the SDK's translation types."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ import websockets
 from openai import AsyncOpenAI
 
 from pipelines import audio
+from tests.clients.conftest import make_certs, tls_env
 from tests.support.conformance import check_translation
 from tests.support.server import LiveServer
 from tests.support.speech import pcm16_chunks, silence
@@ -35,13 +38,30 @@ PHRASES = [
 ]
 
 
+CLIENTS = Path(__file__).resolve().parents[1] / "clients"
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[LiveServer]:
-    """The real default models, one unit: a second session finds the pool full."""
-    server = LiveServer(tmp_path_factory.mktemp("translate"), env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1"})
+    """The real default models, one unit (a second session finds the pool full), on https/wss: the Node SDK dials
+    nothing else. Python's clients here trust the test's authority through ``SSL_CERT_FILE``."""
+    certs = make_certs(tmp_path_factory.mktemp("certs"))
+    env = {"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1", **tls_env(certs)}
+    server = LiveServer(tmp_path_factory.mktemp("translate"), env=env, ca_file=certs.ca)
+    before = os.environ.get("SSL_CERT_FILE")
+    os.environ["SSL_CERT_FILE"] = str(certs.ca)
     server.start(ready_timeout=900)
     yield server
     server.stop()
+    if before is None:
+        os.environ.pop("SSL_CERT_FILE", None)
+    else:
+        os.environ["SSL_CERT_FILE"] = before
+
+
+def spanish_speech(folder: Path) -> np.ndarray:
+    """The test's Spanish: half a second of silence, then each phrase and a second's pause after it."""
+    return np.concatenate([silence(0.5)] + [np.concatenate([espeak(s, folder), silence(1.0)]) for s, _ in PHRASES])
 
 
 def espeak(text: str, folder: Path, voice: str = "es") -> np.ndarray:
@@ -57,7 +77,7 @@ def words(text: str) -> set[str]:
 
 
 async def test_the_sdks_translation_client_translates_spanish_speech_into_english_phrase_by_phrase(server, tmp_path):
-    speech = np.concatenate([silence(0.5)] + [np.concatenate([espeak(s, tmp_path), silence(1.0)]) for s, _ in PHRASES])
+    speech = spanish_speech(tmp_path)
     client = AsyncOpenAI(api_key="sk-unused", base_url=f"{server.http}/v1")
     events: list[dict] = []
     first_audio_at: float | None = None
@@ -126,3 +146,32 @@ async def test_a_translation_session_holds_its_unit_and_a_full_pool_refuses_with
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
         async with websockets.connect(f"{server.ws}?model=gpt-realtime") as voice:
             assert json.loads(await voice.recv())["error"]["code"] == "session_limit_reached"  # one pool for both
+
+
+def test_the_node_sdks_translation_client_translates_spanish_speech_into_english(server, tmp_path):
+    """``OpenAIRealtimeTranslationWS`` of the pinned npm ``openai`` (tests/clients/package-lock.json), unchanged."""
+    assert shutil.which("node") and shutil.which("npm"), "node and npm are needed (apt-get install npm)"
+    if not (CLIENTS / "node_modules" / "openai").is_dir():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=CLIENTS, check=True, timeout=600)
+    pcm = tmp_path / "speech.pcm"
+    pcm.write_bytes(audio.encode(spanish_speech(tmp_path), audio.PCM))
+    result = subprocess.run(
+        ["node", str(CLIENTS / "openai_node_translate.mjs"), f"{server.http}/v1", "sk-unused", str(pcm)],
+        cwd=CLIENTS,
+        env={**os.environ, "NODE_EXTRA_CA_CERTS": os.environ["SSL_CERT_FILE"]},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    lines = result.stdout.strip().splitlines()
+    assert lines, f"node printed nothing (exit {result.returncode}):\n{result.stderr[-3000:]}"
+    report = json.loads(lines[-1])
+    assert result.returncode == 0 and not report["errors"], report
+    assert report["url"].startswith(f"wss://127.0.0.1:{server.port}/v1/realtime/translations?model="), report
+    assert report["types"][0] == "session.created" and report["types"][-1] == "session.closed", report
+    heard = words(report["translation"])
+    for _, expected in PHRASES:
+        assert expected <= heard, report
+    assert {"casa", "tengo"} <= words(report["source"]), report
+    assert report["audio_bytes"] / 48000 > 1.0, report  # seconds of translated speech
+    assert len(report["elapsed"]) == len(PHRASES) and report["elapsed"] == sorted(report["elapsed"]), report
