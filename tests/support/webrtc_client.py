@@ -135,15 +135,22 @@ class WebRTCClient:
         self.pc.on("track", self._on_track)
         self.events = RealtimeClient(self._recv, self._send)
 
-    async def connect(self, token: str | None = None, session: dict | None = None, open_timeout: float = 15) -> Answer:
-        """Offers, and on 201 applies the answer and waits for the data channel; returns the HTTP answer."""
+    async def connect(
+        self,
+        token: str | None = None,
+        session: dict | None = None,
+        open_timeout: float = 15,
+        path: str = "/v1/realtime/calls",
+    ) -> Answer:
+        """Offers (to ``path``: a translation's call is ``/v1/realtime/translations/calls``), and on 201 applies the
+        answer and waits for the data channel; returns the HTTP answer."""
         await self.pc.setLocalDescription(await self.pc.createOffer())
         sdp = self.pc.localDescription.sdp
         if session is None:
             body, content_type = sdp.encode(), "application/sdp"
         else:
             body, content_type = multipart({"sdp": sdp, "session": json.dumps(session)})
-        self.answer = await asyncio.to_thread(post, f"{self.base_url}/v1/realtime/calls", body, content_type, token)
+        self.answer = await asyncio.to_thread(post, f"{self.base_url}{path}", body, content_type, token)
         if self.answer.status != 201:
             return self.answer
         self.location = self.answer.headers.get("Location", "")
