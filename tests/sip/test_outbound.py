@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from collections.abc import Iterator
 
@@ -40,7 +41,7 @@ def server(tmp_path_factory, webhook: Webhook) -> Iterator[LiveServer]:
         S2S_AUTH_REQUIRED="1",
         S2S_SIP_WEBHOOK_URL=webhook.url,
         S2S_SIP_WEBHOOK_SECRET=SECRET,
-        S2S_SIP_OUTBOUND_ALLOW="sip:*@127.0.0.1:*",
+        S2S_SIP_OUTBOUND_ALLOW="sip:*@127.0.0.1:*,sip:*@localhost:*",
         S2S_SIP_RING_TIMEOUT_S="3",
         S2S_SIP_OUTBOUND_PER_MINUTE="100",
         S2S_SIP_OUTBOUND_PER_KEY="1",
@@ -389,4 +390,15 @@ def test_a_tls_callee_whose_certificate_is_not_trusted_is_not_called(server, pho
     placed = json.loads(dial(server, {"to": f"sips:phone@127.0.0.1:{phone.sip_port + 1}"}).body)
     ended = status_becomes(server, placed["id"], "failed", 15)
     assert ended["end_reason"] == "unreachable" and ended["sip_code"] is None
+    assert wait_free(server, 2) == 2
+
+
+def test_tls_checks_the_certificate_for_the_host_the_target_names_not_only_its_address(server, phones):
+    if socket.getaddrinfo("localhost", 5061, type=socket.SOCK_DGRAM)[0][4][0] != "127.0.0.1":
+        pytest.skip("localhost is not 127.0.0.1 first here")
+    phone = phones(account=";answermode=auto;mediaenc=srtp-mand", certificate=server.phone_pem)
+    placed = json.loads(dial(server, {"to": f"sips:phone@localhost:{phone.sip_port + 1}"}).body)
+    ended = status_becomes(server, placed["id"], "failed", 15)  # the certificate names 127.0.0.1, not localhost
+    assert ended["end_reason"] == "unreachable"
+    assert "certificate is not valid for 'localhost'" in server.full_log()
     assert wait_free(server, 2) == 2

@@ -50,6 +50,7 @@ logger = logging.getLogger(__name__)
 USER_AGENT = "s2s-realtime"
 MAX_RECORDS = 1000  # the records of ended calls this process keeps (the oldest go first)
 MAX_ENDED_DIALOGS = 256  # ended calls whose late final answers (a 487 after our CANCEL) are still ACKed
+LINGER_S = 5.0  # an outbound TCP or TLS connection stays open this long after its last call (the BYE's 200, a 487)
 
 
 @dataclass
@@ -139,12 +140,16 @@ class Dialler:
                 self._ended.popitem(last=False)
         if call.uac is not None:
             call.uac.remove_call(call.sip_call_id)
-            if call.transport != "udp" and not any(
-                other.uac is call.uac and other.remote_addr == call.remote_addr for other in self._calls.values()
-            ):  # our connection to the callee or trunk, once no call of ours is on it
-                disconnect = getattr(call.uac.transport, "disconnect", None)
-                if disconnect is not None:
-                    disconnect(call.remote_addr)
+            if call.transport != "udp":  # our connection to the callee or trunk, a while after its last call
+                asyncio.get_running_loop().call_later(LINGER_S, self._disconnect, call.uac, call.remote_addr)
+
+    def _disconnect(self, uac: SipUAC, remote_addr: tuple[str, int]) -> None:
+        """Closes our connection to ``remote_addr`` unless a call of ours is on it again."""
+        if any(other.uac is uac and other.remote_addr == remote_addr for other in self._calls.values()):
+            return
+        disconnect = getattr(uac.transport, "disconnect", None)
+        if disconnect is not None:
+            disconnect(remote_addr)
 
     def response(self, response: SipResponse, addr: tuple[str, int]) -> None:
         """Every non-2xx final answer to one of our INVITEs is ACKed (RFC 3261 s17.1.1.3; aiosipua does not),
@@ -255,7 +260,8 @@ class OutboundCall(CallLeg):
                 raise RuntimeError(f"the SIP listener has no {self.transport} agent")
             connect = getattr(uac.transport, "connect", None)
             if self.transport != "udp" and connect is not None:
-                await connect(self.remote_addr)
+                proxy = self.config.outbound_proxy
+                await connect(self.remote_addr, proxy[0] if proxy else self.target.host_port[0])
             credentials = None
             if self.config.outbound_user:
                 credentials = SipDigestAuth(self.config.outbound_user, self.config.outbound_password)

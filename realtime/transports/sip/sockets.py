@@ -183,22 +183,27 @@ class TcpTransport(TcpSipTransport):
             for index, via in enumerate(vias):
                 message.headers.append("Via", f"SIP/2.0/{self.name} " + via[12:] if index == 0 else via)
 
-    async def connect(self, remote_addr: tuple[str, int]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A connection of our own to ``remote_addr`` (an outbound call's callee or trunk), reused while it is open;
-        it carries the call's requests and answers and is closed by :meth:`disconnect`."""
+    async def connect(
+        self, remote_addr: tuple[str, int], server_name: str = ""
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection of our own to ``remote_addr`` (an outbound call's callee or trunk, which TLS knows as
+        ``server_name``), reused while it is open; it carries the call's requests and answers and is closed by
+        :meth:`disconnect`."""
         if remote_addr in self._connections:
             return self._connections[remote_addr]
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
-            reader, writer = await self._open(remote_addr)
+            reader, writer = await self._open(remote_addr, server_name)
         self._connections[remote_addr] = (reader, writer)
         self._spawn(self._handle_incoming(reader, writer, remote_addr))
         return reader, writer
 
-    async def _open(self, remote_addr: tuple[str, int]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open(
+        self, remote_addr: tuple[str, int], server_name: str
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection(remote_addr[0], remote_addr[1])
 
     def disconnect(self, remote_addr: tuple[str, int]) -> None:
-        """Closes the connection to ``remote_addr`` once its last call is over (what is written still goes out)."""
+        """Closes the connection to ``remote_addr`` (what is written still goes out)."""
         connection = self._connections.pop(remote_addr, None)
         if connection is not None:
             connection[1].close()
@@ -255,12 +260,18 @@ class TlsTransport(TcpTransport):
             message.headers.set_single("Contact", contact[:-1] + ";transport=tls>")
         super()._name_transport(message)
 
-    async def _open(self, remote_addr: tuple[str, int]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open(
+        self, remote_addr: tuple[str, int], server_name: str
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """TLS to ``remote_addr``, its certificate checked against ``S2S_SIP_OUTBOUND_TLS_CA`` (else the system's
-        CAs) for the address dialled."""
+        CAs) for ``server_name`` (the host the target or the proxy names; the address when it names none)."""
         context = self.client_context or ssl.create_default_context()
         return await asyncio.open_connection(
-            remote_addr[0], remote_addr[1], ssl=context, server_hostname=remote_addr[0], ssl_handshake_timeout=10
+            remote_addr[0],
+            remote_addr[1],
+            ssl=context,
+            server_hostname=server_name or remote_addr[0],
+            ssl_handshake_timeout=CONNECT_TIMEOUT_S,
         )
 
 
