@@ -20,26 +20,15 @@ from pipelines.config import ENGINE_DEFAULTS
 from pipelines.errors import PromptTooLongError
 from pipelines.interfaces import Cancel
 from pipelines.messages import FunctionTool, ToolChoice
-from pipelines.tool_calls import CALL_OPEN, CALL_SEPARATOR, plain_messages, tool_schema
+from pipelines.tool_calls import plain_messages, tool_schema
 
 from ._assembled import assembled
 from ._llama_abort import interruptible
 from ._llama_adapter import reuse_prefix, token_text
 from ._llama_contexts import ConversationCache, LlamaContexts
+from ._llama_plans import ANSWER_FROM_RESULTS, Request, Response, plan
 from ._llama_stream import LlamaCppStream, byte_tokens
-from ._llama_tools import (
-    TEXT_FIRST,
-    AutoCallStream,
-    CallSequence,
-    ForcedCall,
-    ForcedCallStream,
-    Grounding,
-    answered_call_objects,
-    answered_calls,
-    current_turn,
-    forced_call,
-    opens_another,
-)
+from ._llama_tools import answered_calls, current_turn
 
 logger = logging.getLogger(__name__)
 
@@ -97,10 +86,6 @@ def resolve_gguf(model_path: str | None, gguf_file: str | None = None, cache_dir
     return str(path)
 
 
-ANSWER_FROM_RESULTS = {
-    "role": "system",
-    "content": "The results are above. Now answer the user in words, using them; do not call a function again.",
-}
 # Reading ahead evaluates the prompt in chunks: READ_AHEAD_TOKENS first, then as many as take about READ_AHEAD_S
 # (at most twice the last chunk, and the context's batch). A chunk stops part-way, within milliseconds, when the
 # answer comes (``_llama_abort.interruptible``), so chunks may be long: a short chunk costs nearly what a long
@@ -111,7 +96,6 @@ ANSWER_FROM_RESULTS = {
 READ_AHEAD_TOKENS = 4
 READ_AHEAD_S = 0.25
 READ_AHEAD_SHORT_S = 0.05
-MIN_CALL_TOKENS = 16  # calls in parallel: another is not begun with fewer tokens left than this
 
 
 def next_chunk(size: int, spent_s: float, most: int) -> int:
@@ -211,9 +195,7 @@ class LlamaCppLM:
     def count_tokens(self, messages: list[dict[str, Any]], tools: Sequence[FunctionTool] = ()) -> int:
         return len(self.encode_chat(messages, tools))
 
-    # Over the complexity limit with the small closures it hands its streams; one path per tool_choice, read
-    # top to bottom.
-    def generate_stream(  # noqa: C901
+    def generate_stream(
         self,
         messages: list[dict[str, Any]],
         max_new_tokens: int,
@@ -224,126 +206,15 @@ class LlamaCppLM:
         tools: Sequence[FunctionTool] = (),
         tool_choice: ToolChoice = ToolChoice(),
         parallel_tool_calls: bool = True,
-    ) -> LlamaCppStream | ForcedCallStream | AutoCallStream | CallSequence:
+    ) -> Response:
         """Tool calls are written in the Hermes format of ``pipelines.tool_calls``; how each ``tool_choice``
-        is held on this engine: ``pipelines.backends._llama_tools``. With ``parallel_tool_calls`` a response
-        that calls a tool (``auto`` or ``required``) may call several, one after the other.
-
-        ``auto`` in a conversation with earlier turns: whether to call, and the call, are made from the current
-        turn alone (the instructions, the tools, the user's last message and what followed it), on a context of
-        their own (``ConversationCache.turn``); an answer in words is made from the whole conversation. A small model
-        that sees earlier turns tends to answer new requests the way it answered old ones, calls or not.
-        """
-        prompt_ids = self._fitting(self.encode_chat(messages, tools))
-
-        def stream(
-            ids: list[int] = prompt_ids,
-            max_tokens: int = max_new_tokens,
-            on: ConversationCache | None = prefix,
-            **grammars: str | None,
-        ) -> LlamaCppStream:
-            left = self.context_length - len(self._fitting(ids))
-            return LlamaCppStream(self.contexts, ids, min(max_tokens, left), temperature, cancel, seed, on, **grammars)
-
-        def calls(
-            choice: ToolChoice, base: list[int] = prompt_ids, on: ConversationCache | None = prefix
-        ) -> ForcedCallStream | CallSequence:
-            def call(written: str = "") -> ForcedCallStream:
-                forced = forced_call(tools, choice)
-                if written:  # the next of calls in parallel
-                    forced = ForcedCall("\n" + forced.head, forced.grammar, forced.tail)
-                ids = base + self._tokens(written + forced.head)
-                return ForcedCallStream(
-                    stream(ids, max_new_tokens - self._tokens_in(written), on, grammar=forced.grammar), forced
-                )
-
-            def next_call(written: str) -> ForcedCallStream | None:
-                if max_new_tokens - self._tokens_in(written) < MIN_CALL_TOKENS:
-                    return None
-                pieces = iter(stream(base + self._tokens(written), 4, on))
-                try:
-                    if not opens_another(pieces):
-                        return None
-                finally:
-                    pieces.close()  # its context goes back before the next call's generation takes one
-                return call(written)
-
-            if not parallel_tool_calls or choice.mode == "function":
-                return call()
-            return CallSequence(call(), next_call)
-
-        separate = self.answerer is not None
-
-        def in_words(conversation: list[dict[str, Any]]) -> Any:
-            """The answer model's answer, in words."""
-            return (self.answerer or self).generate_stream(
-                conversation,
-                max_new_tokens,
-                temperature,
-                cancel,
-                seed,
-                None if prefix is None else prefix.for_answers(),
-                tools=tools,
-                tool_choice=ToolChoice("none") if tools else ToolChoice(),
-            )
-
-        if not tools:
-            return in_words(messages) if separate else stream()
-        if tool_choice.mode in ("required", "function"):
-            return calls(tool_choice)
-        if tool_choice.mode == "none":
-            return in_words(messages) if separate else stream(first=TEXT_FIRST)
-        answered = answered_calls(messages)
-        # An answer in words after results: told so at the end of its prompt (a small model reading a result
-        # back tends to call the function again, and, kept from that, to describe the call instead).
-
-        def words() -> Any:
-            if separate:
-                return in_words([*messages, ANSWER_FROM_RESULTS] if answered else messages)
-            ids = self.encode_chat([*messages, ANSWER_FROM_RESULTS], tools) if answered else prompt_ids
-            return stream(ids, first=TEXT_FIRST)
-
-        def repeats(base: list[int], on: ConversationCache | None) -> Callable[[], bool]:
-            """Whether the call the decision opened on ``base`` would, greedily, be one already answered."""
-
-            def check() -> bool:
-                opened = base + self._tokens(CALL_OPEN + CALL_SEPARATOR)  # the head of a "required" call
-                return stream(opened, on=on).writes([self._tokens(text) for text in answered_call_objects(messages)])
-
-            return check
-
-        grounded = Grounding(tools, messages)
-        turn = current_turn(messages)
-        if len(turn) == len(messages):
-            return AutoCallStream(
-                stream(),
-                answered,
-                words,
-                lambda: calls(ToolChoice("required")),
-                answer=words if separate else None,
-                grounded=grounded,
-                repeats=repeats(prompt_ids, prefix),
-            )
-        turn_ids = self.encode_chat(turn, tools)
-        on = None if prefix is None else prefix.for_turn()
-
-        def from_the_turn() -> Any:
-            """After results, the answer from the turn's own context: it has read the request, the calls and
-            the results already (the decision's prompt), so only the note is left to read; the calls and their
-            arguments were made from the turn alone too. Before any result, from the whole conversation."""
-            if separate or not answered:
-                return words()
-            return stream(self.encode_chat([*turn, ANSWER_FROM_RESULTS], tools), on=on, first=TEXT_FIRST)
-
-        return AutoCallStream(
-            stream(turn_ids, on=on),
-            answered,
-            from_the_turn,
-            lambda: calls(ToolChoice("required"), turn_ids, on),
-            answer=from_the_turn,
-            grounded=grounded,
-            repeats=repeats(turn_ids, on),
+        is held on this engine: ``pipelines.backends._llama_tools``, and made, a plan per ``tool_choice``:
+        ``pipelines.backends._llama_plans``. With ``parallel_tool_calls`` a response that calls a tool (``auto``
+        or ``required``) may call several, one after the other."""
+        request = Request(
+            messages, max_new_tokens, temperature, cancel, seed, prefix, tools, tool_choice, parallel_tool_calls
         )
+        return plan(self, request)
 
     def prefill(
         self,
@@ -372,7 +243,7 @@ class LlamaCppLM:
         if tools and not turn_over:  # once the turn is answered, the next decision is on a turn not yet said
             turn = current_turn(messages)
             later = len(turn) < len(messages)
-            if later:  # the decision, and after results the answer too (generate_stream: from_the_turn)
+            if later:  # the decision, and after results the answer too (_llama_plans: Plan.answer_from_the_turn)
                 read += self._read(turn, tools, prefix.for_turn(), stop)
             elif separate:  # the decision, from the whole conversation, on this model
                 read += self._read(messages, tools, prefix, stop)
@@ -427,13 +298,11 @@ class LlamaCppLM:
         finally:
             self.contexts.release(context, prefix)
 
-    def _tokens(self, text: str) -> list[int]:
+    def tokens(self, text: str) -> list[int]:
+        """The token ids of ``text``, markup tokens (``<tool_call>``) as they are."""
         return self._tokenizer.tokenize(text.encode(), add_bos=False, special=True) if text else []
 
-    def _tokens_in(self, text: str) -> int:
-        return len(self._tokens(text))
-
-    def _fitting(self, ids: list[int]) -> list[int]:
+    def fitting(self, ids: list[int]) -> list[int]:
         """``ids``, a prompt that leaves room for at least one token of answer; raises :class:`PromptTooLongError`."""
         if len(ids) >= self.context_length:
             raise PromptTooLongError(f"prompt has {len(ids)} tokens, context is {self.context_length}")

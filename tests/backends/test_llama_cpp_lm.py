@@ -268,11 +268,11 @@ def test_the_one_evaluation_check_agrees_with_what_greedy_decoding_writes(qwen):
         qwen.generate_stream(WEATHER_ASKED, 48, 0.0, tools=[WEATHER], tool_choice=ToolChoice("required"))
     )
     [call] = calls(required)
-    opened = qwen.encode_chat(WEATHER_ASKED, [WEATHER]) + qwen._tokens(CALL_OPEN + "\n")
+    opened = qwen.encode_chat(WEATHER_ASKED, [WEATHER]) + qwen.tokens(CALL_OPEN + "\n")
 
     def writes(arguments: dict) -> bool:
         text = f'{{"name": "{call.name}", "arguments": {json.dumps(arguments)}}}'
-        return LlamaCppStream(qwen.contexts, opened, 0, 0.0, None, None, None).writes([qwen._tokens(text)])
+        return LlamaCppStream(qwen.contexts, opened, 0, 0.0, None, None, None).writes([qwen.tokens(text)])
 
     assert writes(json.loads(call.arguments)), required
     assert not writes({"city": "Lyon"})
@@ -685,9 +685,9 @@ def test_greedy_decoding_under_a_grammar_writes_what_the_full_weighing_writes_in
     named = forced_call([WEATHER, BOOK_TABLE], ToolChoice("function", "book_table"))
     asked = [{"role": "user", "content": "What is the weather in Paris right now?"}]
     cases = [
-        (qwen.encode_chat(BOOKING, [WEATHER, BOOK_TABLE]) + qwen._tokens(call.head), call.grammar),
-        (qwen.encode_chat(BOOKING, [WEATHER, BOOK_TABLE]) + qwen._tokens(named.head), named.grammar),
-        (qwen.encode_chat(asked, [WEATHER, BOOK_TABLE]) + qwen._tokens(call.head), call.grammar),
+        (qwen.encode_chat(BOOKING, [WEATHER, BOOK_TABLE]) + qwen.tokens(call.head), call.grammar),
+        (qwen.encode_chat(BOOKING, [WEATHER, BOOK_TABLE]) + qwen.tokens(named.head), named.grammar),
+        (qwen.encode_chat(asked, [WEATHER, BOOK_TABLE]) + qwen.tokens(call.head), call.grammar),
         (qwen.encode_chat(QUESTION), 'root ::= [0-9] [0-9] [0-9] " " [a-z]+'),
     ]
     (context,) = [qwen.contexts.acquire(None)]

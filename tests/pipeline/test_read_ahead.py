@@ -269,7 +269,7 @@ def test_a_chunk_read_ahead_stops_part_way_when_told_and_the_context_keeps_what_
     from pipelines import cpu
     from pipelines.backends._llama_abort import interruptible
 
-    ids = smol._tokens("The quick brown fox jumps over the lazy dog. " * 60)[:400]
+    ids = smol.tokens("The quick brown fox jumps over the lazy dog. " * 60)[:400]
     (context,) = [smol.contexts.acquire(None)]
     try:
         context.reset()
