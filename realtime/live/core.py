@@ -159,7 +159,7 @@ class SessionCore(Supervision, ClientEventHandlers, SessionGuards, SessionContro
             mcp_policy=settings.S2S_MCP,
         )
         self.conversation = Conversation(self.session, port, self.limits.conversation)
-        self.mcp = McpSession(self.session, self.conversation, self._send, self._spawn, self._apply_settings)
+        self.mcp = McpSession(self.session, self.conversation, self._send, self._spawn, self.apply_settings)
         self.bucket = limits.TokenBucket(self.limits.events_per_second, self.limits.burst)
         self.input_buffer = limits.InputBuffer(self.limits.max_input_buffer_ms)
         self.recorder = records.SessionRecorder(self.id, runtime.writer, runtime.metrics)
@@ -186,7 +186,7 @@ class SessionCore(Supervision, ClientEventHandlers, SessionGuards, SessionContro
                 self._open_with(config, None)
         if opening.transcription:
             self.session.type = "transcription"
-        self._apply_settings()
+        self.apply_settings()
 
     def _open_with(self, config: dict[str, Any], lookup: prompts.PromptLookup | None) -> None:
         try:
@@ -262,7 +262,7 @@ class SessionCore(Supervision, ClientEventHandlers, SessionGuards, SessionContro
         if self._deferred:
             if self.opening.transcription:
                 self.session.type = "transcription"
-            self._apply_settings()
+            self.apply_settings()
         self.runtime.session_started(
             self,
             self.id,
@@ -278,7 +278,7 @@ class SessionCore(Supervision, ClientEventHandlers, SessionGuards, SessionContro
         )
         self._spawn(self._send_loop(), "send")
         self._spawn(self._watch_limits(), "limits")
-        await self._send(server_event("session.created", session=self._session_obj()))
+        await self._send(server_event("session.created", session=self.rendered_session()))
         for event in self.mcp.servers_changed():  # MCP servers the session opened with
             await self._send(event)
 
@@ -422,7 +422,7 @@ class SessionCore(Supervision, ClientEventHandlers, SessionGuards, SessionContro
             and self.desk.holder is None  # taken over: the caller and the supervisor talk as people do
             and (self.session.turn_detection or {}).get("interrupt_response", True)
         ):
-            for reply in self._cleared(player.clear_reply()):
+            for reply in self.cleared_events(player.clear_reply()):
                 await self._send(reply)
 
     # --- server -> client ---------------------------------------------------------------

@@ -47,10 +47,10 @@ class ClientEventHandlers:
     def on_session_update(self, event: ce.SessionUpdate) -> list[Event]:
         before = self._prompt_start()
         self.session.update(event.session, beta=self.opening.beta, prompts=event.prompts)
-        self._apply_settings()
+        self.apply_settings()
         if not self.session.transcription_only and self._prompt_start() != before:
             self.conversation.read_ahead()  # new instructions are read now, not when the next turn ends
-        return [server_event("session.updated", session=self._session_obj()), *self.mcp.servers_changed()]
+        return [server_event("session.updated", session=self.rendered_session()), *self.mcp.servers_changed()]
 
     def on_transcription_session_update(self, event: ce.TranscriptionSessionUpdate) -> list[Event]:
         """The beta way to make this a transcription session (GA clients say ``session.type: "transcription"``)."""
@@ -66,7 +66,7 @@ class ClientEventHandlers:
                 "invalid_value", "Cannot make a session that has produced audio a transcription session.", "type"
             )
         self.session.update(event.session, beta=True, transcription=True)
-        self._apply_settings()
+        self.apply_settings()
         return [server_event("transcription_session.updated", session=render.as_beta_transcription(self.session))]
 
     def _prompt_start(self) -> tuple[str, tuple[FunctionTool, ...]]:
@@ -74,13 +74,14 @@ class ClientEventHandlers:
         settings = self.session.settings()
         return settings.instructions, settings.tools
 
-    def _apply_settings(self) -> None:
+    def apply_settings(self) -> None:
+        """Gives the unit the session's settings as the pipeline is to use them now (its next turn reads them)."""
         if self.lease is not None:
             self.lease.unit.context.settings = self.pipeline_settings()
 
     def on_output_audio_clear(self, event: ce.OutputAudioClear) -> list[Event]:
         if self.player is not None:
-            return self._cleared(self.player.clear_reply())
+            return self.cleared_events(self.player.clear_reply())
         raise EventError(
             "invalid_value",
             "output_audio_buffer.clear is only supported for WebRTC and SIP connections; "
@@ -88,7 +89,7 @@ class ClientEventHandlers:
             "type",
         )
 
-    def _cleared(self, cleared: ClearedReply) -> list[Event]:
+    def cleared_events(self, cleared: ClearedReply) -> list[Event]:
         """``output_audio_buffer.cleared`` (said even when nothing played, about the latest reply, as the API's
         type has it), and the reply's item truncated to what was played, as the server knows it."""
         events = [server_event("output_audio_buffer.cleared", response_id=cleared.response_id)]
@@ -99,7 +100,8 @@ class ClientEventHandlers:
                 logger.debug("session %s: no truncation of %s: %s", self.id, cleared.item_id, exc.message)
         return events
 
-    def _session_obj(self) -> Event:
+    def rendered_session(self) -> Event:
+        """The session as ``session.created`` and ``session.updated`` show it, in the client's protocol."""
         if self.opening.beta:
             return (
                 render.as_beta_transcription(self.session)

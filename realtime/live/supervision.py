@@ -124,9 +124,9 @@ class Supervision(Followers):
 
         async def _send(self, event: Event) -> None: ...
 
-        def _cleared(self, cleared: ClearedReply) -> list[Event]: ...
+        def cleared_events(self, cleared: ClearedReply) -> list[Event]: ...
 
-        def _apply_settings(self) -> None: ...
+        def apply_settings(self) -> None: ...
 
         def _spawn(self, coro: Any, name: str) -> None: ...
 
@@ -278,7 +278,7 @@ class Supervision(Followers):
         """The note joins the instructions the LM reads (never the caller's conversation, nor the session the
         caller sees): the agent follows it from its next answer on, read ahead now."""
         self.desk.whispers = [*self.desk.whispers, event.text][-MAX_WHISPERS:]
-        self._apply_settings()
+        self.apply_settings()
         self.conversation.read_ahead()
         now = timezone.now()
         records.supervisor_action(self.runtime.writer, self.id, Kind.WHISPER, seat.actor, now, event.text, now)
@@ -290,7 +290,7 @@ class Supervision(Followers):
             who = "You have" if holder is seat else f"{holder.actor} has"
             raise EventError("invalid_value", f"{who} taken this session over already.", "type")
         self.desk.holder, self.desk.taken_at = seat, timezone.now()
-        self._apply_settings()  # from now on the pipeline answers no turn
+        self.apply_settings()  # from now on the pipeline answers no turn
         await self._silence_the_agent()
         self.desk.speech = SupervisorSpeech(self._speak, self._transcribe, self._heard_supervisor, self.session)
         self._spawn(self.desk.speech.run(), "supervisor-speech")
@@ -329,7 +329,7 @@ class Supervision(Followers):
             with contextlib.suppress(EventError):  # finished or cancelled already
                 responses.cancel(response_id)
         if self.player is not None and self.player.playing is not None:
-            for reply in self._cleared(self.player.clear_reply()):
+            for reply in self.cleared_events(self.player.clear_reply()):
                 await self._send(reply)
 
     async def _hand_back(self, seat: Seat) -> None:
@@ -344,7 +344,7 @@ class Supervision(Followers):
         now = timezone.now()
         records.supervisor_action(self.runtime.writer, self.id, Kind.HAND_BACK, seat.actor, now, ended_at=now)
         if not self.ended:
-            self._apply_settings()
+            self.apply_settings()
             await self.tell_supervisors(self.supervisor_state())
 
     def _release(self, holder: Seat) -> None:
