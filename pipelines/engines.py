@@ -30,8 +30,8 @@ from pipelines.stages.lm import LmStage
 from pipelines.stages.stt import SttStage
 from pipelines.stages.tts import TtsStage
 from pipelines.stages.vad import VadStage
-from pipelines.translation import TARGETS, TranslationEngines, Translator
-from pipelines.translation_targets import kokoro_targets
+from pipelines.translation import TranslationEngines, Translator, target_languages
+from pipelines.translation_targets import VOICES
 
 if TYPE_CHECKING:
     from pipelines.backends.kokoro_tts import KokoroModel
@@ -323,16 +323,14 @@ def translation_engines(engines: Engines, config: EngineConfig, pool_size: int) 
         )
         logger.info("translation: the multilingual Whisper base loaded in %.1fs", time.perf_counter() - started)
     voice = engines.voices.get(config.voices[0]) or next(iter(engines.voices.values()))
-    others = _target_voices(config)
-    targets = TARGETS + tuple(others)
+    targets = target_languages(config.kokoro_voices_dir)
+    others = _target_voices(config, targets[1:])
     return TranslationEngines(engines.vad, translator, voice, engines.denoiser, engines.lm, others, targets)
 
 
-def _target_voices(config: EngineConfig) -> dict[str, Synthesizer]:
-    """The translation targets other than English that a Kokoro voice speaks (the LM translates into them), and
-    that voice; none without make kokoro."""
-    targets = kokoro_targets(config.kokoro_voices_dir)
-    if not targets:
+def _target_voices(config: EngineConfig, languages: tuple[str, ...]) -> dict[str, Synthesizer]:
+    """The Kokoro voice of each translation target other than English (the LM translates into them)."""
+    if not languages:
         return {}
     model = _kokoro_model(config)
-    return {language: model.voice(name) for language, name in targets.items()}
+    return {language: model.voice(VOICES[language]) for language in languages}
