@@ -245,10 +245,17 @@ class WhisperEngine:
 
     def translate(self, audio: np.ndarray, with_source: bool = False, language: str | None = None) -> Heard:
         """``audio`` in English, by Whisper's translate task (a multilingual model), spoken in ``language`` (None:
-        detected); with ``with_source``, its transcript in that language too (a second decoding)."""
+        detected); with ``with_source``, its transcript in that language too (a second decoding of the same
+        encoding). A phrase is encoded in the short window ``transcribe`` uses (the encoder's cost grows with its
+        window: docs/benchmarks.md, "Live translation"); one the short window decodes badly, or a long one, goes to
+        faster-whisper's own 30 s window and fallback."""
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if audio.size == 0:
             return Heard("", "", "")
+        if self.window_frames < FULL_FRAMES and audio.size <= 2 * self.window_frames * HOP:
+            heard = self._translate_short(audio, with_source, language)
+            if heard is not None:
+                return heard
         segments, info = self._model.transcribe(
             audio,
             task="translate",
@@ -263,6 +270,57 @@ class WhisperEngine:
         if with_source:
             source = text if info.language == "en" else self._full(audio, info.language, None)
         return Heard(info.language, source, text, float(info.language_probability))
+
+    def _translate_short(self, audio: np.ndarray, with_source: bool, language: str | None) -> Heard | None:
+        """:meth:`translate` in the short window: one encoding, the language detected on it when not given, the
+        translate task (and the transcribe task for the source) decoded greedily; None where a decoding fails
+        faster-whisper's checks."""
+        model = self._model
+        features = _padded(model.feature_extractor(audio)[..., :-1], self._frames(audio))[np.newaxis]
+        encoded = model.encode(features)
+        probability = 1.0
+        if language is None:
+            token, probability = model.model.detect_language(encoded)[0][0]
+            language = token[2:-2]  # "<|es|>"
+        seconds = audio.size / SAMPLE_RATE
+        text = self._decoded(encoded, language, "translate", seconds)
+        if text is None:
+            return None
+        source = ""
+        if with_source:
+            source = text if language == "en" else self._decoded(encoded, language, "transcribe", seconds) or ""
+        return Heard(language, source, text, float(probability))
+
+    def _decoded(self, encoded: Any, language: str, task: str, seconds: float) -> str | None:
+        """One greedy decoding of ``encoded`` with ``task`` in ``language``, or None where faster-whisper would
+        reject it (too repetitive, too unlikely: its fallback decodes again); silence is ""."""
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_compression_ratio, get_suppressed_tokens
+
+        model = self._model
+        tokenizer = Tokenizer(model.hf_tokenizer, True, task=task, language=language)
+        prompt_ids = model.get_prompt(tokenizer, [], without_timestamps=True)
+        result = model.model.generate(
+            encoded,
+            [list(prompt_ids)],
+            beam_size=1,
+            max_length=min(model.max_length, len(prompt_ids) + int(MAX_TOKENS_PER_S * (seconds + 1))),
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
+        )[0]
+        tokens = result.sequences_ids[0]
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        text = tokenizer.decode(tokens).strip()
+        if result.no_speech_prob > 0.6 and avg_logprob < -1.0:
+            return ""  # silence, as faster-whisper would skip it
+        # A translation is less sure of its words than a transcript (-1.2 a token is usual for a right one): only
+        # a repeating one is decoded again, not an unlikely one.
+        unlikely = avg_logprob < -1.0 and task != "translate"
+        if get_compression_ratio(text) > 2.4 or unlikely or looping(text):
+            return None
+        return text
 
     def hear(self, audio: np.ndarray, language: str | None = None) -> Heard:
         """``audio``'s transcript in the language it is spoken in (``language``, None: detected), as

@@ -101,3 +101,31 @@ def test_a_long_stretch_is_cut_in_its_pauses_into_pieces_no_longer_than_the_wind
     for piece in pieces[:-1]:
         assert abs(piece[-1]) < 1e-6 and abs(piece[-rate // 40]) < 1e-6  # each cut falls in a pause, not a word
         assert piece.size >= 10 * rate * 2 // 3  # in the last third: pieces as long as the pauses allow
+
+
+def test_a_phrase_is_translated_in_the_short_window_with_its_source_from_the_same_encoding(monkeypatch):
+    """Whisper base's translate task on espeak-ng's Spanish, in the 10 s window (issue 55: a 2 s phrase's 30 s
+    window cost seconds on a busy machine), the language detected on that encoding, the Spanish transcript decoded
+    from it too; faster-whisper's own 30 s transcription is not asked."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import soundfile as sf
+
+    from pipelines import audio
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (make system-deps)")
+    with tempfile.TemporaryDirectory() as folder:
+        wav = Path(folder) / "phrase.wav"
+        subprocess.run(["espeak-ng", "-v", "es", "-s", "150", "-w", str(wav), "El gato está en la casa."], check=True)
+        samples, rate = sf.read(wav, dtype="float32")
+    phrase = audio.resample(samples, rate, 16000)
+    engine = WhisperEngine("base", cpu_threads=2)
+    monkeypatch.setattr(engine._model, "transcribe", lambda *a, **k: pytest.fail("the 30 s window was used"))
+    heard = engine.translate(phrase, with_source=True)
+    assert heard.language == "es" and heard.probability > 0.5, heard
+    assert {"cat", "house"} <= {w.strip(".,").lower() for w in heard.text.split()}, heard
+    assert "casa" in heard.source.lower(), heard
+    assert engine.translate(phrase, language="es").text == heard.text  # the language given: not detected again
