@@ -33,6 +33,12 @@ class SessionControl:
     call_id: str | None
 
     if TYPE_CHECKING:
+        # realtime.live.remote_supervision: a supervisor on another node
+        async def supervised_from_afar(self, message: dict[str, Any]) -> None: ...
+
+        async def frame_from_afar(self, message: dict[str, Any]) -> None: ...
+
+        async def left_from_afar(self, message: dict[str, Any]) -> None: ...
 
         async def end(
             self, reason: str, close_code: int | None, error: EventError | None = None, close_reason: str = ""
@@ -108,6 +114,9 @@ class SessionControl:
         cluster.END_SESSION: lambda core, message: core.end_by_admin(),
         cluster.KEY_REVOKED: lambda core, message: core.key_revoked(_key_id(message)),
         cluster.CALL_CONTROL: lambda core, message: core._control_by(message),
+        cluster.SUPERVISE_JOIN: lambda core, message: core.supervised_from_afar(message),
+        cluster.SUPERVISE_FRAME: lambda core, message: core.frame_from_afar(message),
+        cluster.SUPERVISE_LEAVE: lambda core, message: core.left_from_afar(message),
     }
 
 

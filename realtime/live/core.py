@@ -45,6 +45,7 @@ from realtime.live.opening import (
     session_limit,
 )
 from realtime.live.outbox import Outbox
+from realtime.live.remote_supervision import RemoteSupervision
 from realtime.live.supervision import Desk, Supervision
 from realtime.live.transport import (
     Event,
@@ -124,7 +125,7 @@ async def open_session(runtime: Runtime, transport: Transport, request: OpenRequ
     return core
 
 
-class SessionCore(Supervision, ClientEventHandlers, SessionGuards, SessionControl):
+class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGuards, SessionControl):
     """The state of one session, made when it claims its unit, gone when it gives it back.
 
     Stage threads hand pipeline output to the event loop with ``call_soon_threadsafe``;
@@ -279,6 +280,7 @@ class SessionCore(Supervision, ClientEventHandlers, SessionGuards, SessionContro
         self._spawn(self._send_loop(), "send")
         self._spawn(self._watch_limits(), "limits")
         await self._send(server_event("session.created", session=self.rendered_session()))
+        await self.say_notice()  # S2S_SUPERVISOR_NOTICE, if set
         for event in self.mcp.servers_changed():  # MCP servers the session opened with
             await self._send(event)
 

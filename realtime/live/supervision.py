@@ -85,6 +85,7 @@ class Desk:
     taken_at: datetime | None = None
     speech: SupervisorSpeech | None = None
     whispers: list[str] = field(default_factory=list)
+    remote: dict[str, Transport] = field(default_factory=dict)  # seated from other nodes (remote_supervision)
 
 
 def noted(instructions: str, whispers: list[str]) -> str:

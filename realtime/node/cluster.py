@@ -42,6 +42,14 @@ END_SESSION = "session.end"
 KEY_REVOKED = "key.revoked"
 CALL_CONTROL = "call.control"
 CALL_CONTROL_ANSWER = "call.control.answer"
+# A supervisor on another node (realtime.live.remote_supervision): asked of the session's and the call's groups,
+# answered on the asker's channel; then frames and leaving to the session's mailbox, events back to the asker.
+SUPERVISE_JOIN = "supervise.join"
+SUPERVISE_JOINED = "supervise.joined"
+SUPERVISE_FRAME = "supervise.frame"
+SUPERVISE_LEAVE = "supervise.leave"
+SUPERVISE_EVENT = "supervise.event"
+SUPERVISE_CLOSE = "supervise.close"
 ANSWER_TIMEOUT_S = 2.0  # sending a control answer back (the asker waits longer for the whole round)
 
 

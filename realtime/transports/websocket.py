@@ -18,6 +18,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from realtime.access import auth, owner
 from realtime.live.core import SessionCore, open_session
 from realtime.live.opening import OpenRequest
+from realtime.live.remote_supervision import SupervisorRelay
 from realtime.live.transport import ControlAnswer, Refusal, ServerEvent
 from realtime.models import EndReason, TransportKind
 from realtime.node import runtime
@@ -114,6 +115,7 @@ class RealtimeConsumer(SessionSocket):
     core: SessionCore | None = None
     following: SessionCore | None = None  # ``?call_id=``: the live call's session this socket steers
     supervising = False  # ``&mode=supervise``: as a supervisor (realtime.live.supervision)
+    relay: SupervisorRelay | None = None  # supervising a session another node holds
 
     def live(self) -> SessionCore | None:
         return self.core
@@ -159,6 +161,8 @@ class RealtimeConsumer(SessionSocket):
             return
         core = live_session(call_id) if self.supervising else runtime.current().calls.get(call_id)
         if not isinstance(core, SessionCore) or core.ended or not self._may(core, caller):
+            if self.supervising and await self._relay(call_id, caller):
+                return
             answer = ControlAnswer.not_found(call_id)
             await self.send_event(ServerEvent.of(error_event(answer.code, answer.message, answer.param)))
             await self.close(code=CLOSE_POLICY, reason="No such call")
@@ -175,19 +179,29 @@ class RealtimeConsumer(SessionSocket):
         if self.supervising:
             await self.send_event(core.supervisor_state())
 
+    async def _relay(self, session_or_call_id: str, caller: owner.Caller) -> bool:
+        """A session another node holds, reached through the channel layer (one this node holds and the owner rule
+        refuses is asked alike, so that a refusal takes as long as an unknown id)."""
+        self.relay = await SupervisorRelay.join(session_or_call_id, caller, self)
+        return self.relay is not None
+
     def _may(self, core: SessionCore, caller: owner.Caller) -> bool:
         return core.owner.supervises(caller) if self.supervising else core.owner.allows(caller)
 
     async def disconnect(self, code: int) -> None:
         if self.following is not None:
             self.following.unfollow(self)
+        if self.relay is not None:
+            await self.relay.leave()
         if self.core is not None:
             await self.core.end(self.end_reason(code), code)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        size = len(text_data) if text_data is not None else len(bytes_data or b"")
+        if self.relay is not None:
+            await self.relay.receive(text_data, size)
         core = self.core or self.following
         if core is not None:
-            size = len(text_data) if text_data is not None else len(bytes_data or b"")
             if self.supervising:
                 await core.receive_supervisor(self, text_data, size)
             else:
