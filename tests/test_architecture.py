@@ -316,5 +316,5 @@ def test_each_row_of_the_where_to_table_names_a_file_and_a_name_in_it_that_exist
 
 
 def test_the_where_to_check_sees_a_moved_name():
-    assert defines(ROOT / "realtime" / "access" / "owner.py", "Owner.allows")
+    assert defines(ROOT / "realtime" / "access" / "owner.py", "Owner.may_reach")
     assert not defines(ROOT / "realtime" / "access" / "owner.py", "Owner.no_such_rule")

@@ -2,7 +2,7 @@
 
 A session remembers its :class:`Owner`: the hash of the key or ``ek_`` secret that opened it (or
 accepted its call) and the API key behind that credential (the key itself, or the key that minted
-the secret). Every way in asks :meth:`Owner.allows` for a :class:`Caller`: following a call
+the secret). Every way in asks :meth:`Owner.may_reach` for a :class:`Caller`: following a call
 (``/v1/realtime?call_id=``), hanging up, ``accept``/``reject``/``refer``; :meth:`Owner.reads` for a
 session's timings. Allowed are the same credential and the API key behind it, and a signed-in user with
 the admin's permission (``realtime.end_live_session`` to control, ``realtime.view_realtimesession`` to
@@ -112,7 +112,7 @@ class Owner:
             return cls(open=True)
         return cls(auth.hash_token(token) if token else "", principal.api_key_id)
 
-    def allows(self, caller: Caller) -> bool:
+    def may_reach(self, caller: Caller) -> bool:
         """The owner rule: the same credential, its API key (not another secret of that key), a signed-in user
         who may control live sessions; anyone when open."""
         return self.open or caller.staff or self._owned_by(caller)
@@ -127,11 +127,11 @@ class Owner:
         or a user with SUPERVISE_PERMISSION, whoever owns it; anyone when open. Not the owner without the flag."""
         return self.open or caller.supervisor
 
-    def permits(self, caller: Caller, action: str) -> bool:
-        """:meth:`allows`, and for the controls of a ringing call (:data:`ANSWERING`) any API key (a key, not a
+    def may_control(self, caller: Caller, action: str) -> bool:
+        """:meth:`may_reach`, and for the controls of a ringing call (:data:`ANSWERING`) any API key (a key, not a
         client secret) while the call is answerable (announced to the webhook, no owner key set)."""
         answering = action in ANSWERING and self.answerable and caller.api_key_id is not None and not caller.secret
-        return answering or self.allows(caller)
+        return answering or self.may_reach(caller)
 
     def _owned_by(self, caller: Caller) -> bool:
         if caller.credential and caller.credential == self.credential:

@@ -87,7 +87,7 @@ class SessionControl:
         caller the owner rule permits: ``hangup`` for any call; ``accept``, ``reject`` or ``refer`` run by a
         transport that is :class:`Controlled` (a SIP call). To anyone else, and for any other action, the call
         does not exist."""
-        if self.ended or not self.owner.permits(caller, action):
+        if self.ended or not self.owner.may_control(caller, action):
             return ControlAnswer.not_found(self.call_id or self.id)
         if action == HANG_UP:
             await self.hang_up()

@@ -186,7 +186,7 @@ class RealtimeConsumer(SessionSocket):
         return self.relay is not None
 
     def _may(self, core: SessionCore, caller: owner.Caller) -> bool:
-        return core.owner.supervises(caller) if self.supervising else core.owner.allows(caller)
+        return core.owner.supervises(caller) if self.supervising else core.owner.may_reach(caller)
 
     async def disconnect(self, code: int) -> None:
         if self.following is not None:

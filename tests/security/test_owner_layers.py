@@ -38,27 +38,27 @@ def test_a_client_secret_reaches_only_the_session_it_opened_and_its_key_reaches_
     its_secret = Caller("hash-of-ek_1", KEY, secret=True)
     another_secret_of_the_key = Caller("hash-of-ek_2", KEY, secret=True)
     the_key = Caller("hash-of-sk", KEY)
-    assert opened_by_secret.allows(its_secret) and opened_by_secret.reads(its_secret)
-    assert not opened_by_secret.allows(another_secret_of_the_key)
+    assert opened_by_secret.may_reach(its_secret) and opened_by_secret.reads(its_secret)
+    assert not opened_by_secret.may_reach(another_secret_of_the_key)
     assert not opened_by_secret.reads(another_secret_of_the_key)
-    assert not opened_by_key.allows(its_secret) and not opened_by_key.reads(its_secret)
-    assert opened_by_secret.allows(the_key) and opened_by_key.allows(the_key)
-    assert not opened_by_key.allows(Caller("hash-of-other", OTHER_KEY))
+    assert not opened_by_key.may_reach(its_secret) and not opened_by_key.reads(its_secret)
+    assert opened_by_secret.may_reach(the_key) and opened_by_key.may_reach(the_key)
+    assert not opened_by_key.may_reach(Caller("hash-of-other", OTHER_KEY))
 
 
 def test_a_ringing_call_is_answered_by_an_api_key_and_never_by_a_client_secret():
     ringing = Owner(answerable=True)
     for action in ("accept", "reject", "hangup", "refer"):
-        assert ringing.permits(Caller("hash-of-sk", KEY), action), action
-        assert not ringing.permits(Caller("hash-of-ek", KEY, secret=True), action), action
-    assert not ringing.permits(Caller("hash-of-sk", KEY), "other")
+        assert ringing.may_control(Caller("hash-of-sk", KEY), action), action
+        assert not ringing.may_control(Caller("hash-of-ek", KEY, secret=True), action), action
+    assert not ringing.may_control(Caller("hash-of-sk", KEY), "other")
 
 
 def test_staff_means_the_admins_permission_not_is_staff():
     session = Owner(credential="hash-of-sk", api_key_id=KEY)
-    assert not session.allows(Caller()) and not session.reads(Caller())
-    assert session.allows(Caller(staff=True)) and not session.reads(Caller(staff=True))
-    assert session.reads(Caller(reader=True)) and not session.allows(Caller(reader=True))
+    assert not session.may_reach(Caller()) and not session.reads(Caller())
+    assert session.may_reach(Caller(staff=True)) and not session.reads(Caller(staff=True))
+    assert session.reads(Caller(reader=True)) and not session.may_reach(Caller(reader=True))
 
 
 def test_a_supervisor_supervises_any_session_and_nobody_else_does():
@@ -84,7 +84,7 @@ def test_a_caller_crosses_processes_whole_and_one_that_does_not_say_is_taken_as_
     ):
         assert Caller.from_message(json.loads(json.dumps(caller.as_message()))) == caller
     older = Caller.from_message({"credential": "h", "api_key_id": KEY, "staff": False})
-    assert older.secret and not Owner(api_key_id=KEY).allows(older)
+    assert older.secret and not Owner(api_key_id=KEY).may_reach(older)
     assert Caller.from_message({"api_key_id": True}).api_key_id is None
     assert Caller.from_message("not a dict") == Caller()
 

@@ -120,17 +120,17 @@ def test_live_calls_are_capped_per_address_and_per_key(settings):
 
 def test_a_call_is_hung_up_only_by_its_credential_its_api_key_or_staff():
     owner = Owner("hash-of-ek", 7)  # opened with a client secret minted by key 7
-    assert owner.allows(Caller("hash-of-ek"))
-    assert owner.allows(Caller("hash-of-key-7", 7))
-    assert owner.allows(Caller("hash-of-another-ek-of-7", 7))
-    assert owner.allows(Caller(staff=True))
-    assert not owner.allows(Caller("hash-of-key-8", 8))
-    assert not owner.allows(Caller())
-    assert not owner.allows(Caller.from_message({"credential": "", "api_key_id": "7", "staff": "yes"}))
-    assert owner.allows(Caller.from_message(Caller("h", 7).as_message()))
-    assert Owner(open=True).allows(Caller())  # opened with authentication off
-    assert not Owner().allows(Caller("hash-of-key-8", 8))  # no credential, no key: staff alone
-    assert Owner().allows(Caller(staff=True))
+    assert owner.may_reach(Caller("hash-of-ek"))
+    assert owner.may_reach(Caller("hash-of-key-7", 7))
+    assert owner.may_reach(Caller("hash-of-another-ek-of-7", 7))
+    assert owner.may_reach(Caller(staff=True))
+    assert not owner.may_reach(Caller("hash-of-key-8", 8))
+    assert not owner.may_reach(Caller())
+    assert not owner.may_reach(Caller.from_message({"credential": "", "api_key_id": "7", "staff": "yes"}))
+    assert owner.may_reach(Caller.from_message(Caller("h", 7).as_message()))
+    assert Owner(open=True).may_reach(Caller())  # opened with authentication off
+    assert not Owner().may_reach(Caller("hash-of-key-8", 8))  # no credential, no key: staff alone
+    assert Owner().may_reach(Caller(staff=True))
 
 
 def chunk(tsn: int, seq: int, data: bytes, first: bool, last: bool) -> DataChunk:

@@ -94,7 +94,7 @@ ACTIONS: dict[str, Callable[[OperatedCall, dict[str, Any], Caller], Awaitable[No
 async def run(call: OperatedCall, action: str, body: dict[str, Any], caller: Caller) -> ControlAnswer:
     """``action`` on ``call`` for ``caller`` (whom the session core let through): 200, or the refusal as the
     API's error (400 for a bad request or session, 409 for the call's state)."""
-    if call.core is None or not call.core.owner.permits(caller, action):  # the core asked already; never skipped
+    if call.core is None or not call.core.owner.may_control(caller, action):  # the core asked already; never skipped
         return ControlAnswer.not_found(call.id)
     act = ACTIONS.get(action)
     if act is None:

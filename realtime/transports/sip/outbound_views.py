@@ -154,6 +154,6 @@ async def status(call_id: str, caller: Caller) -> HttpResponse:
     """``GET /v1/realtime/calls/{id}``: the record of an outbound call, to its owner; to anyone else 404."""
     placer = dialler()
     record = placer.record(call_id) if placer is not None else None
-    if record is None or not (record.owner.allows(caller) or record.owner.reads(caller)):
+    if record is None or not (record.owner.may_reach(caller) or record.owner.reads(caller)):
         return control_answered(ControlAnswer.not_found(call_id), HttpResponse())
     return JsonResponse(record.as_json())
