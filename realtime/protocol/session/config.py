@@ -174,24 +174,8 @@ class SessionConfig:
         del trial._prompts
         self.__dict__.update(trial.__dict__)
 
-    # Over the complexity limit only by its list: one check per field of the update.
-    def _update_common(self, s: dict[str, Any]) -> None:  # noqa: C901
-        if "instructions" in s:
-            self.instructions = self.parse_instructions(s["instructions"], "session.instructions")
-            if s.get("prompt") is None:
-                self.prompt = None  # the instructions no longer come from a stored prompt
-        if "prompt" in s and s["prompt"] is not None:
-            self.prompt, text = self.apply_prompt(s["prompt"], "session.prompt", self._prompts)
-            if "instructions" in s and s["instructions"] != text:
-                raise EventError(
-                    "invalid_value",
-                    "Give either 'session.instructions' or 'session.prompt': a stored "
-                    "prompt's text becomes the session's instructions.",
-                    "session.instructions",
-                )
-            self.instructions = text
-        elif "prompt" in s:
-            self.prompt = None
+    def _update_common(self, s: dict[str, Any]) -> None:
+        self._update_instructions(s)
         if "model" in s and s["model"] is not None:
             self.model = parse_model(s["model"], "session.model")
         if "temperature" in s and s["temperature"] is not None:
@@ -225,6 +209,25 @@ class SessionConfig:
             self.parallel_tool_calls = check_type(s["parallel_tool_calls"], bool, "session.parallel_tool_calls")
         if "include" in s:
             self.include = parse_include(s["include"], "session.include")
+
+    def _update_instructions(self, s: dict[str, Any]) -> None:
+        """``instructions``, or a stored ``prompt`` whose text becomes them (both only where they agree)."""
+        if "instructions" in s:
+            self.instructions = self.parse_instructions(s["instructions"], "session.instructions")
+            if s.get("prompt") is None:
+                self.prompt = None  # the instructions no longer come from a stored prompt
+        if "prompt" in s and s["prompt"] is not None:
+            self.prompt, text = self.apply_prompt(s["prompt"], "session.prompt", self._prompts)
+            if "instructions" in s and s["instructions"] != text:
+                raise EventError(
+                    "invalid_value",
+                    "Give either 'session.instructions' or 'session.prompt': a stored "
+                    "prompt's text becomes the session's instructions.",
+                    "session.instructions",
+                )
+            self.instructions = text
+        elif "prompt" in s:
+            self.prompt = None
 
     def _update_ga(self, s: dict[str, Any]) -> None:
         kind = s.get("type", self.type)
@@ -344,48 +347,13 @@ class SessionConfig:
             )
         return value
 
-    # Over the complexity limit only by its list: one check per field of the response.
-    def response_options(  # noqa: C901
+    def response_options(
         self, params: dict[str, Any], beta: bool = False, prompts: PromptLookup | None = None
     ) -> ResponseOptions:
         """The ``response`` of a ``response.create``, validated against this session (its voices, formats)."""
         unknown_keys(params, RESPONSE_BETA_KEYS if beta else RESPONSE_GA_KEYS, "response")
-        options: dict[str, Any] = {}
-        if params.get("output_modalities") is not None:
-            options["output_modalities"] = tuple(
-                parse_modalities(params["output_modalities"], "response.output_modalities")
-            )
-        elif params.get("modalities") is not None:
-            options["output_modalities"] = tuple(
-                parse_modalities(params["modalities"], "response.modalities", allow_both=True)
-            )
-        for key in ("max_output_tokens", "max_response_output_tokens"):
-            if params.get(key) is not None:
-                limit = parse_max_tokens(params[key], f"response.{key}", self.token_cap)
-                options["max_output_tokens"] = None if limit == "inf" else int(limit)
-        audio_cfg = optional(params, "audio", dict, "response.audio", {})
-        unknown_keys(audio_cfg, {"output"}, "response.audio")
-        audio_out = optional(audio_cfg, "output", dict, "response.audio.output", {})
-        unknown_keys(audio_out, {"format", "voice"}, "response.audio.output")
-        if audio_out.get("voice") is not None or params.get("voice") is not None:
-            param = "response.voice" if params.get("voice") is not None else "response.audio.output.voice"
-            options["voice"] = self.parse_voice(audio_out.get("voice", params.get("voice")), param)
-        if audio_out.get("format") is not None:
-            options["output_format"] = parse_ga_format(audio_out["format"], "response.audio.output.format")
-        if params.get("output_audio_format") is not None:
-            options["output_format"] = parse_beta_format(params["output_audio_format"], "response.output_audio_format")
-        if params.get("instructions") is not None:
-            options["instructions"] = self.parse_instructions(params["instructions"], "response.instructions")
-        if params.get("prompt") is not None:
-            _, text = self.apply_prompt(params["prompt"], "response.prompt", prompts)
-            if options.get("instructions", text) != text:
-                raise EventError(
-                    "invalid_value",
-                    "Give either 'response.instructions' or 'response.prompt': a "
-                    "stored prompt's text becomes the response's instructions.",
-                    "response.instructions",
-                )
-            options["instructions"] = text
+        options = self._response_output(params)
+        options.update(self._response_instructions(params, prompts))
         if params.get("reasoning") is not None:
             raise no_reasoning("response.reasoning")
         if params.get("temperature") is not None:
@@ -420,6 +388,51 @@ class SessionConfig:
             input=params.get("input"),
             overrides=options,
         )
+
+    def _response_output(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A response's own output: its modalities, token limit, voice and audio format."""
+        options: dict[str, Any] = {}
+        if params.get("output_modalities") is not None:
+            options["output_modalities"] = tuple(
+                parse_modalities(params["output_modalities"], "response.output_modalities")
+            )
+        elif params.get("modalities") is not None:
+            options["output_modalities"] = tuple(
+                parse_modalities(params["modalities"], "response.modalities", allow_both=True)
+            )
+        for key in ("max_output_tokens", "max_response_output_tokens"):
+            if params.get(key) is not None:
+                limit = parse_max_tokens(params[key], f"response.{key}", self.token_cap)
+                options["max_output_tokens"] = None if limit == "inf" else int(limit)
+        audio_cfg = optional(params, "audio", dict, "response.audio", {})
+        unknown_keys(audio_cfg, {"output"}, "response.audio")
+        audio_out = optional(audio_cfg, "output", dict, "response.audio.output", {})
+        unknown_keys(audio_out, {"format", "voice"}, "response.audio.output")
+        if audio_out.get("voice") is not None or params.get("voice") is not None:
+            param = "response.voice" if params.get("voice") is not None else "response.audio.output.voice"
+            options["voice"] = self.parse_voice(audio_out.get("voice", params.get("voice")), param)
+        if audio_out.get("format") is not None:
+            options["output_format"] = parse_ga_format(audio_out["format"], "response.audio.output.format")
+        if params.get("output_audio_format") is not None:
+            options["output_format"] = parse_beta_format(params["output_audio_format"], "response.output_audio_format")
+        return options
+
+    def _response_instructions(self, params: dict[str, Any], prompts: PromptLookup | None) -> dict[str, Any]:
+        """A response's own ``instructions``, or a stored ``prompt`` whose text becomes them."""
+        options: dict[str, Any] = {}
+        if params.get("instructions") is not None:
+            options["instructions"] = self.parse_instructions(params["instructions"], "response.instructions")
+        if params.get("prompt") is not None:
+            _, text = self.apply_prompt(params["prompt"], "response.prompt", prompts)
+            if options.get("instructions", text) != text:
+                raise EventError(
+                    "invalid_value",
+                    "Give either 'response.instructions' or 'response.prompt': a "
+                    "stored prompt's text becomes the response's instructions.",
+                    "response.instructions",
+                )
+            options["instructions"] = text
+        return options
 
     # --- what the pipeline needs -------------------------------------------
 
