@@ -159,3 +159,14 @@ def test_a_long_sentence_is_cut_at_its_clauses_to_fit_the_model(kokoro):
     long = ", ".join(["the quick brown fox jumps over the lazy dog"] * 16) + "."
     pieces = voice.phonemes(long)
     assert len(pieces) > 1 and all(len(p) <= kokoro_tts.MAX_TOKENS for p in pieces)
+
+
+def test_the_pool_plays_each_kokoro_name_on_one_model_beside_the_piper_voice(kokoro):
+    from pipelines.engines import _voices
+
+    voices = _voices(EngineConfig(), "cpu", {})
+    heart, michael = voices["af_heart"], voices["am_michael"]
+    assert isinstance(heart, kokoro_tts.KokoroVoice) and isinstance(michael, kokoro_tts.KokoroVoice)
+    assert heart.model is michael.model  # one model loaded for every Kokoro name
+    assert not isinstance(voices["alloy"], kokoro_tts.KokoroVoice)  # the OpenAI names keep the Piper voice
+    assert "ef_dora" not in voices  # the English voices only, by default
