@@ -319,8 +319,8 @@ class AutoCallStream:
         repeats: Callable[[], bool] | None = None,
     ) -> None:
         """``answer``: where an answer in words comes from when the decision's own prompt is not the one to
-        answer from (``LlamaCppLM.generate_stream``: the decision sees the current turn, the answer all of it,
-        but after results the turn and a note);
+        answer from (``_llama_plans.Plan.auto_in_a_later_turn``: the decision sees the current turn, the answer
+        all of it, but after results the turn and a note);
         ``grounded``: whether a call the model chose is made of what was said (``Grounding``); one that is not
         is dropped (the call is then held until it ends, not streamed); ``repeats``: whether the call the
         model has opened is, greedily, one already answered."""
