@@ -55,8 +55,8 @@ def stage_factory(
     config: PoolConfig, progress: Callable[[str], None] | None = None
 ) -> Callable[[SessionContext], list[Stage]]:
     """Loads the shared engines once and returns a function that builds one unit's stages."""
-    voices = config.engines.voices
-    if config.profile == "loopback":
+    if config.profile == "loopback":  # the FAKE voice plays every name a session may ask for
+        voices = config.engines.all_voices
         return lambda context: loopback_stages(context, voices)
     if config.profile == "real":
         from pipelines.backends.registry import unmet

@@ -89,7 +89,17 @@ def installed_voices(engines: EngineConfig) -> list[tuple[str, str]]:
         for name, _ in engines.extra_voices
         if name not in engines.voices
     ]
+    taken = {value for value, _ in voices} | set(engines.voices)
+    voices += [(name, kokoro_label(name)) for name in engines.kokoro_names if name not in taken]
     return voices
+
+
+def kokoro_label(name: str) -> str:
+    """``af_heart`` as the page shows it: "Kokoro heart (US English, female)"."""
+    accent = {"a": "US English", "b": "British English"}.get(name[:1], "")
+    gender = {"f": "female", "m": "male"}.get(name[1:2], "")
+    details = ", ".join(part for part in (accent, gender) if part)
+    return f"Kokoro {name[3:] or name}" + (f" ({details})" if details else "")
 
 
 TIMINGS_PATH = "/v1/realtime/sessions/SESSION_ID/timings"

@@ -439,11 +439,15 @@ class TestTimings:
 
 def test_the_page_offers_each_installed_voice_once():
     engines = EngineConfig(
-        extra_voices=(("en_GB-alan", "/voices/en_GB-alan.onnx"),), tts_model="/v/en_US-joe-medium.onnx"
+        extra_voices=(("en_GB-alan", "/voices/en_GB-alan.onnx"),),
+        tts_model="/v/en_US-joe-medium.onnx",
+        kokoro_voices=("af_heart", "bm_george"),  # make kokoro's voices, offered by name
     )
     assert installed_voices(engines) == [
         ("alloy", "Default voice (Piper, en_US-joe-medium)"),
         ("en_GB-alan", "en GB alan"),
+        ("af_heart", "Kokoro heart (US English, female)"),
+        ("bm_george", "Kokoro george (British English, male)"),
     ]
 
 

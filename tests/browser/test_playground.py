@@ -11,6 +11,7 @@ import time
 import pytest
 from websockets.sync.client import connect as ws_connect
 
+from pipelines.config import EngineConfig
 from tests.browser.conftest import ARTIFACTS, write_microphone_wav
 from tests.support.conformance import decode
 from tests.support.server import LiveServer
@@ -87,9 +88,9 @@ def test_settings_list_the_installed_voices_offer_semantic_vad_fade_and_leave_th
     client = open_page(loopback_server.http + "/?transport=websocket")
     page = client.page
     frames = sent_events(page)
-    # One voice model is loaded by default: one choice, not ten aliases of it.
+    # One voice model is loaded by default: one choice, not ten aliases of it (and the Kokoro voices installed).
     options = page.locator("#voice option")
-    assert options.count() == 1
+    assert options.count() == 1 + len(EngineConfig().kokoro_names)
     assert options.first.get_attribute("value") == "alloy"
     assert options.first.text_content().startswith("Default voice")
 
