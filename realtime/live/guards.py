@@ -70,6 +70,8 @@ class SessionGuards:
 
         async def _send(self, event: Event) -> None: ...
 
+        def taken_over(self) -> bool: ...  # realtime.live.supervision: a supervisor holds the call
+
         async def end(
             self, reason: str, close_code: int | None, error: EventError | None = None, close_reason: str = ""
         ) -> None: ...
@@ -160,7 +162,7 @@ class SessionGuards:
 
     async def _fire_turn_timeout(self, due: float) -> None:
         await asyncio.sleep(max(0.0, due - time.monotonic()))
-        if self.ended or self.conversation.idle_due != due:
+        if self.ended or self.conversation.idle_due != due or self.taken_over():  # no prompt from a silent agent
             return
         self._turn_timeout_due = None
         self._turn_timeout = None

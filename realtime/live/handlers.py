@@ -39,6 +39,8 @@ class ClientEventHandlers:
 
         def steered(self, options: ResponseOptions) -> ResponseOptions: ...
 
+        def held_back(self, events: list[Event]) -> list[Event]: ...
+
     def handle(self, event: ce.ClientEvent) -> list[Event]:
         """Carries out one parsed client event; returns the events that answer it."""
         handler: Callable[[ce.ClientEvent], list[Event]] = getattr(self, event.handler)
@@ -133,7 +135,7 @@ class ClientEventHandlers:
 
     def on_response_create(self, event: ce.ResponseCreate) -> list[Event]:
         options = self.session.response_options(event.response, self.opening.beta, event.prompts)
-        return self.conversation.create_response(self.steered(options), event.event_id)
+        return self.held_back(self.conversation.create_response(self.steered(options), event.event_id))
 
     def on_response_cancel(self, event: ce.ResponseCancel) -> list[Event]:
         return self.conversation.cancel_response(event.response_id)

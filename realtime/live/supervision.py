@@ -245,6 +245,19 @@ class Supervision(Followers):
         ):
             port.submit(message)
 
+    def held_back(self, events: list[Event]) -> list[Event]:
+        """A client's ``response.create`` while a supervisor holds the call: asked, then cancelled at once (its
+        ``response.done`` says so), so that the agent stays silent."""
+        if self.desk.holder is not None:
+            responses = self.conversation.responses
+            for response_id in list(responses.pending):
+                with contextlib.suppress(EventError):
+                    responses.cancel(response_id)
+        return events
+
+    def taken_over(self) -> bool:
+        return self.desk.holder is not None
+
     # --- the supervisor's events ------------------------------------------------------------
 
     async def receive_supervisor(self, transport: Transport, text: str | None, size: int) -> None:

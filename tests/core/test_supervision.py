@@ -131,6 +131,10 @@ async def test_take_over_silences_the_agent_and_the_caller_hears_the_supervisor(
     await turn(client)  # transcribed, not answered
     await client.until("conversation.item.input_audio_transcription.completed", timeout=15)
     assert "response.created" not in types(await client.drain(quiet_s=1.0))
+    await client.send("response.create")  # the client's own: asked, and cancelled at once
+    held = await client.collect("response.done", timeout=15)
+    assert held[-1]["response"]["status"] == "cancelled"
+    assert "response.output_audio.delta" not in types(held + await client.drain(quiet_s=0.5))
     voice = np.concatenate([tone(0.5, freq=330.0), silence(1.0)])
     for chunk in range(0, len(voice), 480):
         await boss.send(
