@@ -6,7 +6,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from pipelines import cpu
@@ -28,7 +28,6 @@ from pipelines.messages import (
     ResponseResume,
     ResponseStarted,
     StageOutput,
-    ToolChoice,
     ToolsPending,
     TruncateItem,
     UserTurn,
@@ -36,32 +35,15 @@ from pipelines.messages import (
     insert_after,
 )
 from pipelines.stages.base import CancelFlag, SessionContext, Stage
-from pipelines.stages.lm_output import ResponseOutput, TokenCounts
+from pipelines.stages.lm_output import ResponseOutput, ResponseRun
 from pipelines.timeline import Timeline
 from pipelines.tool_calls import chat_messages
 
 logger = logging.getLogger(__name__)
 
-# Rounds of server-run calls one response may make; past them the model must answer without calling.
-MAX_TOOL_ROUNDS = 4
-
 
 class SessionGone(Exception):
     """The response was cancelled or its session ended while its prompt was being built."""
-
-
-@dataclass
-class _Run:
-    """One response across its rounds: generation, a pause for the server's calls, generation again."""
-
-    req: ResponseRequest
-    turn: str
-    item_id: str
-    started: float = field(default_factory=time.perf_counter)
-    first_token_s: float | None = None
-    rounds: int = 0
-    tokens: TokenCounts = field(default_factory=TokenCounts)  # over all its rounds
-    timeline: Timeline | None = None  # of the user turn it answers (pipelines/timeline.py)
 
 
 class ContextExceeded(Exception):
@@ -103,7 +85,7 @@ class LmStage(Stage):
         self._cut: set[str] = set()
         # speculative turn -> the item ids it added, taken back if the turn is abandoned
         self._speculative: dict[str, list[str]] = {}
-        self._paused: dict[str, _Run] = {}  # responses waiting for the results of the server's calls
+        self._paused: dict[str, ResponseRun] = {}  # responses waiting for the results of the server's calls
         self._prefix = self._new_prefix()
 
     def _new_prefix(self) -> object | None:
@@ -360,7 +342,7 @@ class LmStage(Stage):
         return max(1, min(req.max_output_tokens, self.max_new_tokens))
 
     def _respond(self, req: ResponseRequest, turn: str = "", timeline: Timeline | None = None) -> Iterator[StageOutput]:
-        run = _Run(req, turn, req.item_id or new_id("item"), timeline=timeline)
+        run = ResponseRun(req, turn, req.item_id or new_id("item"), timeline=timeline)
         yield ResponseStarted(
             generation=req.generation,
             response_id=req.response_id,
@@ -392,7 +374,7 @@ class LmStage(Stage):
         run.rounds += 1
         yield from self._generate(run)
 
-    def _note(self, run: _Run, entry: HistoryEntry) -> None:
+    def _note(self, run: ResponseRun, entry: HistoryEntry) -> None:
         """Adds a call or a result to the response's context: its own prompt, or the conversation."""
         req = run.req
         if req.out_of_band or req.extra_input is not None:
@@ -410,14 +392,9 @@ class LmStage(Stage):
             if turn in self._speculative:
                 self._speculative[turn].append(entry.item_id)
 
-    # Over the complexity limit: one round's start, its failures and its ending are kept together, in order.
-    def _generate(self, run: _Run) -> Iterator[StageOutput]:  # noqa: C901
+    def _generate(self, run: ResponseRun) -> Iterator[StageOutput]:
         """One round of generation; it ends the response, or pauses it after calls the server runs."""
-        req, turn, gen = run.req, run.turn, run.req.generation
-        if run.rounds >= MAX_TOOL_ROUNDS:
-            req = replace(req, tool_choice=ToolChoice(mode="none"))
-        elif run.rounds and req.tool_choice.mode in ("required", "function"):
-            req = replace(req, tool_choice=ToolChoice())  # the call it had to make is made: now it may answer
+        req, turn, gen = run.round_request(), run.turn, run.req.generation
         cancel = CancelFlag(self.context, req.response_id, gen, turn)
         output = ResponseOutput(req, turn, self.first_piece_words, run.timeline)
         status, reason, error_code = "completed", None, None
@@ -469,7 +446,7 @@ class LmStage(Stage):
             # context (after results): the conversation's reads it now, not when the next request comes.
             self._read_next_answer(gen)
 
-    def _end(self, run: _Run, status: str, reason: str | None, error_code: str | None = None) -> ResponseEnd:
+    def _end(self, run: ResponseRun, status: str, reason: str | None, error_code: str | None = None) -> ResponseEnd:
         return ResponseEnd(
             generation=run.req.generation,
             response_id=run.req.response_id,

@@ -1,9 +1,11 @@
-"""What one response's streamed model output becomes: text to speak or send, and function calls."""
+"""One response of the LM stage: its rounds (``ResponseRun``), its token counts, and what its streamed model output
+becomes (``ResponseOutput``): text to speak or send, and function calls."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from pipelines.ids import new_id
 from pipelines.messages import (
@@ -15,6 +17,7 @@ from pipelines.messages import (
     StageOutput,
     TextDelta,
     TextForSpeech,
+    ToolChoice,
 )
 from pipelines.spoken import for_reading
 from pipelines.text import SentenceSplitter
@@ -35,6 +38,33 @@ class TokenCounts:
         self.input += getattr(stream, "input_tokens", 0)
         self.output += getattr(stream, "output_tokens", 0)
         self.cached += getattr(stream, "cached_tokens", 0)
+
+
+# Rounds of server-run calls one response may make; past them the model must answer without calling.
+MAX_TOOL_ROUNDS = 4
+
+
+@dataclass
+class ResponseRun:
+    """One response across its rounds: generation, a pause for the server's calls, generation again."""
+
+    req: ResponseRequest
+    turn: str
+    item_id: str
+    started: float = field(default_factory=time.perf_counter)
+    first_token_s: float | None = None
+    rounds: int = 0
+    tokens: TokenCounts = field(default_factory=TokenCounts)  # over all its rounds
+    timeline: Timeline | None = None  # of the user turn it answers (pipelines/timeline.py)
+
+    def round_request(self) -> ResponseRequest:
+        """The request of this round: past ``MAX_TOOL_ROUNDS`` the model must answer without calling; after the
+        round that made a call it had to make (``required``, a named function), it may answer."""
+        if self.rounds >= MAX_TOOL_ROUNDS:
+            return replace(self.req, tool_choice=ToolChoice(mode="none"))
+        if self.rounds and self.req.tool_choice.mode in ("required", "function"):
+            return replace(self.req, tool_choice=ToolChoice())
+        return self.req
 
 
 class ResponseOutput:

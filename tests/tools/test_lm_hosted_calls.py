@@ -24,7 +24,8 @@ from pipelines.messages import (
     ToolsPending,
 )
 from pipelines.stages.base import SessionContext
-from pipelines.stages.lm import MAX_TOOL_ROUNDS, LmStage
+from pipelines.stages.lm import LmStage
+from pipelines.stages.lm_output import MAX_TOOL_ROUNDS
 
 WEATHER = FunctionTool("get_weather", "", {"type": "object", "properties": {"city": {"type": "string"}}})
 
