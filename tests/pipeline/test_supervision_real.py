@@ -147,6 +147,10 @@ async def test_a_supervisor_hears_the_caller_live_and_a_whisper_steers_the_next_
     done = await caller.until("response.done", 120)
     assert done["response"]["status"] == "completed", done
     await supervisor.until("response.done", 10)
+    for _ in range(50):  # the caller's last chunks may reach the server after the answer is done
+        if len(supervisor.of("supervisor.input_audio.delta")) >= len(sent):
+            break
+        await asyncio.sleep(0.1)
     # Listening: the caller's audio, all of it, each chunk within half a second of its sending.
     deltas = [(e, at) for e, at in zip(supervisor.events, supervisor.at) if e["type"] == "supervisor.input_audio.delta"]
     assert pcm([e for e, _ in deltas]) == b"".join(
