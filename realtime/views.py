@@ -14,12 +14,15 @@ from django.urls import Resolver404, resolve, reverse
 from django.views.decorators.http import require_GET
 
 from pipelines.config import SPEED_RANGE, EngineConfig
+from pipelines.translation import target_languages
+from pipelines.translation_targets import language_name
 from realtime.access import auth, owner
 from realtime.access.owner import Caller, Owner
 from realtime.audit import metrics as metrics_exposition
 from realtime.live.opening import AUTH_STATUS
 from realtime.models import RealtimeSession, ResponseRecord, Stage
 from realtime.node import channel_layer, runtime
+from realtime.protocol import translation
 from realtime.protocol.session import render as session_render
 from realtime.protocol.session.config import SessionConfig
 from realtime.protocol.session.keys import NOISE_REDUCTION_TYPES
@@ -28,6 +31,9 @@ REALTIME_PATH = "/v1/realtime"
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
 CALLS_PATH = "/v1/realtime/calls"
 SLOTS_PATH = "/v1/realtime/slots"
+TRANSLATION_PATH = f"/v1/realtime/translations?model={translation.DEFAULT_MODEL}"
+TRANSLATION_SECRETS_PATH = "/v1/realtime/translations/client_secrets"
+TRANSLATION_CALLS_PATH = "/v1/realtime/translations/calls"
 
 
 def index(request: HttpRequest) -> HttpResponse:
@@ -35,12 +41,14 @@ def index(request: HttpRequest) -> HttpResponse:
 
     With authentication off, or no client-secrets endpoint, the page connects without a
     secret (it also copes with a 404). With it on, only a signed-in staff user may mint
-    secrets (``realtime.access.views``); anyone else is shown where to sign in.
+    secrets (``realtime.access.views``); anyone else is shown where to sign in. Its Translate mode
+    (``static/realtime/translate.js``) mints its secrets at the translation's route, which open a translation only.
     """
-    secrets_url = sign_in_url = ""
+    secrets_url = translation_secrets_url = sign_in_url = ""
     if settings.S2S_AUTH_REQUIRED and _routed(CLIENT_SECRETS_PATH):
         if request.user.is_authenticated and request.user.is_staff:
             secrets_url = CLIENT_SECRETS_PATH
+            translation_secrets_url = TRANSLATION_SECRETS_PATH if _routed(TRANSLATION_SECRETS_PATH) else ""
         else:
             sign_in_url = f"{reverse('admin:login')}?next={request.path}"
     context = {
@@ -57,6 +65,11 @@ def index(request: HttpRequest) -> HttpResponse:
         "session_defaults": session_defaults(),
         "noise_reductions": [(kind, NOISE_REDUCTION_WORDS.get(kind, kind)) for kind in NOISE_REDUCTION_TYPES],
         "models": settings.S2S_POOL.describe(),
+        # Translate mode: its own secrets (a secret that opens a translation only), endpoints and target languages
+        "translation_path": TRANSLATION_PATH,
+        "translation_secrets_url": translation_secrets_url,
+        "translation_calls_url": TRANSLATION_CALLS_PATH if _routed(TRANSLATION_CALLS_PATH) else "",
+        "target_languages": [(code, language_name(code)) for code in target_languages()],
     }
     return render(request, "realtime/index.html", context)
 

@@ -871,6 +871,11 @@ $("microphone-select").addEventListener("change", (event) => {
   else if (link) startMicrophone(link, event.target.value);
 });
 window.addEventListener("pagehide", () => disconnect());
+document.addEventListener("s2s:mode", (event) => { // Translate mode (translate.js): the agent's session ends
+  if (event.detail !== "translate") return;
+  if (retry) giveUpRetry();
+  disconnect();
+});
 restoreSettings(DEFAULTS); // the server's defaults, and over them what this browser kept
 restoreConnection(webrtcOffered());
 showTurnOptions();

@@ -4,7 +4,8 @@
 // Asks the server for a short-lived client secret. Returns {secret, status}: secret is null
 // when the server offers none (no url: auth off or no endpoint; 404: not implemented), and
 // the page then connects without one; the server decides whether that is allowed.
-export async function fetchClientSecret(url, csrfToken) {
+// session: the settings the secret carries (the translation's target), or null: the server's defaults.
+export async function fetchClientSecret(url, csrfToken, session = null) {
   if (!url) return { secret: null, status: "not offered" };
   let response;
   try {
@@ -12,7 +13,7 @@ export async function fetchClientSecret(url, csrfToken) {
       method: "POST",
       credentials: "same-origin",
       headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken || "" },
-      body: "{}",
+      body: JSON.stringify(session ? { session } : {}),
     });
   } catch (error) {
     throw new Error("Could not reach the server.");

@@ -42,6 +42,7 @@ export class WebRTCClient {
     this.handlers = handlers;
     this.sent = 0;
     this.location = null;
+    this.session = null; // settings sent with the offer (a multipart form), or null: the plain SDP
     this.microphone = null; // the MediaStream, or null when the page has none (typing only)
     this.microphoneError = null;
     this.connectedAt = null; // performance.now() when media started flowing
@@ -91,11 +92,11 @@ export class WebRTCClient {
     }
     const offer = await this.pc.createOffer();
     await this.pc.setLocalDescription(offer);
-    const headers = { "Content-Type": "application/sdp" };
+    const { body, headers } = this.#offer(offer.sdp);
     if (this.secret) headers.Authorization = `Bearer ${this.secret}`;
     let response;
     try {
-      response = await fetch(this.callsUrl, { method: "POST", body: offer.sdp, headers, credentials: "same-origin" });
+      response = await fetch(this.callsUrl, { method: "POST", body, headers, credentials: "same-origin" });
     } catch (error) {
       throw new CallError("Could not reach the server.");
     }
@@ -107,6 +108,16 @@ export class WebRTCClient {
     await this.pc.setRemoteDescription({ type: "answer", sdp: await response.text() });
     await this.#opened();
     this.handlers.onOpen();
+  }
+
+  // The offer as plain SDP, or (with this.session set: the session's settings from the start) as OpenAI's
+  // multipart form of `sdp` and `session`.
+  #offer(sdp) {
+    if (!this.session) return { body: sdp, headers: { "Content-Type": "application/sdp" } };
+    const form = new FormData();
+    form.append("sdp", sdp);
+    form.append("session", JSON.stringify(this.session));
+    return { body: form, headers: {} };
   }
 
   #opened() {

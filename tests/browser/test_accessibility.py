@@ -1,7 +1,8 @@
 """axe-core on every page a person meets: the client page (before Connect, connected with a conversation, waiting
-out a full pool) and the admin's pages (the session list, a session's report, the slot board with a live session,
-the API keys), none with a violation of serious or critical impact, nor the minor ones issue 50 found
-(``aria-allowed-role``, ``empty-table-header``). One live loopback server (FAKE stages) for the module."""
+out a full pool; in Translate mode, translating and with a refused target) and the admin's pages (the session list,
+a session's report, the slot board with a live session, the API keys), none with a violation of serious or critical
+impact, nor the minor ones issue 50 found (``aria-allowed-role``, ``empty-table-header``). One live loopback server
+(FAKE stages) for the module."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.contrib.admin.utils import quote
 
 from tests.audit.clients import ws_connect, ws_receive_until, ws_text_turn
 from tests.browser.axe import violations, with_axe
-from tests.browser.conftest import BASE_ARGS, chromium_path
+from tests.browser.conftest import BASE_ARGS, chromium_path, write_microphone_wav
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer
 
@@ -147,3 +148,39 @@ def test_the_admin_pages_have_no_serious_axe_violation(server, browser):
     all_free(server)
     assert not found, "\n".join(found)
     page.context.close()
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_translate_mode_has_no_serious_axe_violation_before_while_translating_and_with_a_refused_target(
+    server, browser, tmp_path, width
+):
+    wav = tmp_path / "speech.wav"
+    write_microphone_wav(wav, ["The cat is in the house."], tail_s=4.0)
+    microphone = [
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}%noloop",
+    ]
+    # a browser of its own, from the module's Playwright: this one's microphone is a WAV file
+    chromium = browser.browser_type.launch(executable_path=chromium_path(), args=BASE_ARGS + microphone)
+    try:
+        page = with_axe(chromium.new_context(viewport={"width": width, "height": 800})).new_page()
+        page.set_default_timeout(15000)
+        page.goto(server.http + "/")
+        page.wait_for_function("() => document.getElementById('translate').dataset.ready === 'true'")
+        page.get_by_role("radio", name="Translate").check()
+        found = problems(page, "translate mode")
+        page.click("#translate-start")
+        page.wait_for_function("() => window.s2sTranslation.translation.length > 0")
+        found += problems(page, "translating")
+        page.evaluate("""() => { const o = document.createElement('option'); o.value = 'de'; o.textContent = 'German';
+                         document.getElementById('target-language').append(o); }""")
+        page.select_option("#target-language", "de")
+        page.get_by_role("alert").wait_for(state="visible")
+        found += problems(page, "a refused target")
+        page.click("#translate-start")
+        page.wait_for_function("() => window.s2sTranslation.state === 'off'")
+    finally:
+        chromium.close()
+    all_free(server)
+    assert not found, "\n".join(found)
