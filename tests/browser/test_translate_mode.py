@@ -1,6 +1,7 @@
 """The page's Translate mode (issue 55) in headless Chromium: the mode switch, the target languages the server
 offers, a translation session over WebRTC and over the WebSocket with its two live transcripts and its speech
-played, a refused target said in an alert, and Stop giving the unit back. The loopback profile here (its FAKE
+played, a refused target and a full pool said in an alert, Stop giving the unit back, and choosing Translate
+ending the agent's session. The loopback profile here (its FAKE
 translator says how long each phrase was, in English "audio of", its source transcript "audio de"); Spanish speech
 translated by the real models is ``test_translate_mode_real.py``."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pipelines.translation import target_languages
+from tests.audit.clients import ws_connect, ws_receive_until
 from tests.browser.conftest import write_microphone_wav
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer
@@ -38,9 +40,13 @@ def test_translate_mode_shows_source_and_translation_plays_it_and_stop_frees_the
     write_microphone_wav(wav, ["The cat is in the house."], tail_s=4.0)
     client = open_page(f"{loopback_server.http}/?transport={transport}", microphone=wav)
     page = client.page
+    page.click("#connect")  # the agent's session first: choosing Translate ends it
+    client.wait_for("window.s2sStats.state === 'listening'", 20)
     offered = page.eval_on_selector_all("#target-language option", "options => options.map(o => o.value)")
     assert offered == list(target_languages()) and offered[0] == "en", offered
     translate_mode(client)
+    client.wait_for("window.s2sStats.state === 'disconnected'", 10)
+    all_free(loopback_server)
     page.click("#translate-start")
     client.wait_for(TRANSLATED, 30)
     stats = page.evaluate("window.s2sTranslation")
@@ -77,6 +83,7 @@ def test_a_target_the_server_refuses_is_said_politely_and_the_session_goes_on(lo
     assert text.startswith("That target language is not available:") and "en" in text, text
     assert page.input_value("#target-language") == "en"  # back on the language the session still runs with
     assert page.evaluate("window.s2sTranslation.state") == "translating"
+    assert page.evaluate("window.s2sTranslation.sent['session.update']") == 1
     page.get_by_role("radio", name="Talk to the agent").check()  # leaving the mode ends the translation
     client.wait_for("window.s2sTranslation.state === 'off'", 10)
     assert page.is_visible("#connect") and not page.is_visible("#translate")
@@ -123,3 +130,24 @@ def test_with_authentication_on_translate_mode_uses_a_secret_minted_for_a_transl
     client.wait_for("window.s2sTranslation.state === 'off'", 10)
     # Django's admin login page has no favicon link: Chromium's 404 for /favicon.ico there is not this page's.
     assert [e for e in client.errors if not e.endswith(f"on {auth_server.http}/admin/login/?next=/)")] == []
+
+
+def test_a_full_pool_is_said_in_an_alert_and_nothing_is_offered(loopback_server, open_page, tmp_path):
+    wav = tmp_path / "speech.wav"
+    write_microphone_wav(wav, ["Hello."], tail_s=2.0)
+    client = open_page(f"{loopback_server.http}/?transport=webrtc", microphone=wav)
+    page = client.page
+    translate_mode(client)
+    holders = [ws_connect(loopback_server.ws) for _ in range(2)]  # both units taken
+    try:
+        for ws in holders:
+            ws_receive_until(ws, "session.created")
+        page.click("#translate-start")
+        client.wait_for("window.s2sTranslation.state === 'error'", 10)
+        assert page.get_by_role("alert").inner_text().startswith("Every unit of this server is busy"), client.errors
+        assert page.inner_text("#translate-start") == "Start translating"
+    finally:
+        for ws in holders:
+            ws.close()
+    all_free(loopback_server)
+    assert client.errors == [] and client.failed == []  # asked /v1/realtime/slots first: no refused offer
