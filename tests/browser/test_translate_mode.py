@@ -1,9 +1,9 @@
 """The page's Translate mode (issue 55) in headless Chromium: the mode switch, the target languages the server
 offers, a translation session over WebRTC and over the WebSocket with its two live transcripts and its speech
 played, a refused target and a full pool said in an alert, Stop giving the unit back, and choosing Translate
-ending the agent's session. The loopback profile here (its FAKE
-translator says how long each phrase was, in English "audio of", its source transcript "audio de"); Spanish speech
-translated by the real models is ``test_translate_mode_real.py``."""
+ending the agent's session. The loopback profile here (its FAKE translator says how long each phrase was, in
+English "audio of", its source transcript "audio de"); Spanish speech translated by the real models is
+``test_translate_mode_real.py``."""
 
 from __future__ import annotations
 
