@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import TypeGuard
 
 import pytest
 
@@ -318,3 +319,85 @@ def test_each_row_of_the_where_to_table_names_a_file_and_a_name_in_it_that_exist
 def test_the_where_to_check_sees_a_moved_name():
     assert defines(ROOT / "realtime" / "access" / "owner.py", "Owner.may_reach")
     assert not defines(ROOT / "realtime" / "access" / "owner.py", "Owner.no_such_rule")
+
+
+# --- the live session's mixins --------------------------------------------------------------------------------------
+
+LIVE = ROOT / "realtime" / "live"
+
+
+def is_self_attribute(node: ast.AST) -> TypeGuard[ast.Attribute]:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def private_names(source: str) -> tuple[set[str], set[str], set[str]]:
+    """(used, defined, set in ``__init__`` alone) of one module's private ``self._x`` names.
+
+    Defined: a method of one of its classes (not a ``TYPE_CHECKING`` stub, which only declares what another
+    mixin offers), a class attribute with a value, or an attribute the module assigns in any method but an
+    ``__init__``. Set in ``__init__``: assigned there and nowhere else in the module. A bare annotation
+    (``_x: float``) is a declaration and neither."""
+    tree = ast.parse(source)
+    defined: set[str] = set()
+    in_init: set[str] = set()
+    for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+        for item in cls.body:
+            if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                defined.add(item.name)
+            elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None:
+                defined.add(item.target.id)
+            elif isinstance(item, ast.Assign):
+                defined.update(target.id for target in item.targets if isinstance(target, ast.Name))
+        for method in (item for item in cls.body if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)):
+            for node in ast.walk(method):
+                if is_self_attribute(node) and isinstance(node.ctx, ast.Store):
+                    (in_init if method.name == "__init__" else defined).add(node.attr)
+    used = {node.attr for node in ast.walk(tree) if is_self_attribute(node)}
+
+    def private(names: set[str]) -> set[str]:
+        return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+    return private(used), private(defined), private(in_init) - defined
+
+
+def cross_module_privates(sources: dict[str, str]) -> set[str]:
+    """``module: self._x (other module)`` for each private name a module uses but does not define, where another
+    module of the package defines it: a mixin reaching into another's private methods or state."""
+    names = {module: private_names(source) for module, source in sources.items()}
+    found = set()
+    for module, (used, defined, in_init) in names.items():
+        for name in sorted(used - defined - in_init):
+            owners = sorted(other for other, (_, theirs, _) in names.items() if other != module and name in theirs)
+            if owners:
+                found.add(f"{module}: self.{name} ({', '.join(owners)})")
+    return found
+
+
+def test_no_mixin_of_the_live_session_calls_a_private_method_of_another_module():
+    """``SessionCore``'s mixins (guards, handlers, supervision, followers...) each hold their own concern: what one
+    offers the others is public, named for what it does (``send``, ``spawn``, ``schedule_timers``), and declared
+    under ``TYPE_CHECKING`` by the mixin that uses it; its private methods and the state it changes stay in its
+    own module.
+
+    One thing is allowed, as the code does it: plain data that ``SessionCore.__init__`` sets and nothing else in
+    its module changes (``_session_started``, ``_followers``' first empty dict), declared with a bare annotation
+    by the mixin that keeps it. The mixin's own methods then change it; the core does not."""
+    sources = {path.stem: path.read_text() for path in sorted(LIVE.glob("*.py"))}
+    found = cross_module_privates(sources)
+    assert not found, "private names used across realtime/live's modules: " + "; ".join(sorted(found))
+
+
+def test_the_mixin_check_sees_a_private_call_across_modules_and_allows_data_set_in_init():
+    """The test above rests on this: a call of another module's private method is seen, a ``TYPE_CHECKING``
+    stub does not hide it, and data another module only sets in ``__init__`` passes."""
+    offers = "class A:\n    def _helper(self): ...\n    def __init__(self):\n        self._started = 0\n"
+    uses = (
+        "class B:\n    _started: float\n"
+        "    if TYPE_CHECKING:\n        def _helper(self): ...\n"
+        "    def run(self):\n        return self._helper(), self._started\n"
+    )
+    assert cross_module_privates({"a": offers, "b": uses}) == {"b: self._helper (a)"}
+    changes = (
+        "class C:\n    def __init__(self):\n        self._started = 0\n    def tick(self):\n        self._started = 1\n"
+    )
+    assert cross_module_privates({"c": changes, "b": uses}) == {"b: self._started (c)"}  # changed after __init__

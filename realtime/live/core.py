@@ -58,7 +58,7 @@ from realtime.models import EndReason, Prompt
 from realtime.node.runtime import Runtime
 from realtime.protocol import limits, prompts
 from realtime.protocol.client_events import ClientEvent, InputAudioAppend, ResponseCreate, SessionUpdate, parse_event
-from realtime.protocol.close_codes import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN
+from realtime.protocol.close_codes import CLOSE_INTERNAL, CLOSE_POLICY, CLOSE_TRY_AGAIN
 from realtime.protocol.conversation import Conversation, Port
 from realtime.protocol.events import error_event, server_event, to_beta
 from realtime.protocol.mcp.session import McpSession
@@ -155,12 +155,12 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
             settings.S2S_POOL.engines.all_voices,
             self.limits.max_instructions_bytes,
             self.limits.max_session_s,
-            token_cap=self._token_cap(),
-            context_tokens=self._context_tokens(),
+            token_cap=self.token_cap(),
+            context_tokens=self.context_tokens(),
             mcp_policy=settings.S2S_MCP,
         )
         self.conversation = Conversation(self.session, port, self.limits.conversation)
-        self.mcp = McpSession(self.session, self.conversation, self._send, self._spawn, self.apply_settings)
+        self.mcp = McpSession(self.session, self.conversation, self.send, self.spawn, self.apply_settings)
         self.bucket = limits.TokenBucket(self.limits.events_per_second, self.limits.burst)
         self.input_buffer = limits.InputBuffer(self.limits.max_input_buffer_ms)
         self.recorder = records.SessionRecorder(self.id, runtime.writer, runtime.metrics)
@@ -277,14 +277,15 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
             transport=self.opening.transport,
             **self.owner.record_fields(),
         )
-        self._spawn(self._send_loop(), "send")
-        self._spawn(self._watch_limits(), "limits")
-        await self._send(server_event("session.created", session=self.rendered_session()))
+        self.spawn(self._send_loop(), "send")
+        self.spawn(self.watch_limits(), "limits")
+        await self.send(server_event("session.created", session=self.rendered_session()))
         await self.say_notice()  # S2S_SUPERVISOR_NOTICE, if set
         for event in self.mcp.servers_changed():  # MCP servers the session opened with
-            await self._send(event)
+            await self.send(event)
 
-    def _spawn(self, coro: Any, name: str) -> None:
+    def spawn(self, coro: Any, name: str) -> None:
+        """Runs ``coro`` as a task of the session's own, cancelled when the session ends."""
         task = asyncio.create_task(coro, name=f"{name}-{self.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -307,24 +308,19 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
             del self.runtime.calls[self.call_id]
         await wind_up(
             self,
-            self._send,
+            self.send,
             reason,
             close_code,
             error,
             close_reason,
-            [*self._tasks, self._turn_timeout, self._response_deadline],
+            [*self._tasks, *self.timer_tasks()],
             lambda: {
                 "turns": self.conversation.turns,
                 "errors": self.conversation.errors,
                 "audio_in_seconds": self.conversation.audio_in_seconds,
             },
-            self._close_followers,
+            self.close_followers,
         )
-
-    async def _close_followers(self) -> None:
-        followers, self._followers = list(self._followers), {}
-        for follower in followers:
-            await follower.close(CLOSE_NORMAL, "The call ended")
 
     @property
     def client_addr(self) -> str:
@@ -336,31 +332,30 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
         """One client frame (``text`` None: a binary frame of ``size`` bytes)."""
         if self.ended:
             return
-        self._active_at = time.monotonic()
-        if not self.bucket.take():
-            await self._rate_limited()
+        self.note_activity()
+        if not await self.admit_event():
             return
         event: ClientEvent | None = None
         try:
             limits.check_frame(size, self.limits)
             event = await self._with_prompts(parse_event(text, settings.S2S_MAX_EVENT_BYTES))
-            audio_ms = self._check_input_buffer(event)
+            audio_ms = self.check_input_buffer(event)
             for reply in self.handle(event):
-                await self._send(reply)
+                await self.send(reply)
             await self.overhear(event)
             self.recorder.client_event(event, self.conversation)
-            self._schedule_timers()
+            self.schedule_timers()
             if audio_ms:
-                self.input_buffer.add(audio_ms, self._server_vad())
+                self.add_input_audio(audio_ms)
         except EventError as exc:
             self.conversation.errors += 1
-            await self._send(
+            await self.send(
                 error_event(exc.code, exc.message, exc.param, exc.event_id or _event_id(event), exc.error_type)
             )
         except Exception:  # a bug in handling one event must not end the session (or leak its unit)
             logger.exception("session %s: could not handle an event", self.id)
             self.conversation.errors += 1
-            await self._send(
+            await self.send(
                 error_event(
                     "server_error", "The server could not handle this event.", None, _event_id(event), "server_error"
                 )
@@ -370,21 +365,14 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
         """Microphone audio from a media track (``audio/pcm``): an ``input_audio_buffer.append`` without the event."""
         if self.ended:
             return
-        self._active_at = time.monotonic()
+        self.note_activity()
         ms = audio.duration_ms(len(data), audio.PCM)
-        try:
-            self.input_buffer.check(ms, self._server_vad())
-        except EventError as exc:  # reported at most once a second: the track keeps coming
-            now = time.monotonic()
-            if now - self._rate_reported_at >= 1.0:
-                self._rate_reported_at = now
-                self.conversation.errors += 1
-                await self._send(error_event(exc.code, exc.message, None, None, exc.error_type))
+        if not await self.admit_track_audio(ms):
             return
         self.conversation.append_audio(data, audio.PCM)
         await self.overheard(data, audio.PCM)
         self.recorder.client_event(InputAudioAppend(audio=data), self.conversation)
-        self.input_buffer.add(ms, self._server_vad())
+        self.add_input_audio(ms)
 
     async def _with_prompts(self, event: ClientEvent) -> ClientEvent:
         """The event with ``prompts``, the lookup of the stored prompt it names (``ClientEvent.prompt_ref``)."""
@@ -406,12 +394,12 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
     def output_audio_started(self, response_id: str) -> None:
         """The transport began playing ``response_id``: ``output_audio_buffer.started``."""
         if not self.ended:
-            self._spawn(self._send(server_event("output_audio_buffer.started", response_id=response_id)), "playout")
+            self.spawn(self.send(server_event("output_audio_buffer.started", response_id=response_id)), "playout")
 
     def output_audio_stopped(self, response_id: str) -> None:
         """The transport played the last of ``response_id``: ``output_audio_buffer.stopped``."""
         if not self.ended:
-            self._spawn(self._send(server_event("output_audio_buffer.stopped", response_id=response_id)), "playout")
+            self.spawn(self.send(server_event("output_audio_buffer.stopped", response_id=response_id)), "playout")
 
     async def _played_after(self, player: PlaysAudio, event: Event) -> None:
         """What a transport that plays the reply learns from an event it was sent: the reply is complete, or
@@ -425,7 +413,7 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
             and (self.session.turn_detection or {}).get("interrupt_response", True)
         ):
             for reply in self.cleared_events(player.clear_reply()):
-                await self._send(reply)
+                await self.send(reply)
 
     # --- server -> client ---------------------------------------------------------------
 
@@ -433,7 +421,7 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
         """The outbox is full: the client does not read what the unit says."""
         if not self.ended:
             logger.warning("session %s: send buffer full (%s events); closing", self.id, self.outbox.queue.maxsize)
-            self._spawn(
+            self.spawn(
                 self.end(
                     EndReason.SERVER_CLOSED, CLOSE_POLICY, close_reason="Send buffer full: the client reads too slowly"
                 ),
@@ -443,11 +431,11 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
     async def _send_loop(self) -> None:
         while True:
             out = await self.outbox.queue.get()
-            self._active_at = time.monotonic()
+            self.note_activity()
             if isinstance(out, m.UnitFailed):
-                self._spawn(self._unit_failed(out), "unit-failed")
+                self.spawn(self._unit_failed(out), "unit-failed")
                 continue
-            self._track_input_buffer(out)
+            self.track_input_buffer(out)
             try:
                 events = self.conversation.on_output(out)
             except Exception:
@@ -456,11 +444,11 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
             if isinstance(out, m.ToolsPending):
                 self.mcp.pending(out)
             self.recorder.output(out, self.conversation)
-            self._schedule_timers()
+            self.schedule_timers()
             for event in events:
-                await self._send(event)
+                await self.send(event)
                 if event["type"] == "response.created":
-                    await self._send(self._rate_limits(event["response"]["max_output_tokens"]))
+                    await self.send(self.rate_limits_updated(event["response"]["max_output_tokens"]))
 
     async def _unit_failed(self, out: m.UnitFailed) -> None:
         """A stage thread died: the session cannot go on. Close with 1011; the release rebuilds the unit."""
@@ -476,9 +464,9 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
             "Internal error: the pipeline failed",
         )
 
-    async def _send(self, event: Event) -> None:
-        """Hands one event to the transport, typed: a transport that plays the reply gets its audio instead
-        of the audio delta."""
+    async def send(self, event: Event) -> None:
+        """Sends one of the session's events: to the transport, typed (a transport that plays the reply gets its
+        audio instead of the audio delta), and to the followers."""
         shaped = to_beta(event) if self.opening.beta else event
         if shaped is not None:
             out = ServerEvent.of(shaped)

@@ -14,7 +14,7 @@ from realtime.access.owner import Caller, Owner
 from realtime.live.mailbox import Mailbox
 from realtime.live.transport import Event, ServerEvent, Transport
 from realtime.node import cluster
-from realtime.protocol.close_codes import CLOSE_POLICY
+from realtime.protocol.close_codes import CLOSE_NORMAL, CLOSE_POLICY
 from realtime.protocol.events import error_event
 
 logger = logging.getLogger(__name__)
@@ -72,3 +72,9 @@ class Followers:
                 await follower.send_event(out)
             except Exception:  # a follower that went away must not stop the session's send loop
                 logger.debug("session %s: a follower could not be sent %s", self.id, out.type)
+
+    async def close_followers(self) -> None:
+        """The session ended: its followers are closed."""
+        followers, self._followers = list(self._followers), {}
+        for follower in followers:
+            await follower.close(CLOSE_NORMAL, "The call ended")

@@ -68,7 +68,7 @@ class SessionGuards:
 
     if TYPE_CHECKING:
 
-        async def _send(self, event: Event) -> None: ...
+        async def send(self, event: Event) -> None: ...  # realtime.live.core
 
         def taken_over(self) -> bool: ...  # realtime.live.supervision: a supervisor holds the call
 
@@ -76,19 +76,27 @@ class SessionGuards:
             self, reason: str, close_code: int | None, error: EventError | None = None, close_reason: str = ""
         ) -> None: ...
 
-    async def _rate_limited(self) -> None:
-        """Drops the event; reports at most once a second, so a flood cannot make the server flood back."""
+    def note_activity(self) -> None:
+        """The client or the unit did something now: the idle limit counts from here."""
+        self._active_at = time.monotonic()
+
+    async def admit_event(self) -> bool:
+        """Takes a client event from the events-per-second bucket. False: the event is dropped, and reported at
+        most once a second, so a flood cannot make the server flood back."""
+        if self.bucket.take():
+            return True
         self.conversation.errors += 1
         now = time.monotonic()
         if self.bucket.dropped == 1 or now - self._rate_reported_at >= 1.0:
             self._rate_reported_at = now
             exc = limits.rate_limited(self.bucket)
-            await self._send(error_event(exc.code, exc.message, exc.param, None, exc.error_type))
+            await self.send(error_event(exc.code, exc.message, exc.param, None, exc.error_type))
+        return False
 
     def _server_vad(self) -> bool:
         return self.session.turn_detection is not None
 
-    def _check_input_buffer(self, event: ClientEvent) -> int:
+    def check_input_buffer(self, event: ClientEvent) -> int:
         """The ms an append adds to the input buffer; raises ``input_audio_buffer_full`` past the limit."""
         if not isinstance(event, InputAudioAppend):
             return 0
@@ -96,13 +104,32 @@ class SessionGuards:
         self.input_buffer.check(ms, self._server_vad())
         return ms
 
-    def _track_input_buffer(self, out: m.Outbound) -> None:
+    async def admit_track_audio(self, ms: int) -> bool:
+        """Whether ``ms`` of a media track's audio fits in the input buffer. False: it does not, reported at most
+        once a second (the track keeps coming)."""
+        try:
+            self.input_buffer.check(ms, self._server_vad())
+        except EventError as exc:
+            now = time.monotonic()
+            if now - self._rate_reported_at >= 1.0:
+                self._rate_reported_at = now
+                self.conversation.errors += 1
+                await self.send(error_event(exc.code, exc.message, None, None, exc.error_type))
+            return False
+        return True
+
+    def add_input_audio(self, ms: int) -> None:
+        """Counts ``ms`` of audio the client sent into the input buffer (with server VAD, only a spoken turn)."""
+        self.input_buffer.add(ms, self._server_vad())
+
+    def track_input_buffer(self, out: m.Outbound) -> None:
+        """Follows the pipeline's turn: speech started, or the buffer committed or cleared."""
         if isinstance(out, m.SpeechStarted):
             self.input_buffer.speech_started()
         elif isinstance(out, (m.AudioCommitted, m.AudioCleared)):
             self.input_buffer.emptied()
 
-    async def _watch_limits(self) -> None:
+    async def watch_limits(self) -> None:
         """Sleeps until the session's length or idle limit is due; ends the session when one is reached."""
         while True:
             now = time.monotonic()
@@ -122,10 +149,14 @@ class SessionGuards:
         logger.info("session %s: %s", self.id, exc.code)
         await self.end(EndReason.SERVER_CLOSED, CLOSE_POLICY, exc, exc.code)
 
-    def _schedule_timers(self) -> None:
+    def schedule_timers(self) -> None:
         """Keeps the session's timers following its state: the turn's idle timeout, the responses' start."""
         self._schedule_turn_timeout()
         self._schedule_response_deadline()
+
+    def timer_tasks(self) -> list[asyncio.Task[None] | None]:
+        """The timers running now, for the session's end to cancel."""
+        return [self._turn_timeout, self._response_deadline]
 
     def _schedule_response_deadline(self) -> None:
         """Keeps one timer for the oldest pending response's start (``S2S_RESPONSE_START_TIMEOUT_S``)."""
@@ -147,7 +178,7 @@ class SessionGuards:
         for response_id in self.conversation.responses.overdue(time.monotonic(), within - 0.001):
             logger.warning("session %s: response %s did not start within %s s; failed", self.id, response_id, within)
             for event in self.conversation.start_timed_out(response_id, within):
-                await self._send(event)
+                await self.send(event)
         self._schedule_response_deadline()
 
     def _schedule_turn_timeout(self) -> None:
@@ -167,21 +198,21 @@ class SessionGuards:
         self._turn_timeout_due = None
         self._turn_timeout = None
         for event in self.conversation.idle_timeout():
-            await self._send(event)
+            await self.send(event)
 
-    def _rate_limits(self, max_output_tokens: int | str) -> Event:
+    def rate_limits_updated(self, max_output_tokens: int | str) -> Event:
         """``rate_limits.updated`` at a response's start: its output tokens are reserved until it is done."""
-        cap = self._token_cap()
+        cap = self.token_cap()
         reserved = cap if max_output_tokens == "inf" else min(cap, int(max_output_tokens))
         return server_event("rate_limits.updated", rate_limits=limits.rate_limits(self.bucket, cap, reserved))
 
-    def _token_cap(self) -> int:
+    def token_cap(self) -> int:
         """The most output tokens the unit's language model stage lets one response produce."""
         stages = self.lease.unit.stages() if self.lease is not None else []
         caps = [cap for stage in stages if isinstance(cap := getattr(stage, "max_new_tokens", None), int)]
         return caps[0] if caps else settings.S2S_POOL.engines.lm_max_new_tokens
 
-    def _context_tokens(self) -> int | None:
+    def context_tokens(self) -> int | None:
         """The context of the unit's language model (None: not known here)."""
         stages = self.lease.unit.stages() if self.lease is not None else []
         sizes = [getattr(getattr(stage, "model", None), "context_length", None) for stage in stages]

@@ -93,7 +93,7 @@ class RemoteSupervision:
 
         def supervisor_state(self) -> ServerEvent: ...
 
-        def _spawn(self, coro: Any, name: str) -> None: ...
+        def spawn(self, coro: Any, name: str) -> None: ...  # realtime.live.core
 
     async def supervised_from_afar(self, message: dict[str, Any]) -> None:
         """``supervise.join``: seats the supervisor another node identified, if the owner rule lets it; a refusal
@@ -107,7 +107,7 @@ class RemoteSupervision:
         remote = RemoteSupervisor(layer, reply_to)
         self.desk.remote[reply_to] = remote
         await layer.send(reply_to, {"type": cluster.SUPERVISE_JOINED, "mailbox": self.mailbox.channel})
-        self._spawn(remote.pump(), "remote-supervisor")
+        self.spawn(remote.pump(), "remote-supervisor")
         await self.supervise(remote, caller)
         await remote.send_event(ServerEvent.of(server_event("session.created", session=render.as_ga(self.session))))
         await remote.send_event(self.supervisor_state())

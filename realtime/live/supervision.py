@@ -123,13 +123,13 @@ class Supervision(Followers):
 
     if TYPE_CHECKING:
 
-        async def _send(self, event: Event) -> None: ...
+        async def send(self, event: Event) -> None: ...  # realtime.live.core
 
         def cleared_events(self, cleared: ClearedReply) -> list[Event]: ...
 
         def apply_settings(self) -> None: ...
 
-        def _spawn(self, coro: Any, name: str) -> None: ...
+        def spawn(self, coro: Any, name: str) -> None: ...  # realtime.live.core
 
     # --- seats ----------------------------------------------------------------------------
 
@@ -153,7 +153,7 @@ class Supervision(Followers):
             if self.ended:
                 self._release(seat)
             else:
-                self._spawn(self._hand_back(seat), "hand-back")
+                self.spawn(self._hand_back(seat), "hand-back")
 
     def supervisor_state(self) -> ServerEvent:
         holder = self.desk.holder
@@ -307,7 +307,7 @@ class Supervision(Followers):
         self.apply_settings()  # from now on the pipeline answers no turn
         await self._silence_the_agent()
         self.desk.speech = SupervisorSpeech(self._speak, self._transcribe, self._heard_supervisor, self.session)
-        self._spawn(self.desk.speech.run(), "supervisor-speech")
+        self.spawn(self.desk.speech.run(), "supervisor-speech")
         records.supervisor_action(self.runtime.writer, self.id, Kind.TAKE_OVER, seat.actor, self.desk.taken_at)
         await self.tell_supervisors(self.supervisor_state())
 
@@ -344,7 +344,7 @@ class Supervision(Followers):
                 responses.cancel(response_id)
         if self.player is not None and self.player.playing is not None:
             for reply in self.cleared_events(self.player.clear_reply()):
-                await self._send(reply)
+                await self.send(reply)
 
     async def _hand_back(self, seat: Seat) -> None:
         """The agent answers again from the next turn; what the supervisor said so far is finished first."""
@@ -370,7 +370,7 @@ class Supervision(Followers):
     async def _speak(self, out: m.Outbound) -> None:
         """One message of the supervisor's voice, turned into the caller's events as the pipeline's are."""
         for event in self.conversation.on_output(out):
-            await self._send(event)
+            await self.send(event)
         if isinstance(out, m.ResponseStarted):  # the caller talking over the supervisor does not cut it off
             responses = self.conversation.responses
             if responses.active is not None and responses.active.id == out.response_id:
