@@ -69,7 +69,9 @@ def index(request: HttpRequest) -> HttpResponse:
         "translation_path": TRANSLATION_PATH,
         "translation_secrets_url": translation_secrets_url,
         "translation_calls_url": TRANSLATION_CALLS_PATH if _routed(TRANSLATION_CALLS_PATH) else "",
-        "target_languages": [(code, language_name(code)) for code in target_languages()],
+        "target_languages": [
+            (code, language_name(code)) for code in target_languages(settings.S2S_POOL.engines.kokoro_voices_dir)
+        ],
     }
     return render(request, "realtime/index.html", context)
 

@@ -1,6 +1,7 @@
 """The page's Translate mode with the REAL default models (issue 55): Spanish speech from espeak-ng as Chromium's
 microphone, target English, over WebRTC as the page connects by default. The Translation transcript shows the
-English words, the Source transcript the Spanish ones, and the translation was played."""
+English words, the Source transcript the Spanish ones, and the translation was played; with the Kokoro voices
+installed, the target changed to Spanish while translating."""
 
 from __future__ import annotations
 
@@ -83,6 +84,12 @@ def test_spanish_speech_is_translated_into_english_on_the_page(real_server, open
     assert expected <= words(english), (english, spanish)
     assert {"casa", "tengo"} <= words(spanish), (english, spanish)
     assert stats["transport"] == "webrtc" and stats["language"] == "en", stats
+    spanish_offered = "es" in page.eval_on_selector_all("#target-language option", "os => os.map(o => o.value)")
+    if spanish_offered:  # with the Kokoro voices (make kokoro): a new target while translating, as session.update
+        page.get_by_label("Target language").select_option("es")
+        client.wait_for("window.s2sTranslation.language === 'es'", 60)
+        assert page.inner_text("#translate-status").startswith("Translating into Spanish")
+        assert page.get_by_role("alert").is_hidden()
     page.click("#translate-start")
     client.wait_for("window.s2sTranslation.state === 'off'", 10)
     assert not stats["errors"] and client.errors == [], (stats, client.errors)
