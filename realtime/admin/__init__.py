@@ -30,7 +30,7 @@ from django.utils import timezone
 from realtime.admin import supervise
 from realtime.admin.calling import call_view, phone_call
 from realtime.admin.detail import session_detail
-from realtime.admin.translation import KindFilter, kind_of
+from realtime.admin.translation import VOICE_AGENT, KindFilter, kind_of
 from realtime.models import (
     TYPED_LATENCY,
     ConversationItem,
@@ -164,8 +164,7 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         "user_messages",
         "voice_to_voice_p50",
         "end_reason",
-        "transport",
-        "kind",
+        "carried",
         "phone_call",
         "principal",
     )
@@ -181,10 +180,12 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
     def has_end_live_session_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("realtime.end_live_session")
 
-    @admin.display(description="kind")
-    def kind(self, obj: RealtimeSession) -> str:
-        """A voice agent's session (``realtime``) or a translation's."""
-        return kind_of(obj)
+    @admin.display(description="transport", ordering="transport")
+    def carried(self, obj: RealtimeSession) -> str:
+        """The transport, and the kind of session where it is not a voice agent's ("WebSocket · translation", as the
+        slot board says it): one column, so that the list fits a laptop's screen beside its filters."""
+        kind = kind_of(obj)
+        return obj.get_transport_display() + ("" if kind == VOICE_AGENT else f" · {kind}")
 
     @admin.display(description="started", ordering="started_at")
     def started(self, obj: RealtimeSession) -> str:

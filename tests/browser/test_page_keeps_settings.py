@@ -30,7 +30,8 @@ def shot(page, name: str, size: str) -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[LiveServer]:
     # A second voice model named: the page must offer it (the loopback stages never load it).
-    env = {"S2S_TTS_VOICES": f"{EXTRA_VOICE}=/voices/en_GB-nova-medium.onnx"}
+    # Kokoro's voices off: the page is to offer exactly the voices this server names.
+    env = {"S2S_TTS_VOICES": f"{EXTRA_VOICE}=/voices/en_GB-nova-medium.onnx", "S2S_KOKORO_VOICES": "off"}
     live = LiveServer(tmp_path_factory.mktemp("keeps"), env).start(ready_timeout=120)
     yield live
     live.stop()
