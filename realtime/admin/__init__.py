@@ -164,7 +164,7 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         "user_messages",
         "voice_to_voice_p50",
         "end_reason",
-        "carried",
+        "transport",
         "phone_call",
         "principal",
     )
@@ -181,7 +181,7 @@ class RealtimeSessionAdmin(ReadOnlyAdmin):
         return request.user.has_perm("realtime.end_live_session")
 
     @admin.display(description="transport", ordering="transport")
-    def carried(self, obj: RealtimeSession) -> str:
+    def transport(self, obj: RealtimeSession) -> str:
         """The transport, and the kind of session where it is not a voice agent's ("WebSocket · translation", as the
         slot board says it): one column, so that the list fits a laptop's screen beside its filters."""
         kind = kind_of(obj)

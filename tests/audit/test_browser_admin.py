@@ -115,6 +115,7 @@ def test_the_session_list_and_a_session_report_with_its_recordings(server: LiveS
         "speech end to audio, p50",
         "end reason",
         "transport",
+        "call",  # a phone call's direction and number; "–" for this WebSocket session
         "who",
     ]
     row = page.locator("#result_list tbody tr").first.inner_text()
