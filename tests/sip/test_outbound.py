@@ -23,6 +23,7 @@ from tests.sip.responder import TRUNK_PASSWORD, TRUNK_USER
 from tests.sip.test_security import self_signed
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer, free_port
+from tests.support.services import missing
 from tests.support.webrtc_client import Answer, post
 
 UNKNOWN_CALL = "rtc_0000000000000000000000"
@@ -395,7 +396,8 @@ def test_a_tls_callee_whose_certificate_is_not_trusted_is_not_called(server, pho
 
 def test_tls_checks_the_certificate_for_the_host_the_target_names_not_only_its_address(server, phones):
     if socket.getaddrinfo("localhost", 5061, type=socket.SOCK_DGRAM)[0][4][0] != "127.0.0.1":
-        pytest.skip("localhost is not 127.0.0.1 first here")
+        # a failure under CI=true
+        missing("this machine resolves localhost to another address than 127.0.0.1 first (/etc/hosts)")
     phone = phones(account=";answermode=auto;mediaenc=srtp-mand", certificate=server.phone_pem)
     placed = json.loads(dial(server, {"to": f"sips:phone@localhost:{phone.sip_port + 1}"}).body)
     ended = status_becomes(server, placed["id"], "failed", 15)  # the certificate names 127.0.0.1, not localhost

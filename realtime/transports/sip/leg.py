@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from pipelines.ids import new_id
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 MAX_MICROPHONE_BACKLOG = 500  # 10 s of 20 ms frames waiting for the event loop: more is dropped
 
 
-class CallLeg(PlaysFromQueue):
+class CallLeg(PlaysFromQueue, ABC):
     """A phone call's media side as a Realtime transport (``core.PlaysAudio`` on ``self.playout``)."""
 
     label = "SIP call"  # how the log names it
@@ -46,9 +47,10 @@ class CallLeg(PlaysFromQueue):
         self._spawn(self._pump_microphone(), "microphone")
         self._spawn(self._watch_media(), "rtp-watch")
 
+    @abstractmethod
     async def _no_rtp(self) -> None:
-        """The other side sent no RTP (nor RTCP) for ``S2S_SIP_RTP_TIMEOUT_S``: ends the call."""
-        raise NotImplementedError
+        """The other side sent no RTP (nor RTCP) for ``S2S_SIP_RTP_TIMEOUT_S``: ends the call (as each kind of
+        call ends: an answered call with a BYE and its record's reason, a placed one with its status)."""
 
     def _dtmf(self, digit: str) -> None:
         logger.debug("%s %s: DTMF %s", self.label, self.id, digit)
