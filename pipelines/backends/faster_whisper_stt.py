@@ -256,16 +256,7 @@ class WhisperEngine:
             heard = self._translate_short(audio, with_source, language)
             if heard is not None:
                 return heard
-        segments, info = self._model.transcribe(
-            audio,
-            task="translate",
-            language=language,
-            beam_size=1,
-            vad_filter=False,
-            condition_on_previous_text=False,
-            without_timestamps=True,
-        )
-        text = " ".join(s.text.strip() for s in segments).strip()
+        text, info = self._whole(audio, "translate", language)
         source = ""
         if with_source:
             source = text if info.language == "en" else self._full(audio, info.language, None)
@@ -328,14 +319,19 @@ class WhisperEngine:
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if audio.size == 0:
             return Heard("", "", "")
+        source, info = self._whole(audio, "transcribe", language)
+        return Heard(info.language, source, "", float(info.language_probability))
+
+    def _whole(self, audio: np.ndarray, task: str, language: str | None) -> tuple[str, Any]:
+        """``audio`` decoded greedily with ``task`` in faster-whisper's own 30 s window (and its fallback): the text,
+        and faster-whisper's ``TranscriptionInfo`` (the language detected, its probability)."""
         segments, info = self._model.transcribe(
             audio,
-            task="transcribe",
+            task=task,
             language=language,
             beam_size=1,
             vad_filter=False,
             condition_on_previous_text=False,
             without_timestamps=True,
         )
-        source = " ".join(s.text.strip() for s in segments).strip()
-        return Heard(info.language, source, "", float(info.language_probability))
+        return " ".join(s.text.strip() for s in segments).strip(), info
