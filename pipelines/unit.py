@@ -73,6 +73,8 @@ class _Wiring:
         self.ready = [threading.Event() for _ in self.stages]
         self.retired = False
         self.dead: list[str] = []
+        # What each stage thread is doing now (the message's kind and since when), to say what held up a drain.
+        self.working: list[tuple[str, float] | None] = [None] * len(self.stages)
         self.threads = [
             threading.Thread(target=self._run, args=(i,), name=f"unit{unit.index}-{stage.name}", daemon=True)
             for i, stage in enumerate(self.stages)
@@ -126,6 +128,7 @@ class _Wiring:
                 continue
             if msg.timeline is not None:
                 msg.timeline.mark(f"{stage.name}_start")
+            self.working[index] = (type(msg).__name__, time.monotonic())
             try:
                 computes = stage.name in COMPUTE_STAGES
                 with (
@@ -149,6 +152,8 @@ class _Wiring:
                         response_id=getattr(msg, "response_id", None),
                     )
                 )
+            finally:
+                self.working[index] = None
         try:
             stage.cleanup()
         except Exception:
@@ -174,6 +179,22 @@ class _Wiring:
 
     def alive(self) -> bool:
         return not self.dead and all(t.is_alive() for t in self.threads)
+
+    def stall(self) -> str:
+        """What held up a drain, in words: the first stage that did not pass the session-end marker on (every
+        stage after it waits for it), what it was doing and for how long, and how much waited in its queue."""
+        for index, (stage, ack) in enumerate(zip(self.stages, self.acks)):
+            if ack.is_set():
+                continue
+            if stage.name in self.dead or not self.threads[index].is_alive():
+                return f"its {stage.name} thread died"
+            working = self.working[index]
+            if working is None:
+                return f"{stage.name} did not reset (on_session_end failed)"
+            kind, since = working
+            queued = self.queues[index].qsize()
+            return f"{stage.name} busy with one {kind} for {time.monotonic() - since:.1f} s, {queued} more queued"
+        return "every stage drained late"
 
 
 class PipelineUnit:
@@ -286,19 +307,19 @@ class PipelineUnit:
         clean = wiring.alive() and all(ack.wait(max(0.0, deadline - time.monotonic())) for ack in wiring.acks)
         clean = clean and wiring.alive()
         if not clean:
-            logger.error(
-                "unit %s did not drain within %.1fs: quarantined and rebuilt", self.index, self._release_timeout_s
-            )
+            cause = f"did not drain in {self._release_timeout_s:.1f} s: {wiring.stall()}"
+            logger.error("unit %s %s: quarantined and rebuilt", self.index, cause)
             self.set_state(UnitState.QUARANTINED)
-            self.rebuild()
+            self.rebuild(cause)
         self.context.reset(self.context.generation + 1)
         return clean
 
-    def rebuild(self) -> None:
-        """Replaces every stage thread; the old ones finish their current message and stop."""
+    def rebuild(self, cause: str | None = None) -> None:
+        """Replaces every stage thread; the old ones finish their current message and stop. ``cause`` says why
+        (kept as ``last_rebuild``; without it, the stage threads that died, or a drain that took too long)."""
         old = self._wiring
         dead = old.dead or [stage.name for stage, thread in zip(old.stages, old.threads) if not thread.is_alive()]
-        self.last_rebuild = (
+        self.last_rebuild = cause or (
             f"stage thread died ({', '.join(dead)})" if dead else f"did not drain in {self._release_timeout_s:.1f} s"
         )
         old.retire()

@@ -184,6 +184,9 @@ class RealtimeSession(models.Model):
     close_code = models.IntegerField(null=True, blank=True)
     turns = models.IntegerField(default=0)
     errors = models.IntegerField(default=0)
+    unit_rebuild = models.CharField(
+        max_length=200, blank=True, help_text="Why its unit was rebuilt when the session ended (it could not drain)."
+    )
     audio_in_seconds = models.FloatField(default=0.0)
     audio_out_seconds = models.FloatField(default=0.0)
     # Filled by the post-session Celery task (realtime.tasks.summarize_session).

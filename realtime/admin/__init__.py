@@ -70,6 +70,7 @@ CSV_FIELDS = (
     "close_code",
     "turns",
     "errors",
+    "unit_rebuild",
     "audio_in_seconds",
     "audio_out_seconds",
     "direction",

@@ -80,6 +80,7 @@ def facts(session: RealtimeSession, responses: list[ResponseRecord]) -> list[tup
         ("Ended how", f"{session.get_end_reason_display()}{close}"),
         ("Messages", f"{said} from the user ({session.turns} spoken) · {len(responses)} answers"),
         ("Errors", str(session.errors)),
+        *([("Unit rebuilt", session.unit_rebuild)] if session.unit_rebuild else []),  # it could not drain: why
         ("Who", session.principal or "–"),
         ("Client", f"{session.client_addr or '–'} · {session.user_agent or '–'}"),
         ("Transport", session.get_transport_display()),

@@ -45,7 +45,8 @@ async def wind_up(
     then: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Ends ``session`` (whose ``ended`` its caller has just set): ``error`` sent through ``send``, ``tasks``
-    cancelled (not the one running this), the unit released, the record's end written with ``counts()``, the
+    cancelled (not the one running this), the unit released, the record's end written with ``counts()`` (and why
+    the unit was rebuilt, where it could not drain), the
     transport closed when ``close_reason`` says why (empty: the client went, nothing to close), ``then``."""
     try:
         if error is not None:
@@ -54,9 +55,11 @@ async def wind_up(
         for task in list(tasks):
             if task is not None and task is not current:
                 task.cancel()
+        rebuilt = ""
         try:
-            if session.lease is not None and session.runtime.pool is not None:
-                await asyncio.wrap_future(session.runtime.pool.release(session.lease))
+            lease, pool = session.lease, session.runtime.pool
+            if lease is not None and pool is not None and not await asyncio.wrap_future(pool.release(lease)):
+                rebuilt = lease.unit.last_rebuild or "rebuilt"  # the unit did not drain: why, in words
         finally:
             session.runtime.session_ended(
                 session,
@@ -64,6 +67,7 @@ async def wind_up(
                 ended_at=timezone.now(),
                 end_reason=reason,
                 close_code=close_code,
+                unit_rebuild=rebuilt[:200],
                 **counts(),
             )
         if close_reason and close_code is not None:

@@ -13,6 +13,7 @@ from django.conf import settings
 
 from pipelines import audio, messages as m
 from pipelines.pool import Lease
+from realtime.audit.records import SessionRecorder
 from realtime.live.transport import Event
 from realtime.models import EndReason
 from realtime.protocol import limits
@@ -56,6 +57,7 @@ class SessionGuards:
     limits: Limits
     session: SessionConfig
     conversation: Conversation
+    recorder: SessionRecorder
     bucket: TokenBucket
     input_buffer: InputBuffer
     _active_at: float
@@ -177,7 +179,8 @@ class SessionGuards:
         within = settings.S2S_RESPONSE_START_TIMEOUT_S
         for response_id in self.conversation.responses.overdue(time.monotonic(), within - 0.001):
             logger.warning("session %s: response %s did not start within %s s; failed", self.id, response_id, within)
-            for event in self.conversation.start_timed_out(response_id, within):
+            record = self.recorder.output  # its failure is in the record (the admin's answers), as any response's
+            for event in self.conversation.start_timed_out(response_id, within, record):
                 await self.send(event)
         self._schedule_response_deadline()
 

@@ -11,6 +11,7 @@ It knows nothing of sockets.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -206,11 +207,14 @@ class Conversation:
             self.port.submit(req)
         return []
 
-    def start_timed_out(self, response_id: str, within_s: float) -> list[Event]:
+    def start_timed_out(
+        self, response_id: str, within_s: float, record: Callable[[m.Outbound, Conversation], None] | None = None
+    ) -> list[Event]:
         """A response that did not start within ``within_s`` (something held the pipeline up): the pipeline is
         told to drop it, and it fails as a response does (``error`` with the client's event id, then
         ``response.created`` and ``response.done`` with status ``failed``, code ``response_timeout``), so that a
-        client waiting for it hears why; the session goes on."""
+        client waiting for it hears why; the session goes on. ``record`` is given each of those outputs, as the
+        session's recorder is given the pipeline's."""
         if response_id not in self.responses.pending:
             return []
         self.port.cancel(response_id, "response_timeout")
@@ -230,7 +234,11 @@ class Conversation:
             reason=f"it did not start within {within_s:g} s: the server is overloaded or a stage is stuck",
             error_code=RESPONSE_TIMEOUT,
         )
-        events = [*self.on_output(started), *self.on_output(failed)]
+        events = []
+        for out in (started, failed):
+            events += self.on_output(out)
+            if record is not None:
+                record(out, self)
         self.responses.given_up.append(response_id)
         return events
 

@@ -1,13 +1,20 @@
 """A turn always ends and a response always comes or fails (issue 50), on the FAKE loopback pipeline: a stage
 held up past the response's start bound fails the response with ``response_timeout`` and the session goes on;
-sound that never pauses is committed at the longest turn's length."""
+sound that never pauses is committed at the longest turn's length; the record keeps the failed response and why the
+unit was rebuilt (the stage that held its drain up), and the admin shows both."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
+from django.test import Client
 
+from realtime.models import EndReason, RealtimeSession, ResponseRecord
+from realtime.node import runtime
 from tests.support.speech import silence, tone
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -65,3 +72,45 @@ async def test_sound_that_never_pauses_is_committed_and_answered_at_the_longest_
     assert committed["item_id"]
     done = await client.until("response.done", timeout=10)
     assert done["response"]["status"] in ("completed", "cancelled")
+
+
+async def test_a_stage_that_holds_up_the_drain_is_named_in_the_record_with_the_failed_response_and_the_admin_shows_them(
+    connect, stuck_stt, settings, loopback_pool, monkeypatch
+):
+    """Issue 50: the admin said "Errors 0, Responses: none" and the log alone said a unit "did not drain"."""
+    settings.S2S_RESPONSE_START_TIMEOUT_S = 0.5
+    for unit in loopback_pool.units:
+        monkeypatch.setattr(unit, "_release_timeout_s", 0.5)
+    client = await connect()
+    session_id = client.created["session"]["id"]
+    await client.update_session(audio={"input": {"turn_detection": None}})
+    await client.append(tone(0.5))
+    await client.send("input_audio_buffer.commit")  # its transcription blocks the STT stage past the session's end
+    await client.send("response.create", response={"output_modalities": ["text"]})
+    assert (await client.until("response.done", timeout=10))["response"]["status"] == "failed"
+    await client.communicator.disconnect(timeout=10)
+
+    def ended() -> RealtimeSession | None:
+        runtime.current().writer.flush(10)
+        return RealtimeSession.objects.exclude(end_reason=EndReason.ACTIVE).filter(id=session_id).first()
+
+    for _ in range(100):
+        if (record := await sync_to_async(ended)()) is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert record is not None
+    assert record.unit_rebuild.startswith("did not drain in 0.5 s: stt busy with one "), record.unit_rebuild
+    assert record.errors == 1
+    failed = await ResponseRecord.objects.aget(session_id=session_id)
+    assert failed.status == "failed" and "did not start within 0.5 s" in failed.reason
+    unit = next(unit for unit in loopback_pool.units if unit.last_rebuild)
+    assert unit.snapshot()["last_rebuild"] == record.unit_rebuild  # the slot board says the same
+
+    def report() -> str:
+        browser = Client()
+        browser.force_login(User.objects.create_superuser("boss", "boss@example.com", "a-long-password"))
+        return browser.get(f"/admin/realtime/realtimesession/{session_id}/change/").content.decode()
+
+    page = await sync_to_async(report)()
+    assert "Unit rebuilt" in page and "stt busy with one " in page
+    assert "Errors" in page and "did not start within 0.5 s" in page
