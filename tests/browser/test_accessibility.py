@@ -1,6 +1,7 @@
 """axe-core on every page a person meets: the client page (before Connect, connected with a conversation, waiting
 out a full pool; in Translate mode, translating and with a refused target) and the admin's pages (the session list,
-a session's report, the slot board with a live session, the API keys), none with a violation of serious or critical
+a session's report, the slot board with a live session, the API keys and client secrets, the prompts, the refusals;
+at a laptop's and a 360 px phone's width), none with a violation of serious or critical
 impact, nor the minor ones issue 50 found (``aria-allowed-role``, ``empty-table-header``). One live loopback server
 (FAKE stages) for the module."""
 
@@ -121,12 +122,13 @@ def test_the_client_page_has_no_serious_axe_violation_before_during_and_while_th
     page.context.close()
 
 
-def test_the_admin_pages_have_no_serious_axe_violation(server, browser):
+@pytest.mark.parametrize("width", [1280, 360])
+def test_the_admin_pages_have_no_serious_axe_violation(server, browser, width):
     with ws_connect(server.ws) as ws:
         done = ws_receive_until(ws, "session.created")["session"]["id"]
         ws_text_turn(ws, "What is the capital of France?")
     all_free(server)
-    page = signed_in(browser, server)
+    page = signed_in(browser, server, width)
     found = problems(page, "admin index")
     for name, path in (
         ("session list", "/admin/realtime/realtimesession/"),
@@ -134,6 +136,10 @@ def test_the_admin_pages_have_no_serious_axe_violation(server, browser):
         ("api keys", "/admin/realtime/apikey/"),
         ("new api key", "/admin/realtime/apikey/add/"),
         ("api key", "/admin/realtime/apikey/1/change/"),
+        ("client secrets", "/admin/realtime/clientsecret/"),
+        ("prompts", "/admin/realtime/prompt/"),
+        ("new prompt", "/admin/realtime/prompt/add/"),
+        ("refusals", "/admin/realtime/refusalcount/"),
     ):
         page.goto(server.http + path)
         found += problems(page, name)

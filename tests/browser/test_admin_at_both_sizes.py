@@ -263,3 +263,61 @@ def test_a_new_key_is_copied_with_its_button_and_revoked_with_another(server, br
     assert page.get_attribute("#result_list td.field-is_active img", "alt") == "False"
     assert failed == []
     page.close()
+
+
+ADMIN_PAGES = (  # every admin page with a table, beside a session's report and the slot board
+    "/admin/",
+    "/admin/realtime/realtimesession/",
+    "/admin/realtime/refusalcount/",
+    "/admin/realtime/apikey/",
+    "/admin/realtime/apikey/add/",
+    "/admin/realtime/clientsecret/",
+    "/admin/realtime/prompt/",
+    "/admin/realtime/prompt/add/",
+)
+TOO_WIDE = """() => {
+  const width = document.documentElement.clientWidth, page = document.documentElement.scrollWidth;
+  const wide = page > width ? [`the page: ${page} px`] : [];
+  for (const table of document.querySelectorAll("table")) {
+    const box = table.getBoundingClientRect();
+    if (box.width > 0 && (box.left < -0.5 || box.right > width + 0.5))
+      wide.push(`${table.id || table.className || table.parentElement.id || "a table"}: ${box.left}..${box.right} px`);
+  }
+  return wide;
+}"""
+
+
+def test_on_a_360_px_phone_every_admin_table_fits(server, browser):
+    """Issue 50: "the phone layout of every table fits" (the report's latency table took 381 px of 360): each admin
+    page's tables lie within the screen, a finished and a live session's reports and the board with a live unit."""
+    failed: list[str] = []
+    page = browser.new_page(viewport={"width": 360, "height": 740})
+    page.set_default_timeout(15000)
+    page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
+    page.goto(f"{server.http}/admin/login/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
+    with ws_connect(server.ws) as ws:
+        done = ws_receive_until(ws, "session.created")["session"]["id"]
+        ws_text_turn(ws, "What is the capital of France?")
+    all_free(server)
+    wide: list[str] = []
+    with ws_connect(server.ws) as ws:
+        live = ws_receive_until(ws, "session.created")["session"]["id"]
+        ws_text_turn(ws, "Is the sky blue?")
+        reports = [f"/admin/realtime/realtimesession/{quote(done)}/change/", "/admin/realtime/apikey/1/change/"]
+        for path in [*ADMIN_PAGES, *reports]:
+            page.goto(server.http + path)
+            wide += [f"{path}: {what}" for what in page.evaluate(TOO_WIDE)]
+        page.goto(f"{server.http}/admin/realtime/node/")
+        page.wait_for_selector(f"tr:has(td.session:has-text('{live}'))")
+        wide += [f"slot board: {what}" for what in page.evaluate(TOO_WIDE)]
+        page.goto(f"{server.http}/admin/realtime/realtimesession/{quote(live)}/change/")
+        page.wait_for_selector("#summary table")
+        wide += [f"live report: {what}" for what in page.evaluate(TOO_WIDE)]
+    all_free(server)
+    assert not wide, "\n".join(wide)
+    assert failed == []
+    page.close()
