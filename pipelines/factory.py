@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from pipelines import audio
 from pipelines.config import DEFAULT_INSTRUCTIONS, PoolConfig, TurnDetection
-from pipelines.engines import load_engines, translation_engines
+from pipelines.engines import Engines, load_engines, translation_engines
 from pipelines.errors import ModelLoadError
 from pipelines.ids import new_id
 from pipelines.loopback import loopback_engines, loopback_translations
@@ -59,21 +59,24 @@ def stage_factory(
         voices = config.engines.all_voices
         return lambda context: loopback_stages(context, voices)
     if config.profile == "real":
-        from pipelines.backends.registry import unmet
-        from pipelines.engines import load_engines
-
-        # An engine on PyTorch where it is not installed: said at once, with the command, before any model loads.
-        problems = unmet(config.engines)
-        if problems:
-            raise ModelLoadError("; ".join(problems))
-        engines = load_engines(config.engines, config.size, progress)
-        return engines.build_stages
+        return _loaded_engines(config, progress).build_stages
     raise ValueError(f"unknown pipeline profile {config.profile!r}")
+
+
+def _loaded_engines(config: PoolConfig, progress: Callable[[str], None] | None) -> Engines:
+    """The real profile's engines. One that its packages lack (an engine on PyTorch where ``make run`` left it
+    out, a Kokoro voice not installed) is said at once, with the command, before any model loads."""
+    from pipelines.backends.registry import unmet
+
+    problems = unmet(config.engines)
+    if problems:
+        raise ModelLoadError("; ".join(problems))
+    return load_engines(config.engines, config.size, progress)
 
 
 def build_pool(config: PoolConfig, progress: Callable[[str], None] | None = None) -> PipelinePool:
     if config.profile == "real":
-        engines = load_engines(config.engines, config.size, progress)
+        engines = _loaded_engines(config, progress)
         build: Callable[[SessionContext], list[Stage]] = engines.build_stages
         # The translation sessions' models: the loaded engines' own, and the multilingual Whisper when the first
         # translation session asks (pipelines.engines.translation_engines).

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import engines
+from pipelines import engines, factory
 from pipelines.backends import registry
 from pipelines.config import EngineConfig, PoolConfig
 from pipelines.errors import ModelLoadError
-from pipelines.factory import stage_factory
+from pipelines.factory import build_pool, stage_factory
 
 TORCH_PACKAGES = {"torch", "torchaudio", "TTS", "librosa", "gguf", "xgrammar"}
 CHECK_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_engines.py"
@@ -91,11 +91,15 @@ def test_make_runs_check_stops_with_the_message_and_no_traceback(fake_without_to
     assert main() == 0
 
 
-def test_the_pool_says_it_before_any_model_loads(fake_without_torch, monkeypatch):
+@pytest.mark.parametrize("build", [stage_factory, build_pool], ids=["stage_factory", "build_pool"])
+def test_the_pool_says_it_before_any_model_loads(fake_without_torch, monkeypatch, build):
+    """build_pool is what manage.py serve and warmup_pool call (it loaded Silero, RNNoise and Whisper before the
+    LM's ImportError said it, once it built the translation sessions' engines beside the units')."""
+
     def fake_load_engines(*args: object, **kwargs: object) -> None:
         raise AssertionError("FAKE load_engines: no model may load before the check")
 
-    monkeypatch.setattr(engines, "load_engines", fake_load_engines)
+    monkeypatch.setattr(factory, "load_engines", fake_load_engines)
     config = PoolConfig(engines=replace(EngineConfig(), lm_backend="transformers"))
     with pytest.raises(ModelLoadError, match=r"^S2S_LM_BACKEND=transformers needs PyTorch.*`make setup-torch`"):
-        stage_factory(config)
+        build(config)
