@@ -9,7 +9,9 @@ A call is in ``Runtime.calls`` whichever transport carries it, so ``DELETE /v1/r
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any
 
 from django.conf import settings
@@ -85,7 +87,17 @@ async def reach_call(call_id: str, action: str, body: dict[str, Any], caller: Ca
     """``action`` (``hangup``, ``accept``, ``reject``, ``refer``) run where the call is held: on this process, or
     on the one of the cluster that holds it, through the channel layer. The holder asks the owner rule
     (:meth:`realtime.live.core.SessionCore.control`), so a call the caller may not reach and one that does not
-    exist get the same 404 wherever they are asked."""
+    exist get the same 404 wherever they are asked, and in as long: with a cluster an unknown id is known only once
+    no node answered within ``S2S_CALL_CONTROL_TIMEOUT_S``, so every 404 waits that long (a refusal, here or on
+    another node, would otherwise come at once and tell a live call from a missing one)."""
+    started = time.monotonic()
+    answer = await _reach(call_id, action, body, caller)
+    if answer.status == 404 and settings.REDIS_URL:
+        await asyncio.sleep(max(0.0, started + settings.S2S_CALL_CONTROL_TIMEOUT_S - time.monotonic()))
+    return answer
+
+
+async def _reach(call_id: str, action: str, body: dict[str, Any], caller: Caller) -> ControlAnswer:
     core = runtime.current().calls.get(call_id)  # a live call's session, whichever transport carries it
     if isinstance(core, SessionControl):  # a voice agent's or a translation's
         return await core.control(action, body, caller)

@@ -40,6 +40,15 @@ PROBES = {
     "call_refer": ("POST", json.dumps({"target_uri": "sip:mallory@127.0.0.1"}).encode()),
     "session_timings": ("GET", None),
 }
+# The other methods of a route whose view answers more than one (``GET /v1/realtime/calls/{id}``: an outbound call's
+# record; ``POST``: a hang-up, as ``DELETE``), probed alike.
+OTHER_METHODS = {"call": ("GET", "POST")}
+
+
+def probes() -> list[tuple[str, str | None]]:
+    """(route name, method) of every probe; None: the route's method in PROBES."""
+    others = [(name, method) for name, methods in OTHER_METHODS.items() for method in methods]
+    return [(name, None) for name in PROBES] + others
 
 
 def http_routes() -> list[tuple[str, object, str]]:
@@ -98,9 +107,10 @@ def live(tmp_path_factory):
     server.stop()
 
 
-def request(server: LiveServer, name: str, call_or_session: str, token: str | None):
-    """The probe of route ``name`` for an id, with a bearer token: (status, the body with the id taken out)."""
-    method, body = PROBES[name]
+def request(server: LiveServer, name: str, call_or_session: str, token: str | None, method: str | None = None):
+    """The probe of route ``name`` for an id, with a bearer token (``method``: another than its PROBES one, with no
+    body): (status, the body with the id taken out)."""
+    method, body = (method, None) if method else PROBES[name]
     path = {
         "call": f"/v1/realtime/calls/{call_or_session}",
         "call_hangup": f"/v1/realtime/calls/{call_or_session}/hangup",
@@ -144,11 +154,11 @@ async def test_another_key_finds_no_trace_of_a_webrtc_call_on_any_route(live):
         assert (await call.connect(token=keys["alice"])).status == 201
         created = await call.events.until("session.created")
         call_id, session_id = call.location.rsplit("/", 1)[1], created["session"]["id"]
-        for name in PROBES:
+        for name, method in probes():
             target, unknown = (session_id, UNKNOWN_SESSION) if name == "session_timings" else (call_id, UNKNOWN_CALL)
-            as_bob = await asyncio.to_thread(request, server, name, target, keys["bob"])
-            assert as_bob == await asyncio.to_thread(request, server, name, unknown, keys["bob"]), name
-            assert as_bob[0] == 404, name
+            as_bob = await asyncio.to_thread(request, server, name, target, keys["bob"], method)
+            assert as_bob == await asyncio.to_thread(request, server, name, unknown, keys["bob"], method), name
+            assert as_bob[0] == 404, (name, method)
         stranger = await follow(server, call_id, keys["bob"])
         never_issued = await follow(server, UNKNOWN_CALL, keys["bob"])
         assert stranger["type"] == "error" and stranger["close"] == 1008
