@@ -13,7 +13,6 @@ session, whoever decides it, goes through :meth:`SessionCore.end`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -38,6 +37,7 @@ from realtime.live.opening import (
     Opening,
     OpenRequest,
     authenticate,
+    claim_soon,
     count_refusal,
     groups,
     model_of,
@@ -199,23 +199,10 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
 
     @classmethod
     async def _claim_soon(cls, runtime: Runtime, transport: Transport, opening: Opening) -> SessionCore:
-        """:meth:`_claim`, waiting up to ``S2S_CLAIM_WAIT_S`` while a unit drains: a client that reconnects at
-        once (a browser's Disconnect and Connect, a retry after a blip) finds the unit its last session is giving
-        back, rather than a refusal. A pool with no unit draining refuses at once. Each try is atomic."""
-        deadline = time.monotonic() + settings.S2S_POOL.claim_wait_s
-        while True:
-            try:
-                return cls._claim(runtime, transport, opening, count_refusal=False)
-            except Refusal as refusal:
-                pool = runtime.pool
-                if refusal.code != "session_limit_reached" or pool is None:
-                    raise
-                freeing, remaining = pool.freeing(), deadline - time.monotonic()
-                if freeing is None or remaining <= 0:
-                    pool.refused()
-                    raise
-            with contextlib.suppress(TimeoutError):  # then one more try: the unit may have come back just now
-                await asyncio.wait_for(asyncio.wrap_future(freeing), remaining)
+        """:meth:`_claim`, waiting while a unit drains (:func:`opening.claim_soon`)."""
+        if runtime.pool is None:
+            return cls._claim(runtime, transport, opening)  # refused: not ready
+        return await claim_soon(runtime.pool, lambda: cls._claim(runtime, transport, opening, count_refusal=False))
 
     @classmethod
     def _claim(

@@ -3,14 +3,18 @@ record start with (``Opening``), the credentials checked, the mailbox's groups, 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 
 from pipelines.ids import new_id
+from pipelines.pool import PipelinePool
 from realtime.access import auth
 from realtime.access.owner import Owner
 from realtime.audit import records
@@ -23,11 +27,32 @@ from realtime.protocol.close_codes import CLOSE_POLICY
 logger = logging.getLogger(__name__)
 
 SESSION_LIMIT_REASON = "All session slots are in use"
+T = TypeVar("T")
 
 
 def session_limit() -> Refusal:
     """The refusal of a full pool (no unit free, none draining): 1008 on a socket, 429 over HTTP, 486 on SIP."""
     return Refusal("session_limit_reached", SESSION_LIMIT_REASON, CLOSE_POLICY, SESSION_LIMIT_REASON, http_status=429)
+
+
+async def claim_soon(pool: PipelinePool, claim: Callable[[], T]) -> T:
+    """``claim()`` (one atomic try that raises :class:`Refusal`), tried again while a unit drains, for up to
+    ``S2S_CLAIM_WAIT_S``: a client that reconnects at once (a browser's Disconnect and Connect, a retry after a
+    blip) finds the unit its last session is giving back, rather than a refusal. A pool with no unit draining
+    refuses at once, and the refusal is counted once."""
+    deadline = time.monotonic() + settings.S2S_POOL.claim_wait_s
+    while True:
+        try:
+            return claim()
+        except Refusal as refusal:
+            if refusal.code != "session_limit_reached":
+                raise
+            freeing, remaining = pool.freeing(), deadline - time.monotonic()
+            if freeing is None or remaining <= 0:
+                pool.refused()
+                raise
+        with contextlib.suppress(TimeoutError):  # then one more try: the unit may have come back just now
+            await asyncio.wait_for(asyncio.wrap_future(freeing), remaining)
 
 
 AUTH_STATUS = {"invalid_api_key": 401, "invalid_origin": 403, "csrf_failed": 403}

@@ -32,6 +32,7 @@ from realtime.live.opening import (
     Opening,
     OpenRequest,
     authenticate,
+    claim_soon,
     count_refusal,
     groups,
     principal_name,
@@ -95,17 +96,22 @@ async def open_translation(runtime: Runtime, transport: Transport, request: Open
                 "Server error",
                 "server_error",
             ) from None
-        lease = pool.claim(lambda out: None, opening.session_id)  # atomic; the unit itself says nothing here
-        if lease is None and not pool.admitting:
-            raise Refusal(
-                "server_shutting_down",
-                "The server is shutting down.",
-                CLOSE_TRY_AGAIN,
-                "Server is shutting down",
-                "server_error",
-            )
-        if lease is None:
-            raise session_limit()
+
+        def claim() -> Lease:  # atomic; the unit itself says nothing here
+            lease = pool.claim(lambda out: None, opening.session_id, count_refusal=False)
+            if lease is None and not pool.admitting:
+                raise Refusal(
+                    "server_shutting_down",
+                    "The server is shutting down.",
+                    CLOSE_TRY_AGAIN,
+                    "Server is shutting down",
+                    "server_error",
+                )
+            if lease is None:
+                raise session_limit()
+            return lease
+
+        lease = await claim_soon(pool, claim)  # a reconnect at once waits for the unit its last session frees
         try:
             session = TranslationSession(runtime, transport, opening, lease, engines)
         except BaseException:

@@ -276,6 +276,16 @@ async def test_a_client_that_closes_and_reconnects_at_once_20_times_on_a_pool_of
         await ws.close()  # and at once the next
 
 
+async def test_a_translation_session_reconnected_at_once_20_times_on_a_pool_of_one_is_never_refused(pool_of_one):
+    """The translation route claims as the voice agent's does (it claimed once, without waiting, and got 1008)."""
+    await all_units_free(pool_of_one)
+    path = f"{pool_of_one.ws}/translations?model=gpt-realtime-translate"
+    for attempt in range(20):
+        async with websockets.connect(path, subprotocols=["realtime"], open_timeout=10, close_timeout=2) as ws:
+            first = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert first["type"] == "session.created", (attempt, first)
+
+
 async def test_a_pool_that_is_really_full_still_refuses_at_once(pool_of_one):
     await all_units_free(pool_of_one)
     ws, client = await open_client(pool_of_one)
