@@ -70,10 +70,21 @@ class Metrics:
             ["transport"],
             registry=self.registry,
         )
+        self.sip_held = Gauge(
+            "s2s_sip_held",
+            "What the SIP listener holds, by kind: calls (ringing or answered) and INVITE server transactions "
+            "(a flood of refused INVITEs grows neither).",
+            ["kind"],
+            registry=self.registry,
+        )
         self.registry.register(_ProcessCollector(node, pool, writer))
 
     def listener_state(self, transport: str, up: bool) -> None:
         self.listener_up.labels(transport=transport).set(1 if up else 0)
+
+    def sip_state(self, calls: int, transactions: int) -> None:
+        self.sip_held.labels(kind="calls").set(calls)
+        self.sip_held.labels(kind="transactions").set(transactions)
 
     def count_listener_restart(self, transport: str) -> None:
         self.listener_restarts.labels(transport=transport).inc()

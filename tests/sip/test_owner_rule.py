@@ -280,6 +280,9 @@ async def test_refused_and_declined_invites_leave_no_dialog_or_transaction_behin
             assert (await stranger.next()).status_code == 403  # no 100 Trying: nothing was made
     await asyncio.sleep(0.2)
     assert setup.listener.held == (2, 2)  # before: 3 dialogs and 102 transactions, for 300 s
+    await asyncio.sleep(1.1)  # the watchdog's next look: the metrics say the same (bench/sip_flood.py reads them)
+    exposition = runtime.current().metrics.render().decode()
+    assert 's2s_sip_held{kind="calls"} 2.0' in exposition and 's2s_sip_held{kind="transactions"} 2.0' in exposition
 
 
 async def test_calls_from_one_address_are_bounded_and_beyond_it_503_holds_nothing(sip, webhook):

@@ -154,8 +154,11 @@ class SipListener:
 
     async def _watch(self) -> None:
         """Starts again any transport whose socket closed (nothing should close it; if something does, the phone
-        line must not stay dead until a restart), and tells the metrics each transport's state."""
+        line must not stay dead until a restart), and tells the metrics each transport's state and what aiosipua
+        holds (``s2s_sip_held``: calls and INVITE server transactions, which a flood must not grow)."""
         while True:
+            if self.runtime is not None:
+                self.runtime.metrics.sip_state(*self.held)
             for agent in self._agents:
                 transport, name = agent.transport, TRANSPORT_NAMES.get(type(agent.transport), "other")
                 alive = getattr(transport, "alive", True)
