@@ -247,6 +247,26 @@ async def test_an_untrusted_invite_reusing_a_ringing_call_id_is_403_and_its_canc
     assert setup.listener.held == (1, 1)
 
 
+async def test_over_tcp_an_untrusted_invite_reusing_a_ringing_call_id_and_its_cancel_are_refused(sip, webhook):
+    setup = await sip(**ringing(webhook, trusted=(ipaddress.ip_network("127.0.0.1/32"),)))
+    caller, stranger = await setup.phone(), await setup.phone(STRANGER)  # the stranger's messages go over TCP
+    await rings(caller, "ringing-tcp", "z9hG4bKrt1")
+    reader, writer = await asyncio.open_connection("127.0.0.1", setup.listener.config.port, local_addr=(STRANGER, 0))
+
+    async def exchange(message: bytes) -> int:
+        writer.write(message.replace(b"SIP/2.0/UDP", b"SIP/2.0/TCP"))
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        return int(head.split(b" ", 2)[1])
+
+    try:
+        assert await exchange(stranger.invite("ringing-tcp", "z9hG4bKtevil")) == 403  # before: 100 Trying
+        assert await exchange(stranger.request("CANCEL", "ringing-tcp", "z9hG4bKtevil")) == 481
+    finally:
+        writer.close()
+    await caller.nothing_final()  # before: 487 Request Terminated
+    assert setup.listener.calls["ringing-tcp"].state == "ringing" and setup.listener.held == (1, 1)
+
+
 async def test_a_duplicate_call_id_from_a_trusted_source_is_482_and_a_retransmission_is_absorbed(sip, webhook):
     setup = await sip(**ringing(webhook))
     caller, other = await setup.phone(), await setup.phone()
