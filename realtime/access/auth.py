@@ -137,8 +137,12 @@ Origin = tuple[str, str, int]  # (scheme, host, port)
 
 
 def parse_origin(value: str, default_scheme: str | None = None) -> Origin | None:
-    """``scheme://host[:port]`` as (scheme, lower-case host, port with the scheme's default filled in)."""
-    parts = urlsplit(value if default_scheme is None else f"{default_scheme}://{value}")
+    """``scheme://host[:port]`` as (scheme, lower-case host, port with the scheme's default filled in); None for
+    anything else, an origin that does not parse (``http://[::1``) included: a refusal, never a 500."""
+    try:
+        parts = urlsplit(value if default_scheme is None else f"{default_scheme}://{value}")
+    except ValueError:
+        return None
     if parts.scheme not in DEFAULT_PORTS or not parts.netloc or parts.path not in ("", "/"):
         return None  # "null" (sandboxed frames, file://) and the like
     host, port = split_domain_port(parts.netloc)

@@ -3,6 +3,7 @@ connections under a small open-files limit, and the development key on a public 
 
 from __future__ import annotations
 
+import http.client
 import json
 import resource
 import socket
@@ -189,9 +190,23 @@ def handshake(port: int, origin_lines: bytes) -> bytes:
 )
 def test_a_malformed_origin_is_a_quiet_400(server, origin_lines):
     """Before: 400, then about 30 lines of "CRITICAL twisted: Unhandled Error" (daphne's onClose without its
-    server) for each such handshake."""
+    server) for each such handshake. On the API's routes into a session the same Origin is a 403 ``invalid_origin``
+    (before: ``http://[::1`` was a 500 and a traceback, urlsplit's ValueError)."""
     for _ in range(3):
         assert handshake(server.port, origin_lines).startswith(b"HTTP/1.1 400")
+    origin = origin_lines.decode().split(":", 1)[1].strip()
+    for method, path in (
+        ("DELETE", "/v1/realtime/calls/rtc_0000000000000000000000"),
+        ("GET", "/v1/realtime/sessions/sess_0000000000000000000000/timings"),
+    ):
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        try:
+            connection.request(method, path, headers={"Origin": origin})
+            answer = connection.getresponse()
+            status, body = answer.status, answer.read()
+        finally:
+            connection.close()
+        assert status == 403 and json.loads(body)["error"]["code"] == "invalid_origin", (path, status, body[:200])
     status, _ = server.get("/healthz")
     assert status == 200
     log = server.full_log()
