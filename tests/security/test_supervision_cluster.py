@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -15,11 +16,12 @@ import pytest
 import websockets
 
 from pipelines import audio
-from tests.security.test_owner_routes import UNKNOWN_SESSION, follow, without_id
+from tests.security.test_owner_routes import UNKNOWN_CALL, UNKNOWN_SESSION, follow, request, without_id
 from tests.support import services
 from tests.support.client import RealtimeClient
 from tests.support.server import LiveServer
 from tests.support.speech import silence, tone
+from tests.support.webrtc_client import WebRTCClient
 
 VAD = {"type": "server_vad", "silence_duration_ms": 200, "prefix_padding_ms": 0}
 
@@ -28,7 +30,7 @@ VAD = {"type": "server_vad", "silence_duration_ms": 200, "prefix_padding_ms": 0}
 def cluster(tmp_path_factory) -> Iterator[tuple[LiveServer, LiveServer, dict[str, str]]]:
     """(A, B, keys): A serves the supervisor, B holds the session; one SQLite file, one Redis."""
     tmp = tmp_path_factory.mktemp("supervision-cluster")
-    env = {"REDIS_URL": services.redis_url(), "S2S_AUTH_REQUIRED": "1"}
+    env = {"REDIS_URL": services.redis_url(), "S2S_AUTH_REQUIRED": "1", "S2S_CALL_CONTROL_TIMEOUT_S": "1"}
     setup = LiveServer(tmp, env)
     setup.manage("migrate", "--noinput")
     keys = {name: setup.manage("create_api_key", name).stdout.strip() for name in ("alice", "bob")}
@@ -96,3 +98,51 @@ async def test_a_supervisor_on_another_node_listens_takes_over_and_hands_back(cl
         await caller.append(np.concatenate([tone(0.6), silence(0.5)]))
         answer = await caller.until("response.done", timeout=15)
         assert answer["response"]["output"][0]["content"][0]["transcript"].startswith("You said")
+
+
+async def test_a_secret_finds_no_trace_of_a_call_on_another_node_and_a_revocation_closes_what_its_key_reaches(cluster):
+    """Issue 49 across nodes (last in the module: it revokes keys). Another browser's secret of Alice's key, on A,
+    against her call on B: the 404 of an unknown id, in as long (before: B's refusal came back at once, an unknown id
+    after S2S_CALL_CONTROL_TIMEOUT_S). Then the supervisor key, supervising from A a session B holds, is revoked in
+    another process: A's socket closes, the session goes on; Alice's key revoked: her call on B ends."""
+    a, b, keys = cluster
+    call = WebRTCClient(b.http)
+    try:
+        assert (await call.connect(token=keys["alice"])).status == 201
+        call_id = call.location.rsplit("/", 1)[1]
+        await call.events.until("session.created")
+        secret = await asyncio.to_thread(a.mint_client_secret, keys["alice"])
+        for name in ("call", "call_hangup", "call_refer"):
+            started = time.monotonic()
+            refused = await asyncio.to_thread(request, a, name, call_id, secret)
+            took = time.monotonic() - started
+            assert refused == await asyncio.to_thread(request, a, name, UNKNOWN_CALL, secret) and refused[0] == 404
+            assert took >= 0.9, (name, took)
+        bearer = {"Authorization": f"Bearer {keys['alice']}"}
+        async with websockets.connect(b.ws, additional_headers=bearer) as ws:
+            caller = RealtimeClient.over_websocket(ws)
+            session_id = (await caller.until("session.created"))["session"]["id"]
+            url = f"{a.ws}?call_id={session_id}&mode=supervise"
+            async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {keys['boss']}"}) as boss:
+                assert json.loads(await asyncio.wait_for(boss.recv(), 10))["type"] == "session.created"
+                await asyncio.to_thread(revoke, a, "boss")
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    for _ in range(1000):
+                        await asyncio.wait_for(boss.recv(), 15)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+            await caller.update_session(instructions="still here")  # the session went on
+            await asyncio.to_thread(revoke, a, "alice")
+            assert (await caller.error(timeout=15))["code"] == "invalid_api_key"
+        assert (await call.events.until("error", timeout=15))["error"]["code"] == "invalid_api_key"
+    finally:
+        await call.close()
+
+
+def revoke(server: LiveServer, name: str) -> None:
+    """Revokes the key ``name`` in a process of its own (as the admin or a script does)."""
+    server.manage(
+        "shell",
+        "-c",
+        "from django.utils import timezone\nfrom realtime.models import ApiKey\n"
+        f"key = ApiKey.objects.get(name='{name}')\nkey.revoked_at = timezone.now()\nkey.save()\n",
+    )
