@@ -20,7 +20,7 @@ from realtime.access.owner import Caller, Owner
 from realtime.live.followers import Followers
 from realtime.live.transport import ServerEvent
 from tests.security.test_owner_routes import UNKNOWN_CALL, UNKNOWN_SESSION, follow, probes, request, without_id
-from tests.sip.conftest import sip_listener_env
+from tests.sip.conftest import SECRET, Webhook, sip_listener_env
 from tests.support import services
 from tests.support.polling import wait_for
 from tests.support.server import LiveServer, free_port
@@ -314,6 +314,45 @@ async def test_only_a_supervisor_key_or_a_user_who_may_supervise_reaches_a_sessi
         assert (await call.hang_up(token=keys["alice"])).status == 204
     finally:
         await call.close()
+
+
+async def test_a_client_secret_cannot_answer_a_ringing_webhook_call_that_any_api_key_may(tmp_path):
+    """A call announced to the webhook, no owner key: any API key may answer it, a client secret of that very key
+    finds it as an id never issued (before: a browser's secret accepted it, and owned it)."""
+    hook, sip_port = Webhook(), free_port()
+    server = LiveServer(
+        tmp_path,
+        env={
+            "S2S_AUTH_REQUIRED": "1",
+            **sip_listener_env(sip_port),
+            "S2S_SIP_WEBHOOK_URL": hook.url,
+            "S2S_SIP_WEBHOOK_SECRET": SECRET,
+        },
+    )
+    phone = SipPhone()
+    dialling: asyncio.Task[None] | None = None
+    try:
+        server.start()
+        key = server.manage("create_api_key", "operator").stdout.strip()
+        dialling = asyncio.create_task(phone.dial("127.0.0.1", sip_port))
+        _, body = await asyncio.to_thread(hook.next, 15)
+        call_id = json.loads(body)["data"]["call_id"]
+        secret = await asyncio.to_thread(server.mint_client_secret, key)
+        for name in ("call_accept", "call_reject", "call_refer", "call_hangup", "call"):
+            tried = await asyncio.to_thread(request, server, name, call_id, secret)
+            assert tried == await asyncio.to_thread(request, server, name, UNKNOWN_CALL, secret) and tried[0] == 404
+        stranger = await follow(server, call_id, secret)
+        assert without_id(stranger, call_id) == without_id(await follow(server, UNKNOWN_CALL, secret), UNKNOWN_CALL)
+        assert (await asyncio.to_thread(request, server, "call_accept", call_id, key))[0] == 200
+        await asyncio.wait_for(dialling, 30)
+        assert (await asyncio.to_thread(request, server, "call", call_id, key))[0] == 204
+    finally:
+        if dialling is not None and not dialling.done():
+            dialling.cancel()
+        if phone.call is not None:
+            await phone.hang_up()
+        server.stop()
+        hook.close()
 
 
 async def test_revoking_the_key_closes_its_followers_on_a_live_phone_call(live):
