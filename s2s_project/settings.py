@@ -94,7 +94,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = envstr("REDIS_URL", "")
 if REDIS_URL:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    # A receive waits on Redis's BZPOPMIN for up to channels_redis's 5 s; redis-py 8 gives up reading after its own
+    # default of 5 s, and that race made an idle node say it had lost Redis every few seconds. The socket waits
+    # longer than the blocking command, still finite: a Redis that stops answering is noticed.
+    _REDIS_HOST = {"address": REDIS_URL, "socket_timeout": 15.0, "socket_connect_timeout": 5.0}
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [_REDIS_HOST]}}
+    }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 

@@ -190,6 +190,26 @@ def test_sessions_go_on_while_redis_is_down_and_readyz_says_degraded(tmp_path, r
         proxy.stop()
 
 
+def test_an_idle_node_on_redis_never_says_it_lost_redis(tmp_path, redis_url):
+    """A session's receive blocks on Redis for channels_redis's 5 s, redis-py 8's read gave up after its own 5 s:
+    the node logged "lost Redis" and /readyz said degraded every few seconds while Redis was fine."""
+    server = LiveServer(tmp_path, env={"REDIS_URL": redis_url}).start()
+    try:
+        ws, created = open_session(server.ws)
+        assert created["type"] == "session.created"
+        statuses = set()
+        deadline = time.monotonic() + 12  # two of the blocking reads and more
+        while time.monotonic() < deadline:
+            statuses.add(json.loads(server.get("/readyz")[1])["channel_layer"]["status"])
+            time.sleep(0.5)
+        assert turn(ws, "after the wait")[0]["response"]["status"] == "completed"
+        ws.close()
+        assert statuses == {"ok"}
+        assert "lost Redis" not in server.full_log()
+    finally:
+        server.stop()
+
+
 def test_a_client_that_never_reads_is_dropped_before_its_send_buffer_passes_the_limit(tmp_path):
     limit = 256 * 1024
     server = LiveServer(tmp_path, env={"S2S_MAX_SEND_BUFFER_BYTES": str(limit), "S2S_POOL_SIZE": "1"}).start()
