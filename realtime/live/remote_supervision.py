@@ -53,10 +53,16 @@ class RemoteSupervisor:
         self._put({"type": cluster.SUPERVISE_EVENT, "event": event.to_wire()})
 
     async def close(self, code: int, reason: str) -> None:
-        """Said at once (the session's end may have stopped the pump already), then the pump stops."""
+        """What is queued (the error that says why it closes) goes first, then the close, both sent from here at
+        once (the session's end may have stopped the pump already); then the pump stops."""
+        queued = []
+        while not self._queue.empty():
+            if (message := self._queue.get_nowait()) is not None:
+                queued.append(message)
         closing = {"type": cluster.SUPERVISE_CLOSE, "code": code, "reason": reason}
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.layer.send(self.reply_to, closing), SEND_TIMEOUT_S)
+            for message in [*queued, closing]:
+                await asyncio.wait_for(self.layer.send(self.reply_to, message), SEND_TIMEOUT_S)
         self._put(None)
 
     def _put(self, message: dict[str, Any] | None) -> None:

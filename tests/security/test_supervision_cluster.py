@@ -126,10 +126,13 @@ async def test_a_secret_finds_no_trace_of_a_call_on_another_node_and_a_revocatio
             async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {keys['boss']}"}) as boss:
                 assert json.loads(await asyncio.wait_for(boss.recv(), 10))["type"] == "session.created"
                 await asyncio.to_thread(revoke, a, "boss")
+                last: dict = {}
                 with pytest.raises(websockets.ConnectionClosed) as closed:
                     for _ in range(1000):
-                        await asyncio.wait_for(boss.recv(), 15)
+                        last = json.loads(await asyncio.wait_for(boss.recv(), 15))
                 assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+                # Told why before the close, as a supervisor on the session's own node is (it came after it).
+                assert last["type"] == "error" and last["error"]["code"] == "invalid_api_key", last
             await caller.update_session(instructions="still here")  # the session went on
             await asyncio.to_thread(revoke, a, "alice")
             assert (await caller.error(timeout=15))["code"] == "invalid_api_key"
