@@ -199,8 +199,36 @@ def hostile_messages() -> list[bytes]:
             b"From: <sip:mallory@127.0.0.1>;tag=f21\r\nTo: <sip:agent@127.0.0.1>;tag=guess\r\nCall-ID: f21\r\n"
             b"CSeq: 2 BYE\r\nContent-Length: 0\r\n\r\n"
         ),
+        # Re-INVITEs and UPDATEs of the answered f21 (its tag guessed: 481), with offers a re-INVITE of its own
+        # would be refused (488) or answered (200) for: multicast, hold at 0.0.0.0, no offer, unreadable SDP.
+        *(
+            in_dialog(method, "f21", f"z9hG4bKf2{index}", cseq, body)
+            for index, (method, cseq, body) in enumerate(
+                (
+                    ("INVITE", 3, GOOD_SDP.replace("127.0.0.1\r\nt=", "224.0.0.1\r\nt=")),
+                    ("INVITE", 4, GOOD_SDP.replace("127.0.0.1\r\nt=", "0.0.0.0\r\nt=") + "a=sendonly\r\n"),
+                    ("INVITE", 5, ""),
+                    ("INVITE", 6, "v=0\r\nm=audio x\r\n"),
+                    ("UPDATE", 7, GOOD_SDP.replace("127.0.0.1\r\nt=", "255.255.255.255\r\nt=")),
+                    ("INVITE", 1, GOOD_SDP + "a=inactive\r\n"),  # an old CSeq
+                ),
+                start=3,
+            )
+        ),
     ]
     return malformed_messages(60) + extra
+
+
+def in_dialog(method: str, call_id: str, branch: str, cseq: int, body: str) -> bytes:
+    """An in-dialog request of ``call_id``'s dialog with guessed tags (the caller's From tag, a To tag)."""
+    return invite(
+        call_id,
+        body,
+        Via=f"SIP/2.0/UDP 127.0.0.1:5999;branch={branch};rport",
+        To="<sip:agent@127.0.0.1>;tag=guess",
+        CSeq=f"{cseq} {method}",
+        **({} if body else {"Content-Type": ""}),
+    ).replace(b"INVITE sip:", f"{method} sip:".encode(), 1)
 
 
 def cancel(branch: str, call_id: str) -> bytes:

@@ -195,6 +195,11 @@ class SipCall(CallLeg):
             self.incoming.reject(status)
         self.state = "ended"
 
+    def _accept_reoffer(self, reinvite: IncomingCall, answer: SdpMessage) -> None:
+        """The 200 to the caller's re-INVITE (``reinvite`` is the call's own ``incoming``, aiosipua having put the
+        re-INVITE in it): sent again until its ACK, whose absence ends the call as the first 200's does."""
+        reinvite.accept(answer)
+
     def caller_left(self, why: str) -> None:
         """BYE, CANCEL or no ACK: the dialog is over on the caller's side; no BYE goes back."""
         logger.info("SIP call %s: %s", self.id, why)

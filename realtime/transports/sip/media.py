@@ -14,6 +14,7 @@ socket, before aiortp reads it, and protected as aiortp hands it to the socket.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -52,6 +53,8 @@ FRAME_SAMPLES = int(RATE * FRAME_S)
 G711 = [0, 8]  # payload types: PCMU, PCMA
 OFFERED_DTMF = 101  # the payload type an outbound call's offer gives RFC 4733 events
 FAILED_SENDS = guard.PeerLog("RTP: a send")
+DIRECTIONS = ("sendrecv", "sendonly", "recvonly", "inactive")
+ANSWERED_DIRECTION = {"sendrecv": "sendrecv", "sendonly": "recvonly", "recvonly": "sendonly", "inactive": "inactive"}
 
 
 class NoCommonCodec(Exception):
@@ -150,6 +153,22 @@ def telephone_event_type(offer: SdpMessage) -> int:
     return 0
 
 
+def direction_of(sdp: SdpMessage) -> str:
+    """An SDP's audio direction: its media's ``a=`` line, else the session's, else ``sendrecv`` (RFC 3264 s5.1)."""
+    for attributes in (sdp.audio.attributes if sdp.audio is not None else {}, sdp.attributes):
+        for name in DIRECTIONS:
+            if name in attributes:
+                return name
+    return "sendrecv"
+
+
+def _address_of(sdp: SdpMessage) -> tuple[str, int] | None:
+    try:
+        return sdp.rtp_address
+    except Exception:  # an address that cannot be read: offer_problem says so
+        return None
+
+
 class CallMedia:
     """One call's RTP session: the caller's audio in (``audio/pcm``), the reply out on the clock, DTMF."""
 
@@ -171,6 +190,11 @@ class CallMedia:
         self._port: int | None = None
         self._clock: MediaClock | None = None
         self._offered_key: bytes | None = None  # an outbound call's SRTP offer: our master key and salt
+        self.local_sdp: SdpMessage | None = None  # what we said last: our answer (a call answered) or offer (placed)
+        self.remote: tuple[str, int] | None = None  # where the other side's SDP says its RTP is
+        self.payload_type = 0  # the codec the call speaks (PCMU 0, PCMA 8), kept through re-INVITEs
+        self.sending = True  # False on hold (our answer recvonly or inactive): frames are played to nobody
+        self.peer_sends = True  # False while the other side's offer says it sends nothing: no RTP is expected
         self.frames_sent = 0
 
     async def open(self, offer: SdpMessage, signalling_host: str) -> SdpMessage:
@@ -215,6 +239,7 @@ class CallMedia:
         answer.audio.port = self._port
         if session.srtp is not None:
             answer.audio.attributes["crypto"] = [session.srtp.answer]
+        self.local_sdp, self.payload_type, self.remote = answer, payload_type, remote
         return answer
 
     async def offer(self, srtp: bool = False) -> SdpMessage:
@@ -234,6 +259,7 @@ class CallMedia:
             self._offered_key = os.urandom(KEY_BYTES)
             audio.proto = "RTP/SAVP"
             audio.attributes["crypto"] = [offered_crypto(OFFERED_CRYPTO_TAG, self._offered_key)]
+        self.local_sdp = offer
         return offer
 
     async def answered(self, answer: SdpMessage, signalling_host: str) -> None:
@@ -263,6 +289,48 @@ class CallMedia:
         session.on_audio = self._caller_audio
         session.on_dtmf = lambda digit, _duration: self._on_dtmf(digit)
         self.session = session
+        self.payload_type, self.remote = chosen[0], remote
+
+    def reoffered(self, offer: SdpMessage | None, signalling_host: str) -> SdpMessage:
+        """The answer to the other side's offer in a re-INVITE or UPDATE (its owner checked already): the call's SDP as
+        it stands (same session id; the version one higher only if the direction changed), the codec kept; on hold
+        (``sendonly``, ``inactive``) the matching direction, and frames go to nobody until ``sendrecv`` again; a new
+        audio address moves RTP there (and the symmetric-RTP latch starts afresh for it). No offer: our SDP as it
+        stands, as our offer. Raises :class:`NoCommonCodec` (488) with nothing changed."""
+        session, current = self.session, self.local_sdp
+        if session is None or current is None or current.audio is None:
+            raise NoCommonCodec("the call has no media yet")
+        if offer is None:
+            return current
+        offered = direction_of(offer)
+        remote = _address_of(offer)
+        if remote is not None and remote[0] == "0.0.0.0":  # hold as RFC 2543 said it (RFC 3264 s8.4): send nothing
+            remote, offered = self.remote, {"sendrecv": "sendonly", "recvonly": "inactive"}.get(offered, offered)
+        else:
+            problem = guard.offer_problem(offer, self.config.media_family, signalling_host)
+            if problem is not None or remote is None:
+                raise NoCommonCodec(problem or "the offer has no audio address (c= and m=audio)")
+        if offer.audio is None or str(self.payload_type) not in offer.audio.formats:
+            raise NoCommonCodec(f"the offer drops the call's codec (payload type {self.payload_type})")
+        answer = copy.deepcopy(current)
+        assert answer.audio is not None
+        for name in DIRECTIONS:
+            answer.audio.attributes.pop(name, None)
+            answer.attributes.pop(name, None)
+        answer.audio.attributes[ANSWERED_DIRECTION[offered]] = []
+        if direction_of(answer) != direction_of(current):
+            answer.origin.session_version = str(int(current.origin.session_version or "0") + 1)
+        if remote is not None and remote != self.remote:
+            logger.info("RTP moves to %s:%s (a re-INVITE)", *remote)
+            self.remote = remote
+            session.update_remote(remote)
+            session.allowed_hosts = frozenset({remote[0], signalling_host})
+            session.rtp_source = session.rtcp_source = None
+        self.sending = ANSWERED_DIRECTION[offered] in ("sendrecv", "sendonly")
+        self.peer_sends = offered in ("sendrecv", "sendonly")
+        session.heard_at = time.monotonic()  # a refresh from the other side is a sign of life, as its RTP is
+        self.local_sdp = answer
+        return answer
 
     @staticmethod
     def _answered_crypto(answer: SdpMessage) -> Crypto:
@@ -281,7 +349,10 @@ class CallMedia:
             self._clock.start()
 
     def silent_for(self) -> float:
-        """Seconds since the caller's last RTP or RTCP packet."""
+        """Seconds since the caller's last RTP or RTCP packet (or its last re-INVITE); 0 while it holds the call
+        and says it sends nothing (``a=inactive``, ``a=recvonly``): no RTP is then expected."""
+        if not self.peer_sends:
+            return 0.0
         return time.monotonic() - (self.session.heard_at if self.session is not None else 0.0)
 
     @property
@@ -301,8 +372,10 @@ class CallMedia:
 
     def _tick(self) -> None:
         if self.session is not None:
-            self.session.send_audio_pcm_auto(self.playout.next_frame())
-            self.frames_sent += 1
+            frame = self.playout.next_frame()  # on hold the reply plays on, to nobody
+            if self.sending:
+                self.session.send_audio_pcm_auto(frame)
+                self.frames_sent += 1
 
     def _caller_audio(self, pcm: bytes, _timestamp: int) -> None:
         samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0

@@ -17,6 +17,7 @@ answer.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import time
@@ -24,7 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from aiosipua import OutgoingCall, SipRequest, SipResponse, SipUAC
+from aiosipua import IncomingCall, OutgoingCall, SdpMessage, SipRequest, SipResponse, SipUAC, parse_address
 from aiosipua.auth import SipDigestAuth
 from aiosipua.dialog import DialogState
 
@@ -38,9 +39,10 @@ from realtime.node.runtime import Runtime
 from realtime.transports.sip import webhook
 from realtime.transports.sip.config import SipConfig
 from realtime.transports.sip.dialling import Target, status_of, user_of
+from realtime.transports.sip.dialogs import NO_DIALOG, Action, Match, refusal, tags
 from realtime.transports.sip.leg import CallLeg
 from realtime.transports.sip.media import NoCommonCodec
-from realtime.transports.sip.uas import branch_of
+from realtime.transports.sip.uas import branch_of, stop_timers
 
 if TYPE_CHECKING:
     from aiortp.port_allocator import PortAllocator
@@ -156,7 +158,10 @@ class Dialler:
         retransmissions included; a 200 OK is aiosipua's to ACK."""
         call = self._calls.get(response.call_id or "") or self._ended.get(response.call_id or "")
         cseq = response.cseq
-        if call is None or cseq is None or cseq.method.upper() != "INVITE" or response.status_code < 300:
+        if call is None or cseq is None or cseq.method.upper() != "INVITE" or response.status_code < 200:
+            return
+        if response.status_code < 300:
+            call.answered_from(response)
             return
         ack = SipRequest(method="ACK", uri=call.outgoing.invite.uri if call.outgoing else call.target.to)
         via = response.headers.get_first("via")
@@ -171,6 +176,30 @@ class Dialler:
         ack.headers.set_single("Content-Length", "0")
         if call.uac is not None:
             call.uac.transport.send(ack, call.remote_addr)
+
+    def match(self, request: SipRequest, addr: tuple[str, int], transport: Any) -> Match | None:
+        """Whether an in-dialog request (BYE, re-INVITE, UPDATE, ACK, ...) belongs to one of our calls' dialogs
+        (RFC 3261 s12.2.2): its ``Call-ID``, both tags, a host the call speaks with (:meth:`OutboundCall.peer`), on
+        the transport the call went out on (the one whose agent holds its dialog: on another, aiosipua would take a
+        re-INVITE for a new call); anything else naming our call is 481 (an ``ACK``, dropped), the call untouched.
+        None: not our call's (the listener's :class:`~realtime.transports.sip.dialogs.CallTable` decides)."""
+        call = self._calls.get(request.call_id or "")
+        method = request.method.upper()
+        from_tag, to_tag = tags(request)
+        if call is None or call.outgoing is None or method == "CANCEL" or (method == "INVITE" and not to_tag):
+            return None
+        dialog = call.outgoing.dialog
+        ours = (from_tag, to_tag) == (dialog.remote_tag, dialog.local_tag) and call.peer(str(addr[0]))
+        if not ours or call.uac is None or call.uac.transport is not transport:
+            return Match(Action.DROP) if method == "ACK" else NO_DIALOG
+        if method in ("INVITE", "UPDATE") and call.record.status != "answered":
+            return refusal(491, "a re-INVITE before the call was answered")
+        if method == "ACK":
+            call.acked()
+        return Match(Action.PASS)
+
+    def live(self, sip_call_id: str) -> OutboundCall | None:
+        return self._calls.get(sip_call_id)
 
     def hung_up(self, sip_call_id: str) -> bool:
         """The callee's BYE (aiosipua answered it 200): True if it was one of our calls."""
@@ -230,6 +259,8 @@ class OutboundCall(CallLeg):
         self.outgoing: OutgoingCall | None = None
         self.transport = transport
         self.uac: SipUAC | None = None  # the client of the listener's agent on that transport
+        self.contact_host = ""  # the host of the 200 OK's Contact: the callee's in-dialog requests may come from it
+        self.reinvite: IncomingCall | None = None  # the callee's last re-INVITE we answered 200, until its ACK
         self._closed = False
 
     @property
@@ -239,6 +270,26 @@ class OutboundCall(CallLeg):
     @property
     def client_addr(self) -> str:
         return f"{self.remote_addr[0]}:{self.remote_addr[1]}"
+
+    def peer(self, host: str) -> bool:
+        """Whether an in-dialog request from ``host`` may act on the call: the host the INVITE went to (the target or
+        ``S2S_SIP_OUTBOUND_PROXY``), the 200 OK's Contact host, or an ``S2S_SIP_TRUSTED`` address (the trunk's)."""
+        if host in (self.remote_addr[0], self.contact_host):
+            return True
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return any(address in network for network in self.config.trusted)
+
+    def answered_from(self, response: SipResponse) -> None:
+        """A 2xx to our INVITE: its Contact's host is the callee's (its BYE or re-INVITE may come from there)."""
+        contact = response.headers.get_first("contact")
+        if contact and not self.contact_host:
+            try:
+                self.contact_host = str(parse_address(contact).uri.host or "").strip("[]")
+            except Exception:  # a Contact that cannot be read names no host
+                self.contact_host = ""
 
     # --- placing the call -----------------------------------------------------------------
 
@@ -331,6 +382,21 @@ class OutboundCall(CallLeg):
             logger.info("SIP outbound call %s: not answered in %.0fs; cancelled", self.id, self.config.ring_timeout_s)
             await self.finish(EndReason.SERVER_CLOSED, "no_answer", "ring_timeout")
 
+    def _accept_reoffer(self, reinvite: IncomingCall, answer: SdpMessage) -> None:
+        """The 200 to the callee's re-INVITE, sent again until its ACK over UDP (RFC 3261 s13.3.1.4: the ACK comes
+        through :meth:`Dialler.match`); without one in time the call ends as an inbound call does."""
+        self.acked()
+        reinvite.retransmit_2xx = not getattr(reinvite.transport, "reliable", True)
+        reinvite.on_ack_timeout = lambda _call: self._spawn(self.finish(EndReason.ERROR, "ended", "no_ack"), "finish")
+        self.reinvite = reinvite
+        reinvite.accept(answer)
+
+    def acked(self) -> None:
+        """The callee's ACK of our 200 to its re-INVITE: that 200 is no longer sent again."""
+        if self.reinvite is not None:
+            stop_timers(self.reinvite)
+            self.reinvite = None
+
     def ended_by_callee(self, why: str) -> None:
         self._spawn(self.finish(EndReason.CLIENT_CLOSED, "ended", why), "finish")
 
@@ -375,6 +441,7 @@ class OutboundCall(CallLeg):
                     uac.send_bye(outgoing.dialog, self.remote_addr)
             except Exception:
                 logger.exception("SIP outbound call %s: the CANCEL or BYE could not be sent", self.id)
+        self.acked()
         await self._release()
         self.dialler.forget(self)
 

@@ -113,6 +113,8 @@ class SipListener:
             agent.on_cancel = lambda request, _addr: self._cancelled(request)
             agent.on_ack_timeout = lambda incoming: self._ended_by_caller(incoming, "no ACK for the 200 OK")
             agent.on_transfer_progress = self._transfer_progress
+            agent.on_reinvite = self._reinvited
+            agent.on_update = self._updated
             await agent.start()
             transport.on_message = partial(self._guarded, transport, transport.on_message)
             self._agents.append(agent)
@@ -207,7 +209,7 @@ class SipListener:
                 self.bad_requests += 1
                 self._refuse(transport, request, addr, 400, problem)
                 return False
-        found = self._calls.match(request, addr, transport)
+        found = self.dialler.match(request, addr, transport) or self._calls.match(request, addr, transport)
         if found.action is Action.RETRANSMISSION:  # the 100 again while it rings; a 200 is retransmitted anyway
             if found.call is not None and found.call.state == "ringing":
                 found.call.incoming.trying()
@@ -224,6 +226,10 @@ class SipListener:
             found = refusal(503, f"Service Unavailable ({full})", (("Retry-After", "5"),))
         if found.action is Action.REFUSE:
             self._refuse(transport, request, addr, found.status, found.reason, found.headers)
+        if found.action is Action.PASS and request.method == "INVITE":  # in-dialog: the owner check passed
+            leg = self._calls.get(request.call_id or "") or self.dialler.live(request.call_id or "")
+            if leg is not None and leg.repeated(request):
+                return False
         return found.action in (Action.PASS, Action.NEW)
 
     def _gate(self, request: SipRequest, addr: tuple[str, int]) -> Match | None:
@@ -322,6 +328,28 @@ class SipListener:
         call = self._calls.get(incoming.call_id)
         if call is not None and call.incoming is incoming:
             self._caller_left(call, why)
+
+    def _reinvited(self, incoming: IncomingCall) -> None:
+        """A re-INVITE :meth:`_screened` let through (its Call-ID, both tags, the other side's host), on an answered
+        call or a placed one (aiosipua then wraps the request in an ``IncomingCall`` of its own): the call answers
+        it (:meth:`CallLeg.reoffered`: 200 with its SDP, or 488)."""
+        call = self._calls.get(incoming.call_id)
+        if call is not None and call.incoming is incoming and call.state == "active":
+            call.reoffered(incoming)
+            return
+        placed = self.dialler.live(incoming.call_id)
+        if placed is not None and placed.record.status == "answered":
+            placed.reoffered(incoming)
+            return
+        uas.answer_in_dialog(incoming, 481, _REASONS[481])
+
+    def _updated(self, incoming: IncomingCall, request: SipRequest) -> SdpMessage | None:
+        """An UPDATE on an answered call's dialog (aiosipua passes those of placed calls to nobody: it answers an
+        offer in one 488, a refresh 200): the offer's answer, or None (aiosipua answers 488, or 200 to no offer)."""
+        call = self._calls.get(incoming.call_id)
+        if call is None or call.incoming is not incoming or call.state != "active":
+            return None
+        return call.updated(request, str(incoming.source_addr[0]))
 
     def _caller_left(self, call: SipCall, why: str) -> None:
         if self._calls.remove(call):

@@ -12,7 +12,7 @@ file's work (and :mod:`realtime.transports.sip.sockets`' for its transports).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from aiosipua import IncomingCall, SipRequest, SipResponse, SipUAC, SipUAS
 from aiosipua.headers import parse_via
@@ -82,6 +82,23 @@ def held(agent: SipUAS) -> tuple[int, int]:
 def stop_timers(incoming: IncomingCall) -> None:
     """Stops the call's retransmissions and session timer (the call is torn down)."""
     incoming._stop_retransmissions()
+
+
+def answer_in_dialog(incoming: IncomingCall, status: int, reason: str) -> Callable[[], None]:
+    """A final answer to an in-dialog request held in ``incoming`` (a re-INVITE refused: 488), the dialog kept
+    (aiosipua's ``IncomingCall.reject`` would end the dialog with it); returns what sends it again (a
+    retransmission of the request gets it again)."""
+    response = incoming.dialog.create_response(incoming.invite, status, reason)
+    if incoming.user_agent:
+        response.headers.set_single("User-Agent", incoming.user_agent)
+    transport = incoming.transport
+
+    def send() -> None:
+        if transport is not None:
+            transport.send_reply(response)
+
+    send()
+    return send
 
 
 def answer(
