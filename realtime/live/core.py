@@ -66,6 +66,7 @@ from realtime.protocol.session.config import SessionConfig
 from realtime.protocol.wire import EventError
 
 logger = logging.getLogger(__name__)
+COUNTS_EVERY_S = 2.0  # the admin's live page reads the record every few seconds
 
 AUDIO_DONE = {"response.output_audio.done", "response.done"}
 
@@ -266,6 +267,7 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
         )
         self.spawn(self._send_loop(), "send")
         self.spawn(self.watch_limits(), "limits")
+        self.spawn(self._keep_counts(), "counts")
         await self.send(server_event("session.created", session=self.rendered_session()))
         await self.say_notice()  # S2S_SUPERVISOR_NOTICE, if set
         for event in self.mcp.servers_changed():  # MCP servers the session opened with
@@ -301,13 +303,24 @@ class SessionCore(Supervision, RemoteSupervision, ClientEventHandlers, SessionGu
             error,
             close_reason,
             [*self._tasks, *self.timer_tasks()],
-            lambda: {
-                "turns": self.conversation.turns,
-                "errors": self.conversation.errors,
-                "audio_in_seconds": self.conversation.audio_in_seconds,
-            },
+            self._counts,
             self.close_followers,
         )
+
+    def _counts(self) -> dict[str, Any]:
+        """The record's counters as they stand."""
+        c = self.conversation
+        return {"turns": c.turns, "errors": c.errors, "audio_in_seconds": c.audio_in_seconds}
+
+    async def _keep_counts(self) -> None:
+        """Writes the counters to the record while the session lives, when they change (at most every
+        ``COUNTS_EVERY_S``): the admin's live page shows an error or a turn as it happens, not at the end."""
+        written: dict[str, Any] = {}
+        while True:
+            await asyncio.sleep(COUNTS_EVERY_S)
+            if (counts := self._counts()) != written:
+                records.session_updated(self.runtime.writer, self.id, **counts)
+                written = counts
 
     @property
     def client_addr(self) -> str:

@@ -74,6 +74,23 @@ async def test_it_records_the_transcript_and_the_latencies_of_each_response(loop
     assert session.summary["responses"] == {"completed": 2}
 
 
+async def test_a_live_sessions_record_counts_its_errors_and_turns_as_they_happen(loopback_pool):
+    """The admin's live page reads the record: its Errors said 0 until the session ended (issue 50)."""
+    comm, session_id = await connect()
+    await comm.send_json_to({"type": "no.such.event", "event_id": "evt_bad"})
+    assert decode(await comm.receive_from(timeout=5))["type"] == "error"
+    await voice_turn(comm)
+    for _ in range(50):  # the counters are written every 2 s while the session lives
+        await flushed()
+        session = await RealtimeSession.objects.aget(id=session_id)
+        if session.errors == 1 and session.turns == 1:
+            break
+        await asyncio.sleep(0.2)
+    assert (session.errors, session.turns, session.ended_at) == (1, 1, None)
+    assert session.audio_in_seconds == pytest.approx(1.5, abs=0.05)
+    await comm.disconnect()
+
+
 async def test_a_truncated_answer_is_recorded_as_what_the_user_heard(loopback_pool):
     comm, session_id = await connect()
     done = await text_turn(comm, "hello there")
