@@ -120,13 +120,16 @@ def test_a_phrase_is_translated_in_the_short_window_with_its_source_from_the_sam
         missing("espeak-ng is not installed (make system-deps)")  # a failure under CI=true
     with tempfile.TemporaryDirectory() as folder:
         wav = Path(folder) / "phrase.wav"
-        subprocess.run(["espeak-ng", "-v", "es", "-s", "150", "-w", str(wav), "El gato está en la casa."], check=True)
+        # Whisper base hears this phrase with a wide margin (language p=0.9); "El gato está en la casa." passed on
+        # one machine and on another was heard as "El yachto" with the language at p=0.49, below the bar.
+        spanish = "Buenos días, ¿dónde está el hospital?"
+        subprocess.run(["espeak-ng", "-v", "es", "-s", "150", "-w", str(wav), spanish], check=True)
         samples, rate = sf.read(wav, dtype="float32")
     phrase = audio.resample(samples, rate, 16000)
     engine = WhisperEngine("base", cpu_threads=2)
     monkeypatch.setattr(engine._model, "transcribe", lambda *a, **k: pytest.fail("the 30 s window was used"))
     heard = engine.translate(phrase, with_source=True)
     assert heard.language == "es" and heard.probability > 0.5, heard
-    assert {"cat", "house"} <= {w.strip(".,").lower() for w in heard.text.split()}, heard
-    assert "casa" in heard.source.lower(), heard
+    assert {"morning", "hospital"} <= {w.strip(".,?").lower() for w in heard.text.split()}, heard
+    assert "hospital" in heard.source.lower() and "días" in heard.source.lower(), heard
     assert engine.translate(phrase, language="es").text == heard.text  # the language given: not detected again
