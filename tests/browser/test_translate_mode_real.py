@@ -24,9 +24,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.real_models]  # espeak-ng (make s
 # What espeak-ng's Spanish voice says clearly enough for Whisper base, and the English words each must give
 # (tests/pipeline/test_translation_real.py's phrases).
 PHRASES = [
-    ("El gato está en la casa.", {"house"}),
+    # The clearest first: the session keeps the language its first phrase was heard in, and on one machine Whisper
+    # base heard "El gato está en la casa." first as English and kept English for every phrase after it.
+    ("Buenos días, ¿dónde está el hospital?", {"good", "morning"}),
     ("Yo tengo un perro negro.", {"have", "black"}),
-    ("¿Dónde está el hospital?", {"hospital"}),
+    ("El gato está en la casa.", {"house"}),
 ]
 
 
@@ -82,7 +84,7 @@ def test_spanish_speech_is_translated_into_english_on_the_page(real_server, open
         (ARTIFACTS / "browser-translate-mode.json").write_text(json.dumps(stats, indent=2) + "\n")
     english, spanish = page.inner_text("#translation-text"), page.inner_text("#source-text")
     assert expected <= words(english), (english, spanish)
-    assert {"casa", "tengo"} <= words(spanish), (english, spanish)
+    assert {"buenos", "tengo"} <= words(spanish), (english, spanish)
     assert stats["transport"] == "webrtc" and stats["language"] == "en", stats
     spanish_offered = "es" in page.eval_on_selector_all("#target-language option", "os => os.map(o => o.value)")
     if spanish_offered:  # with the Kokoro voices (make kokoro): a new target while translating, as session.update

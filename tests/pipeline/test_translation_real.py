@@ -32,9 +32,11 @@ pytestmark = pytest.mark.real_models  # espeak-ng (make system-deps) speaks the 
 
 # Sentences espeak-ng's Spanish voice says clearly enough for Whisper base, and the English words each must give.
 PHRASES = [
-    ("El gato está en la casa.", {"house"}),
+    # The clearest first: the session keeps the language its first phrase was heard in, and on one machine Whisper
+    # base heard "El gato está en la casa." first as English and kept English for every phrase after it.
+    ("Buenos días, ¿dónde está el hospital?", {"good", "morning"}),
     ("Yo tengo un perro negro.", {"have", "black"}),
-    ("¿Dónde está el hospital?", {"hospital"}),
+    ("El gato está en la casa.", {"house"}),
 ]
 
 
@@ -109,7 +111,7 @@ async def test_the_sdks_translation_client_translates_spanish_speech_into_englis
     heard = words(english)
     for _, expected in PHRASES:
         assert expected <= heard, (english, spanish)
-    assert {"casa", "tengo"} <= words(spanish), spanish
+    assert {"buenos", "tengo"} <= words(spanish), spanish
     spoken = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "session.output_audio.delta")
     assert len(spoken) / 48000 > 1.0  # seconds of 24 kHz PCM16: the translation spoken
     # phrase by phrase: each phrase its own delta, in order of where it ended in the input (on a busy machine the
@@ -172,6 +174,6 @@ def test_the_node_sdks_translation_client_translates_spanish_speech_into_english
     heard = words(report["translation"])
     for _, expected in PHRASES:
         assert expected <= heard, report
-    assert {"casa", "tengo"} <= words(report["source"]), report
+    assert {"buenos", "tengo"} <= words(report["source"]), report
     assert report["audio_bytes"] / 48000 > 1.0, report  # seconds of translated speech
     assert len(report["elapsed"]) == len(PHRASES) and report["elapsed"] == sorted(report["elapsed"]), report
