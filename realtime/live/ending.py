@@ -46,8 +46,8 @@ async def wind_up(
 ) -> None:
     """Ends ``session`` (whose ``ended`` its caller has just set): ``error`` sent through ``send``, ``tasks``
     cancelled (not the one running this), the unit released, the record's end written with ``counts()`` (and why
-    the unit was rebuilt, where it could not drain), the
-    transport closed when ``close_reason`` says why (empty: the client went, nothing to close), ``then``."""
+    the unit was rebuilt, where it could not drain), the transport closed when ``close_reason`` says why (empty:
+    the client went, nothing to close), ``then``."""
     try:
         if error is not None:
             await send(error_event(error.code, error.message, error.param, None, error.error_type))

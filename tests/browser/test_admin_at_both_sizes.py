@@ -22,6 +22,7 @@ pytestmark = pytest.mark.browser
 
 PASSWORD = "phone-pw"
 SIZES = {"1280": {"width": 1280, "height": 800}, "390": {"width": 390, "height": 844}}
+PHONE_360 = {"width": 360, "height": 740}  # the narrowest phone the issue measured on
 ON_SCREEN = """(args) => [...document.querySelectorAll(args.selector)].map((cell) => {
   const box = cell.getBoundingClientRect();
   return {visible: box.width > 0 && box.height > 0, inside: box.left >= 0 && box.right <= args.width,
@@ -71,8 +72,8 @@ def all_free(server: LiveServer) -> None:
     wait_for(lambda: server.get("/readyz")[0] == 200, timeout=20, what="every unit free again")
 
 
-def operator(browser, server: LiveServer, size: str, failed: list[str]):
-    page = browser.new_page(viewport=SIZES[size])
+def operator(browser, server: LiveServer, viewport: dict, failed: list[str]):
+    page = browser.new_page(viewport=viewport)
     page.set_default_timeout(15000)
     page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
     page.goto(f"{server.http}/admin/login/")
@@ -92,7 +93,7 @@ def cells(page, selector: str, width: int) -> list[dict]:
 @pytest.mark.parametrize("size", SIZES)
 def test_every_column_of_the_session_and_key_lists_is_on_the_screen(server, browser, size):
     failed: list[str] = []
-    page = operator(browser, server, size, failed)
+    page = operator(browser, server, SIZES[size], failed)
     width = SIZES[size]["width"]
     page.goto(f"{server.http}/admin/realtime/realtimesession/")
     for column in ("end_reason", "transport", "principal", "user_messages"):
@@ -122,7 +123,7 @@ def test_every_column_of_the_session_and_key_lists_is_on_the_screen(server, brow
 @pytest.mark.parametrize("size", SIZES)
 def test_a_live_session_shows_on_the_board_without_empty_labels_and_its_page_ends_it(server, browser, size):
     failed: list[str] = []
-    page = operator(browser, server, size, failed)
+    page = operator(browser, server, SIZES[size], failed)
     width = SIZES[size]["width"]
     with ws_connect(server.ws) as ws:
         held = ws_receive_until(ws, "session.created")["session"]["id"]
@@ -174,7 +175,7 @@ def test_the_slot_board_and_a_live_sessions_page_change_in_place_and_keep_the_fo
     """Issue 50: the board drew itself anew every refresh (focus fell to BODY), a unit said only busy or idle, and
     a live session's page reloaded itself with "Not summarized yet" until the end."""
     failed: list[str] = []
-    page = operator(browser, server, "1280", failed)
+    page = operator(browser, server, SIZES["1280"], failed)
     with ws_connect(server.ws) as ws:
         held = ws_receive_until(ws, "session.created")["session"]["id"]
         page.goto(f"{server.http}/admin/realtime/node/")
@@ -215,14 +216,7 @@ def test_on_a_360_px_phone_the_latency_table_fits_and_the_filters_come_before_th
     """Issue 50: the report's latency table took 381 px of a 360 px phone, the filters sat below every card,
     and a typed turn's latency read "–" as if it had not been measured."""
     failed: list[str] = []
-    page = browser.new_page(viewport={"width": 360, "height": 740})
-    page.set_default_timeout(15000)
-    page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
-    page.goto(f"{server.http}/admin/login/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_selector("#site-name")
+    page = operator(browser, server, PHONE_360, failed)
 
     page.goto(f"{server.http}/admin/realtime/realtimesession/?q=sky")  # the module's session: typed turns only
     filters, first_card = page.locator("#changelist-filter").bounding_box(), page.locator("#result_list tbody tr")
@@ -244,7 +238,7 @@ def test_on_a_360_px_phone_the_latency_table_fits_and_the_filters_come_before_th
 def test_a_new_key_is_copied_with_its_button_and_revoked_with_another(server, browser):
     """Issue 50: a new key came with no Copy button, and revoking one meant typing a date into a field."""
     failed: list[str] = []
-    page = operator(browser, server, "390", failed)
+    page = operator(browser, server, SIZES["390"], failed)
     page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.http)
     assert page.inner_text("#site-name") == "Speech-to-speech server"
     page.goto(f"{server.http}/admin/realtime/apikey/add/")
@@ -291,14 +285,7 @@ def test_on_a_360_px_phone_every_admin_table_fits(server, browser):
     """Issue 50: "the phone layout of every table fits" (the report's latency table took 381 px of 360): each admin
     page's tables lie within the screen, a finished and a live session's reports and the board with a live unit."""
     failed: list[str] = []
-    page = browser.new_page(viewport={"width": 360, "height": 740})
-    page.set_default_timeout(15000)
-    page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
-    page.goto(f"{server.http}/admin/login/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_selector("#site-name")
+    page = operator(browser, server, PHONE_360, failed)
     with ws_connect(server.ws) as ws:
         done = ws_receive_until(ws, "session.created")["session"]["id"]
         ws_text_turn(ws, "What is the capital of France?")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import os
 import re
 import time
@@ -23,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from realtime.transports.sip.config import Network
+from realtime.transports.sip.config import Network, within
 
 NONCE_TTL_S = 300.0  # a challenge is good this long; then a retry is told stale=true
 MAX_NONCES = 10_000  # nonce counts remembered (only nonces that authenticated someone)
@@ -112,11 +111,7 @@ class DigestAuth:
         """Whether this request may go on: from a trusted address, or with one good ``Authorization`` for our realm."""
         if not self.enabled:
             return Verdict(trusted=True)
-        try:
-            address = ipaddress.ip_address(source_ip)
-        except ValueError:
-            address = None
-        if address is not None and any(address in network for network in self.trusted):
+        if within(source_ip, self.trusted):
             return Verdict(trusted=True)
         if not self.users:
             return Verdict(403, reason="not a trusted address")

@@ -14,6 +14,15 @@ SRTP_POLICIES = ("off", "optional", "required")
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
+def within(host: str, networks: tuple[Network, ...]) -> bool:
+    """Whether ``host`` is an IP address in one of ``networks`` (``S2S_SIP_TRUSTED``'s); a name is in none."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return any(address in network for network in networks)
+
+
 class SipConfigError(ValueError):
     """A SIP setting that cannot be used (the settings turn it into ``ImproperlyConfigured``)."""
 

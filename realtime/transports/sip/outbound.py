@@ -17,7 +17,6 @@ answer.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import time
@@ -37,7 +36,7 @@ from realtime.live.transport import ServerEvent
 from realtime.models import CallDirection, EndReason, RealtimeSession
 from realtime.node.runtime import Runtime
 from realtime.transports.sip import webhook
-from realtime.transports.sip.config import SipConfig
+from realtime.transports.sip.config import SipConfig, within
 from realtime.transports.sip.dialling import Target, status_of, user_of
 from realtime.transports.sip.dialogs import NO_DIALOG, Action, Match, refusal, tags
 from realtime.transports.sip.leg import CallLeg
@@ -274,13 +273,7 @@ class OutboundCall(CallLeg):
     def peer(self, host: str) -> bool:
         """Whether an in-dialog request from ``host`` may act on the call: the host the INVITE went to (the target or
         ``S2S_SIP_OUTBOUND_PROXY``), the 200 OK's Contact host, or an ``S2S_SIP_TRUSTED`` address (the trunk's)."""
-        if host in (self.remote_addr[0], self.contact_host):
-            return True
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            return False
-        return any(address in network for network in self.config.trusted)
+        return host in (self.remote_addr[0], self.contact_host) or within(host, self.config.trusted)
 
     def answered_from(self, response: SipResponse) -> None:
         """A 2xx to our INVITE: its Contact's host is the callee's (its BYE or re-INVITE may come from there)."""
