@@ -38,7 +38,7 @@ from realtime.live.opening import (
     principal_name,
     session_limit,
 )
-from realtime.live.transport import PlaysAudio, Refusal, ServerEvent, Transport
+from realtime.live.transport import ClosedByClient, PlaysAudio, Refusal, ServerEvent, Transport
 from realtime.models import EndReason
 from realtime.node.runtime import Runtime
 from realtime.protocol import limits, translation as wire
@@ -48,6 +48,8 @@ from realtime.protocol.wire import EventError
 
 logger = logging.getLogger(__name__)
 
+# How long a client has to close its socket after ``session.closed`` before the server closes it.
+CLIENT_CLOSES_WITHIN_S = 2.0
 ENGINES = f"{wire.KIND}: Whisper's translate task (multilingual), the pool's VAD and voice"  # the record's kind
 
 
@@ -301,7 +303,17 @@ class TranslationSession(SessionControl):
                 case t.Flushed() if self.closing:
                     self._end_playing()
                     await self._send(wire.closed())
-                    self._spawn(self.end(EndReason.CLIENT_CLOSED, CLOSE_NORMAL, close_reason="Session closed"), "close")
+                    self._spawn(self._close(), "close")
+
+    async def _close(self) -> None:
+        """After ``session.closed``: the session ends at once (its unit free, its record written); a WebSocket is
+        the client's to close, as OpenAI's SDKs do on that event, and the server's only after
+        :data:`CLIENT_CLOSES_WITHIN_S`; a call hangs up now."""
+        if not isinstance(self.transport, ClosedByClient):
+            await self.end(EndReason.CLIENT_CLOSED, CLOSE_NORMAL, close_reason="Session closed")
+            return
+        await self.end(EndReason.CLIENT_CLOSED, CLOSE_NORMAL)  # no close_reason: the socket stays open
+        await self.transport.close_unless_closed(CLOSE_NORMAL, "Session closed", CLIENT_CLOSES_WITHIN_S)
 
     async def _speak(self, pcm: bytes, at: int) -> None:
         """A phrase's speech: an audio delta, or, to a transport that plays it (a call's track), the audio."""

@@ -62,6 +62,16 @@ class Transport(Protocol):
         """Closes the connection from the server's side (the ``error`` that says why went out already)."""
 
 
+@runtime_checkable
+class ClosedByClient(Protocol):
+    """A transport whose client closes it after the session's last event: a WebSocket. OpenAI's SDKs close
+    theirs on ``session.closed`` and call a server's close that crosses theirs abnormal (the server, seeing
+    the client's close after sending its own, drops the connection before its close frame is out)."""
+
+    async def close_unless_closed(self, code: int, reason: str, grace_s: float) -> None:
+        """Closes from the server's side unless the client has closed within ``grace_s``."""
+
+
 @dataclass(frozen=True)
 class ClearedReply:
     """What :meth:`PlaysAudio.clear_reply` cut off: the reply that was playing (``item_id`` None: none was,

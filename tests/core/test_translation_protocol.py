@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from channels.testing import WebsocketCommunicator
 
+from realtime.live import translation
 from realtime.models import RealtimeSession
 from realtime.node import runtime
 from s2s_project.asgi import application
@@ -143,6 +144,29 @@ async def test_session_close_flushes_the_last_phrase_then_says_closed(translate)
     types = [e["type"] for e in client.events]
     assert "session.output_transcript.delta" in types and "session.output_audio.delta" in types
     assert types.index("session.output_audio.delta") < types.index("session.closed")
+
+
+async def test_after_session_closed_the_unit_is_free_and_the_socket_is_the_clients_to_close(translate, loopback_pool):
+    """OpenAI's SDKs close the socket on ``session.closed`` and call a server close crossing theirs abnormal
+    (the Node SDK's ``finish()`` failed so in CI): the server ends the session at once and leaves the close to
+    the client."""
+    client = await translate()
+    session_id = (await client.until("session.created"))["session"]["id"]
+    await client.send(type="session.close")
+    await client.until("session.closed")
+    assert await client.comm.receive_nothing(timeout=0.5)  # no close from the server
+    assert all(unit.state.value == "idle" for unit in loopback_pool.units)
+    runtime.current().writer.flush(10)
+    record = await RealtimeSession.objects.aget(id=session_id)
+    assert (record.end_reason, record.close_code) == ("client_closed", 1000) and record.ended_at is not None
+
+
+async def test_a_client_that_does_not_close_after_session_closed_is_closed_with_1000(translate, monkeypatch):
+    monkeypatch.setattr(translation, "CLIENT_CLOSES_WITHIN_S", 0.3)
+    client = await translate()
+    await client.until("session.created")
+    await client.send(type="session.close")
+    await client.until("session.closed")
     closed = await client.comm.receive_output(timeout=5)
     assert closed["type"] == "websocket.close" and closed["code"] == 1000
 
