@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from websockets.sync.client import connect
 
 from pipelines import audio
 from tests.browser.conftest import ARTIFACTS, MIC_RATE
@@ -34,16 +35,21 @@ PHRASES = [
 
 @pytest.fixture
 def real_server(tmp_path):
+    """The real models, one unit, and the translation's models loaded by a first session: Chromium's microphone
+    plays its file from the moment the page opens it, so a first call that waited seconds for Whisper base to
+    load lost the first word ("Buenos" in CI's run, and with it "good morning")."""
     server = LiveServer(tmp_path, env={"S2S_PIPELINE": "real", "S2S_POOL_SIZE": "1"})
     server.start(ready_timeout=600)
+    with connect(f"{server.ws}/translations?model=gpt-realtime-translate", open_timeout=120) as ws:
+        assert json.loads(ws.recv(timeout=120))["type"] == "session.created"
     yield server
     server.stop()
 
 
 def spanish_wav(path: Path) -> None:
-    """The phrases by espeak-ng, a second of silence before and between them, as the 16-bit mono 48 kHz WAV
+    """The phrases by espeak-ng with silence before, between and after them, as the 16-bit mono 48 kHz WAV
     Chromium's fake microphone plays (a 24-bit file plays as silence)."""
-    parts = [silence(1.0, MIC_RATE)]
+    parts = [silence(3.0, MIC_RATE)]  # the call is up before the first word
     for text, _ in PHRASES:
         spoken = path.with_suffix(".phrase.wav")
         subprocess.run(["espeak-ng", "-v", "es", "-s", "150", "-w", str(spoken), text], check=True)
