@@ -68,19 +68,11 @@ async def reconnect(server: LiveServer) -> float | None:
     return None
 
 
-async def free(server: LiveServer) -> None:
-    for _ in range(200):
-        _, body = await asyncio.to_thread(server.get, "/readyz")
-        if json.loads(body).get("free_units") == 1:
-            return
-        await asyncio.sleep(0.05)
-
-
 async def measure(servers: dict[str, LiveServer], rounds: int) -> dict[str, list[float | None]]:
     results: dict[str, list[float | None]] = {label: [] for label in servers}
     for _ in range(rounds):
         for label, server in servers.items():  # interleaved: the machine's drift falls on both alike
-            await free(server)
+            await asyncio.to_thread(server.wait_free, 1)
             results[label].append(await reconnect(server))
     return results
 

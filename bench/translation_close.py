@@ -57,19 +57,11 @@ async def one_round(server: LiveServer, context: ssl.SSLContext) -> tuple[int, f
     return ws.close_code or 1005, (ended - asked) * 1000  # websockets: 1006 when no close frame came
 
 
-async def free(server: LiveServer) -> None:
-    for _ in range(200):
-        _, body = await asyncio.to_thread(server.get, "/readyz")
-        if json.loads(body).get("free_units") == 1:
-            return
-        await asyncio.sleep(0.05)
-
-
 async def measure(servers: dict[str, LiveServer], context: ssl.SSLContext, rounds: int) -> dict[str, list]:
     results: dict[str, list] = {label: [] for label in servers}
     for _ in range(rounds):
         for label, server in servers.items():  # interleaved: the machine's drift falls on both alike
-            await free(server)
+            await asyncio.to_thread(server.wait_free, 1)
             results[label].append(await one_round(server, context))
     return results
 

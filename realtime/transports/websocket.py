@@ -52,25 +52,22 @@ class SessionSocket(AsyncWebsocketConsumer):
     # The socket needs no channel of its own: the session's mailbox (realtime.live.mailbox) is on the layer.
     channel_layer_alias = None
 
-    _gone: asyncio.Event | None = None  # set when the client's close (or the connection's loss) arrives
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._gone = asyncio.Event()  # set when the client's close (or the connection's loss) arrives
 
     def live(self) -> Any:
         """The session this socket carries (None until it opened); it has ``ended`` and ``end``."""
         return None
 
-    def _client_gone(self) -> asyncio.Event:
-        if self._gone is None:
-            self._gone = asyncio.Event()
-        return self._gone
-
     async def websocket_disconnect(self, message: dict[str, Any]) -> None:
-        self._client_gone().set()
+        self._gone.set()
         await super().websocket_disconnect(message)
 
     async def close_unless_closed(self, code: int, reason: str, grace_s: float) -> None:
         """:class:`realtime.live.transport.ClosedByClient`: the client's close within ``grace_s``, or ours."""
         try:
-            await asyncio.wait_for(self._client_gone().wait(), grace_s)
+            await asyncio.wait_for(self._gone.wait(), grace_s)
         except TimeoutError:
             await self.close(code=code, reason=reason)
 

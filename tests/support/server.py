@@ -141,6 +141,12 @@ class LiveServer:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
 
+    def wait_free(self, units: int, timeout_s: float = 10) -> None:
+        """Waits (up to ``timeout_s``) until ``/readyz`` says ``units`` units are free: the last session's drained."""
+        deadline = time.monotonic() + timeout_s
+        while json.loads(self.get("/readyz")[1]).get("free_units") != units and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def mint_client_secret(self, key: str) -> str:
         """An ``ek_`` client secret for a realtime session, minted with the API key ``key``."""
         request = urllib.request.Request(
